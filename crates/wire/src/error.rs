@@ -70,4 +70,26 @@ pub enum Error {
         len: usize,
     },
     // ---- IKEv2-specific variants (owned by the ike module) go below this line. ----
+    /// The IKE header's major version is not 2: the peer gets INVALID_MAJOR_VERSION
+    /// (RFC 7296 §2.5), sent in an IKEv2 header.
+    #[error("IKE header: unsupported major version {version}")]
+    InvalidMajorVersion {
+        /// The major version found (the high four bits of the Version octet).
+        version: u8,
+    },
+    /// A payload of a type this codec does not understand has the critical bit set: the whole
+    /// message is rejected and the peer gets UNSUPPORTED_CRITICAL_PAYLOAD carrying the type
+    /// (RFC 7296 §2.5).
+    #[error("payload type {payload_type}: critical but not supported")]
+    UnsupportedCriticalPayload {
+        /// The payload type that was not understood.
+        payload_type: u8,
+    },
+    /// An Encrypted (SK) or Encrypted Fragment (SKF) payload is not the last payload of the
+    /// message, or sits inside a decrypted inner chain (RFC 7296 §3.14, RFC 7383 §2.5).
+    #[error("payload type {payload_type}: an encrypted payload must end the outer chain")]
+    MisplacedEncrypted {
+        /// The payload type (46 for SK, 53 for SKF).
+        payload_type: u8,
+    },
 }

@@ -16,5 +16,30 @@ pub use error::Error;
 /// IKEv2 message codec (RFC 7296, RFC 7383 fragments).
 pub mod ike;
 
+mod bytes;
+pub mod checksum;
+pub mod esp;
+pub mod esp_trailer;
+pub mod icmpv4;
+pub mod icmpv6;
+pub mod ip;
+pub mod ipv4;
+pub mod ipv6;
+pub mod ipv6_ext;
+pub mod udp;
+pub mod udp_encap;
+#[cfg(fuzzing)]
+pub mod fuzzing_views;
+
+pub use esp::{EspPacket, EspParts, EspPartsMut, EspRepr};
+pub use esp_trailer::EspTrailer;
+pub use icmpv4::{Icmpv4Packet, Icmpv4Repr, Icmpv4Type};
+pub use icmpv6::{Icmpv6Packet, Icmpv6Repr, Icmpv6Type};
+pub use ip::{Ecn, IpPair, IpProtocol};
+pub use ipv4::{Ipv4Packet, Ipv4Repr};
+pub use ipv6::{Ipv6Packet, Ipv6Repr};
+pub use udp::{UdpPacket, UdpRepr};
+pub use udp_encap::UdpEncapPayload;
+
 /// Result alias for this crate.
 pub type Result<T> = core::result::Result<T, Error>;

@@ -1,0 +1,97 @@
+//! The Internet checksum (RFC 1071) and its incremental update (RFC 1624).
+//!
+//! Sums here are folded one's-complement sums, not yet complemented: a header's checksum
+//! field holds `!combine(...)`, and a received header is intact when the sum over it,
+//! checksum field included, is `0xffff`.
+
+/// Folds a wide accumulator of 16-bit one's-complement sums into 16 bits (RFC 1071 §2(C)).
+fn fold(mut sum: u64) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let [.., hi, lo] = sum.to_be_bytes();
+    u16::from_be_bytes([hi, lo])
+}
+
+/// The folded one's-complement sum of `data` as big-endian 16-bit words, an odd last byte
+/// padded with a zero byte (RFC 1071 §4.1).
+pub fn data(data: &[u8]) -> u16 {
+    // Summing 32-bit words and folding later gives the same result as 16-bit words
+    // (RFC 1071 §2(C), "parallel summation"); a u64 cannot overflow below 16 GiB of input.
+    let mut sum = 0u64;
+    let mut words = data.chunks_exact(4);
+    for word in &mut words {
+        if let [a, b, c, d] = *word {
+            sum += u64::from(u32::from_be_bytes([a, b, c, d]));
+        }
+    }
+    sum += match *words.remainder() {
+        [a, b, c] => u64::from(u32::from_be_bytes([a, b, c, 0])),
+        [a, b] => u64::from(u16::from_be_bytes([a, b])),
+        [a] => u64::from(u16::from_be_bytes([a, 0])),
+        _ => 0,
+    };
+    fold(sum)
+}
+
+/// Adds folded sums, e.g. a pseudo-header sum and a message sum (RFC 1071 §2(A)).
+pub fn combine(sums: &[u16]) -> u16 {
+    fold(sums.iter().map(|&sum| u64::from(sum)).sum())
+}
+
+/// The checksum field value for a message whose folded sum (with the field zeroed) is `sum`.
+pub fn finish(sum: u16) -> u16 {
+    !sum
+}
+
+/// Updates `checksum` after a field changed from `old` to `new` without re-reading the
+/// message, by RFC 1624 eqn. 3: `HC' = ~(~HC + ~m + m')`.
+///
+/// `old` and `new` must be the same length and start at an even offset of the covered data
+/// (an address, a TTL/protocol word); eqn. 3 avoids the `-0` result of RFC 1141's eqn. 2.
+pub fn update(checksum: u16, old: &[u8], new: &[u8]) -> u16 {
+    !fold(u64::from(!checksum) + u64::from(!data(old)) + u64::from(data(new)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hex_literal::hex;
+
+    #[test]
+    fn sum_matches_rfc1071_example() {
+        // RFC 1071 §3: the bytes 00 01 f2 03 f4 f5 f6 f7 sum to ddf2.
+        assert_eq!(data(&hex!("0001 f203 f4f5 f6f7")), 0xddf2);
+    }
+
+    #[test]
+    fn odd_length_pads_last_byte_with_zero() {
+        assert_eq!(data(&hex!("0001 f203 f4f5 f6")), data(&hex!("0001 f203 f4f5 f600")));
+        assert_eq!(data(&hex!("ab")), 0xab00);
+        assert_eq!(data(&[]), 0);
+    }
+
+    #[test]
+    fn sum_of_all_ones_stays_all_ones() {
+        assert_eq!(data(&[0xff; 64]), 0xffff);
+        assert_eq!(combine(&[0xffff, 0xffff, 0x0001]), 0x0001);
+    }
+
+    #[test]
+    fn incremental_update_matches_rfc1624_example() {
+        // RFC 1624 §4: m = 0x5555 changes to m' = 0x3285 under HC = 0xdd2f; eqn. 3 gives 0.
+        assert_eq!(update(0xdd2f, &hex!("5555"), &hex!("3285")), 0x0000);
+    }
+
+    #[test]
+    fn incremental_update_matches_recomputation() {
+        // An IPv4 header (RFC 791) whose source address is rewritten.
+        let mut header = hex!("4500 0054 1c46 4000 4001 0000 c612 0001 c613 0001");
+        let old = finish(data(&header));
+        header[10..12].copy_from_slice(&old.to_be_bytes());
+        header[12..16].copy_from_slice(&hex!("c612 00fe"));
+        let updated = update(old, &hex!("c612 0001"), &hex!("c612 00fe"));
+        header[10..12].copy_from_slice(&[0, 0]);
+        assert_eq!(updated, finish(data(&header)));
+    }
+}
