@@ -1,0 +1,147 @@
+//! The call surface: the one [`Enclave`] trait and the plain types that cross the boundary.
+//!
+//! Everything in this module is public data (handles, algorithm names, lengths, descriptors,
+//! statuses, sizes). The IKE and ESP crates depend on this and on nothing in `trusted`.
+
+pub(crate) mod alg;
+pub(crate) mod esp;
+pub(crate) mod handle;
+pub(crate) mod ike;
+pub(crate) mod report;
+
+use crate::attest::Evidence;
+use crate::error::Result;
+use alg::{AuthMethod, DhGroup, SecretKind};
+use core::ops::Range;
+use esp::{BatchSummary, EspDescriptor, EspStatus};
+use handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
+use ike::{
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams,
+    PeerCredential, SealedBlob,
+};
+use report::{Counters, MemoryReport};
+
+/// The enclave's calls ("ECalls"): one per IKE step, one per ESP batch.
+///
+/// Implemented by [`crate::InlineEnclave`] (trusted code in-process) and, later, by the
+/// isolated-process backend. Every argument is untrusted: handles, lengths and offsets are
+/// checked, and a refusal is a typed [`crate::Error`] (or a per-packet [`EspStatus`]) that
+/// is counted and never carries key bytes.
+pub trait Enclave: Send {
+    /// The tenant this instance serves.
+    fn tenant(&self) -> TenantId;
+
+    /// Attestation evidence binding `report_data` (e.g. a hash of a channel key) to the
+    /// measurement of this enclave's code and configuration.
+    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence>;
+
+    /// Bytes of trusted memory held, per kind.
+    fn memory_report(&self) -> MemoryReport;
+
+    /// Refusals and packet outcomes since start.
+    fn counters(&self) -> Counters;
+
+    /// Unwraps a provisioning blob ([`crate::provision`]) and keeps the secret inside.
+    fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle>;
+
+    /// What kind of secret a handle names.
+    fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind>;
+
+    /// Forgets a secret (zeroized where the key type allows, see docs/threat-model.md).
+    fn delete_secret(&mut self, secret: SecretHandle) -> Result<()>;
+
+    /// Fills `out` (16..=256 bytes) with Nonce Data from the enclave's CSPRNG.
+    fn random_nonce(&mut self, out: &mut [u8]) -> Result<()>;
+
+    /// Generates an ephemeral DH private value and writes its public value (Key Exchange
+    /// Data, exactly [`DhGroup::public_len`] bytes) to `public_out`.
+    fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle>;
+
+    /// Forgets an unused DH private value.
+    fn dh_delete(&mut self, dh: DhHandle) -> Result<()>;
+
+    /// IKE_SA_INIT done: agrees on g^ir (consuming `dh`), derives SKEYSEED and
+    /// SK_d, SK_ai, SK_ar, SK_ei, SK_er, SK_pi, SK_pr (RFC 7296 §2.14). SKEYSEED and g^ir
+    /// are never stored.
+    fn ike_sa_create(&mut self, dh: DhExchange<'_>, params: &IkeSaParams<'_>) -> Result<IkeSaHandle>;
+
+    /// CREATE_CHILD_SA rekeying `old` (RFC 7296 §2.18): SKEYSEED = prf_old(SK_d_old,
+    /// g^ir_new | Ni | Nr). Pass the sealed SK_d blob once `old` has been cleared and sealed.
+    /// The new SA holds no SK_pi/SK_pr: a rekeyed IKE SA never authenticates again.
+    fn ike_sa_rekey(
+        &mut self,
+        old: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        dh: DhExchange<'_>,
+        params: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle>;
+
+    /// Computes our AUTH payload's Authentication Data into `out`; returns the Auth Method
+    /// and the number of bytes written.
+    fn auth_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        credential: SecretHandle,
+        spec: AuthSpec,
+        input: &AuthInput<'_>,
+        out: &mut [u8],
+    ) -> Result<(AuthMethod, usize)>;
+
+    /// Verifies the peer's AUTH payload (`method` and `auth_data` as received).
+    fn auth_verify(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: PeerCredential<'_>,
+        method: u8,
+        auth_data: &[u8],
+        input: &AuthInput<'_>,
+    ) -> Result<AuthVerified>;
+
+    /// Protects an outgoing message in place. `message` starts at the IKE header and ends at
+    /// the ICV; `message[..aad_len]` is the IKE header through the SK (or SKF) payload header,
+    /// already final; the inner payloads are the next `plaintext_len` bytes after the IV.
+    /// Its length must be `aad_len + suite.sk_layout(plaintext_len).body_len(plaintext_len)`.
+    /// The enclave writes IV, padding, Pad Length and ICV and encrypts.
+    fn sk_encrypt(
+        &mut self,
+        ike: IkeSaHandle,
+        message: &mut [u8],
+        aad_len: usize,
+        plaintext_len: usize,
+    ) -> Result<()>;
+
+    /// Checks and decrypts an incoming message in place (same layout as [`Self::sk_encrypt`]);
+    /// returns where the inner payloads now are. The ICV is verified before any plaintext
+    /// is released.
+    fn sk_decrypt(&mut self, ike: IkeSaHandle, message: &mut [u8], aad_len: usize) -> Result<Range<usize>>;
+
+    /// Derives a child SA's KEYMAT (RFC 7296 §2.17), with a PFS DH agreement when `pfs` is
+    /// given, and installs both directions.
+    fn child_sa_create(
+        &mut self,
+        ike: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        pfs: Option<DhExchange<'_>>,
+        params: &ChildSaParams<'_>,
+    ) -> Result<ChildSaPair>;
+
+    /// EnclaveVPN clear-and-seal (§4.5.2), once IKE_AUTH is done: zeroizes SK_pi/SK_pr and
+    /// moves SK_d out of trusted memory into a sealed blob for later rekeys.
+    fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob>;
+
+    /// Forgets an IKE SA; its sealed blob can no longer be used.
+    fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()>;
+
+    /// Processes a batch of ESP packets in one crossing; one status per descriptor.
+    /// The whole call is refused only when the batch itself is malformed (too many
+    /// descriptors, `status.len() != descriptors.len()`).
+    fn esp_batch(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary>;
+
+    /// Forgets one direction of an ESP SA.
+    fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()>;
+}

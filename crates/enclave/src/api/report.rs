@@ -1,0 +1,164 @@
+//! Configuration, accounting and counters: what the untrusted side may know about the
+//! enclave's state (sizes and counts, never contents).
+
+use super::esp::EspStatus;
+use super::handle::TenantId;
+use crate::error::ErrorKind;
+use zeroize::Zeroizing;
+
+/// The root secret an enclave instance starts with. It unwraps provisioning blobs
+/// ([`crate::provision`]) and derives the sealing key. Today whoever starts the enclave
+/// passes it in; attested provisioning will deliver it over an attested channel instead.
+pub struct ProvisioningKey(pub(crate) Zeroizing<[u8; 32]>);
+
+impl ProvisioningKey {
+    /// Wraps 32 key bytes (AES-256-GCM).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(Zeroizing::new(bytes))
+    }
+
+    /// Draws a fresh key from the system CSPRNG.
+    pub fn generate() -> crate::Result<Self> {
+        let mut k = Zeroizing::new([0u8; 32]);
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut k[..])
+            .map_err(|_| crate::Error::Random)?;
+        Ok(Self(k))
+    }
+}
+
+impl core::fmt::Debug for ProvisioningKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ProvisioningKey(..)")
+    }
+}
+
+/// Upper bounds on what one enclave instance holds; all checked, none allocated up front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Live IKE SAs (at most 65,535).
+    pub max_ike_sas: usize,
+    /// Live ESP SAs, counting each direction (at most 65,535).
+    pub max_esp_sas: usize,
+    /// Pending DH private values (at most 65,535).
+    pub max_dh: usize,
+    /// Provisioned secrets (at most 65,535).
+    pub max_secrets: usize,
+    /// Descriptors per ESP batch call.
+    pub max_batch: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_ike_sas: 4096, max_esp_sas: 16384, max_dh: 1024, max_secrets: 64, max_batch: 256 }
+    }
+}
+
+/// How an enclave instance is started.
+#[derive(Debug)]
+pub struct EnclaveConfig {
+    /// The tenant it serves.
+    pub tenant: TenantId,
+    /// Its root secret.
+    pub provisioning_key: ProvisioningKey,
+    /// Sealed blobs with a lower counter are refused; new seals count up from here. Give it
+    /// the highest counter the trusted side (tenant, control node, HSM) has recorded.
+    pub trusted_min_seal_counter: u64,
+    /// Table and batch bounds.
+    pub limits: Limits,
+}
+
+impl EnclaveConfig {
+    /// The configuration's public part, as measured into attestation evidence: tenant and
+    /// limits, never the key or the counter (which changes from start to start).
+    pub fn measured_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(48);
+        v.extend_from_slice(b"cloister-enclave-config-v1");
+        v.extend_from_slice(&self.tenant.0.to_be_bytes());
+        for n in [
+            self.limits.max_ike_sas,
+            self.limits.max_esp_sas,
+            self.limits.max_dh,
+            self.limits.max_secrets,
+            self.limits.max_batch,
+        ] {
+            v.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+        v
+    }
+}
+
+/// Bytes of trusted memory held, by kind. Per-entry sizes are the sizes of the state
+/// actually allocated for it (the entry itself plus any heap parts it owns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryReport {
+    /// Live IKE SAs.
+    pub ike_sas: usize,
+    /// Bytes held for them.
+    pub ike_sa_bytes: usize,
+    /// Live ESP SAs (each direction counts).
+    pub esp_sas: usize,
+    /// Bytes held for them.
+    pub esp_sa_bytes: usize,
+    /// Pending DH private values.
+    pub dh_values: usize,
+    /// Bytes held for them.
+    pub dh_bytes: usize,
+    /// Provisioned secrets.
+    pub secrets: usize,
+    /// Bytes held for them (RSA keys include their heap limbs, estimated).
+    pub secret_bytes: usize,
+    /// Everything not per entry: slot arrays, decrypt scratch, root keys, counters.
+    pub fixed_bytes: usize,
+}
+
+impl MemoryReport {
+    /// Average bytes per live IKE SA (0 when there are none).
+    pub fn per_ike_sa(&self) -> usize {
+        self.ike_sa_bytes.checked_div(self.ike_sas).unwrap_or(0)
+    }
+
+    /// Average bytes per live ESP SA (0 when there are none).
+    pub fn per_esp_sa(&self) -> usize {
+        self.esp_sa_bytes.checked_div(self.esp_sas).unwrap_or(0)
+    }
+
+    /// All bytes.
+    pub fn total(&self) -> usize {
+        self.ike_sa_bytes + self.esp_sa_bytes + self.dh_bytes + self.secret_bytes + self.fixed_bytes
+    }
+}
+
+/// Refusals and packet outcomes, counted since start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Batch calls served.
+    pub batches: u64,
+    /// Packets per [`EspStatus`], indexed by [`EspStatus::index`].
+    pub esp: [u64; EspStatus::COUNT],
+    /// Refused calls per [`ErrorKind`].
+    pub errors: [u64; ErrorKind::COUNT],
+}
+
+impl Counters {
+    /// Packets that ended with `status`.
+    pub fn esp_status(&self, status: EspStatus) -> u64 {
+        self.esp.get(status.index()).copied().unwrap_or(0)
+    }
+
+    /// Calls refused with an error of `kind`.
+    pub fn error(&self, kind: ErrorKind) -> u64 {
+        self.errors.get(kind as usize).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn record_error(&mut self, kind: ErrorKind) {
+        if let Some(c) = self.errors.get_mut(kind as usize) {
+            *c = c.saturating_add(1);
+        }
+    }
+
+    pub(crate) fn record_status(&mut self, status: EspStatus) {
+        if let Some(c) = self.esp.get_mut(status.index()) {
+            *c = c.saturating_add(1);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The one error type of the enclave. No variant carries key bytes or anything derived
+//! from them; context is handles, algorithms, lengths and reasons.
+
+use crate::api::alg::DhGroup;
+use crate::api::handle::HandleKind;
+
+/// Why an enclave call was refused. Every refusal is also counted ([`crate::Counters`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The handle names no live entry: never issued, or already deleted or consumed.
+    #[error("unknown or stale {kind} handle {handle:#010x}")]
+    UnknownHandle {
+        /// Which table.
+        kind: HandleKind,
+        /// The raw handle.
+        handle: u32,
+    },
+    /// The handle was issued by another enclave instance (another tenant).
+    #[error("{kind} handle {handle:#010x} belongs to another enclave instance")]
+    ForeignHandle {
+        /// Which table.
+        kind: HandleKind,
+        /// The raw handle.
+        handle: u32,
+    },
+    /// The table has reached its configured limit.
+    #[error("{kind} table is full ({max} entries)")]
+    TableFull {
+        /// Which table.
+        kind: HandleKind,
+        /// The limit.
+        max: usize,
+    },
+    /// A length is not what the algorithm or format requires.
+    #[error("{what}: length {len} is invalid ({why})")]
+    BadLength {
+        /// The input or output.
+        what: &'static str,
+        /// The length given.
+        len: usize,
+        /// The rule it breaks.
+        why: &'static str,
+    },
+    /// The peer's Diffie-Hellman public value is malformed or not a valid group element.
+    #[error("invalid peer public value for DH group {}", group.id())]
+    BadPeerPublicValue {
+        /// The group.
+        group: DhGroup,
+    },
+    /// The DH handle is for a different group than the exchange needs.
+    #[error("DH group mismatch: have {}, need {}", have.id(), need.id())]
+    DhGroupMismatch {
+        /// The group of the handle.
+        have: DhGroup,
+        /// The group the call needs.
+        need: DhGroup,
+    },
+    /// A cipher was paired with an integrity algorithm it cannot take (or lacks one it needs).
+    #[error("inconsistent suite: cipher {cipher}, integrity {integ}")]
+    InconsistentSuite {
+        /// The cipher's IANA ID.
+        cipher: u16,
+        /// The integrity algorithm's IANA ID (0 for none).
+        integ: u16,
+    },
+    /// The secret handle names a secret of a kind this operation cannot use.
+    #[error("secret {handle:#010x} cannot be used for {what}")]
+    WrongSecretKind {
+        /// The raw handle.
+        handle: u32,
+        /// The operation.
+        what: &'static str,
+    },
+    /// The key was cleared by clear-and-seal (SK_pi/SK_pr), or SK_d is sealed and no
+    /// sealed blob was passed.
+    #[error("{what} is no longer resident (clear-and-seal)")]
+    KeyCleared {
+        /// Which key.
+        what: &'static str,
+    },
+    /// SK_d is already sealed for this IKE SA.
+    #[error("SK_d is already sealed")]
+    AlreadySealed,
+    /// A sealed blob was refused.
+    #[error("sealed blob refused: {reason}")]
+    SealedBlob {
+        /// Why.
+        reason: BlobRejection,
+    },
+    /// A provisioning blob was refused.
+    #[error("provisioning blob refused: {reason}")]
+    ProvisioningBlob {
+        /// Why.
+        reason: BlobRejection,
+    },
+    /// A provisioned private key could not be parsed or failed its pairwise check.
+    #[error("provisioned key rejected: {why}")]
+    BadPrivateKey {
+        /// Why.
+        why: &'static str,
+    },
+    /// A public key given by the caller is malformed or unsupported.
+    #[error("bad public key: {why}")]
+    BadPublicKey {
+        /// Why.
+        why: &'static str,
+    },
+    /// The SK payload's Integrity Checksum Data does not verify; nothing was decrypted.
+    #[error("SK payload integrity check failed")]
+    IntegrityCheckFailed,
+    /// The decrypted SK payload's Pad Length exceeds the payload.
+    #[error("SK payload padding is invalid")]
+    BadPadding,
+    /// The peer's AUTH payload does not verify.
+    #[error("AUTH payload (method {method}) does not verify")]
+    AuthenticationFailed {
+        /// The Auth Method value.
+        method: u8,
+    },
+    /// An algorithm or method the enclave does not implement, or one that does not fit the
+    /// key at hand.
+    #[error("unsupported {what} {value}")]
+    Unsupported {
+        /// What kind of algorithm.
+        what: &'static str,
+        /// Its IANA value (or 0).
+        value: u16,
+    },
+    /// The batch has more descriptors than the configured maximum.
+    #[error("batch of {descriptors} descriptors exceeds the maximum {max}")]
+    BatchTooLarge {
+        /// Descriptors given.
+        descriptors: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The status slice does not have one entry per descriptor.
+    #[error("status slice has {status} entries for {descriptors} descriptors")]
+    StatusLengthMismatch {
+        /// Descriptors given.
+        descriptors: usize,
+        /// Status entries given.
+        status: usize,
+    },
+    /// A counter that must never repeat (an IKE AEAD IV) is used up: rekey.
+    #[error("{what} exhausted")]
+    Exhausted {
+        /// Which counter.
+        what: &'static str,
+    },
+    /// The system random number generator failed.
+    #[error("random number generator failed")]
+    Random,
+    /// A known-answer self-test failed at start; the enclave refuses to run.
+    #[error("self-test failed: {test}")]
+    SelfTestFailed {
+        /// The test's name.
+        test: &'static str,
+    },
+    /// Attestation evidence could not be produced or does not verify.
+    #[error("attestation: {why}")]
+    Attestation {
+        /// Why.
+        why: &'static str,
+    },
+    /// A crypto library refused an operation that the enclave's own checks allowed.
+    #[error("internal crypto failure in {what}")]
+    Internal {
+        /// The operation.
+        what: &'static str,
+    },
+    // ---- process backend (crates/enclave/src/process) --------------------------------
+    /// The process backend failed: spawn, transport, or the enclave process died.
+    #[error("process backend: {0}")]
+    Process(#[from] crate::process::ProcessError),
+    // ---- end process backend -----------------------------------------------------------
+}
+
+/// Why a sealed or provisioning blob was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BlobRejection {
+    /// Wrong magic, version, kind or length.
+    Malformed,
+    /// Sealed for (or provisioned to) another tenant.
+    WrongTenant,
+    /// Sealed for another IKE SA.
+    WrongSa,
+    /// Its counter is below the trusted minimum, or older than the latest seal of this SA.
+    Rollback,
+    /// The AEAD tag does not verify: tampered, or made under another key.
+    Forged,
+}
+
+impl core::fmt::Display for BlobRejection {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::Malformed => "malformed",
+            Self::WrongTenant => "bound to another tenant",
+            Self::WrongSa => "bound to another IKE SA",
+            Self::Rollback => "rolled back (stale counter)",
+            Self::Forged => "authentication tag does not verify",
+        })
+    }
+}
+
+/// A `Copy` summary of [`Error`] for counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::UnknownHandle`].
+    UnknownHandle,
+    /// [`Error::ForeignHandle`].
+    ForeignHandle,
+    /// [`Error::TableFull`].
+    TableFull,
+    /// Bad lengths, suites, public values, kinds, paddings: malformed input.
+    BadInput,
+    /// [`Error::KeyCleared`], [`Error::AlreadySealed`].
+    KeyState,
+    /// [`Error::SealedBlob`] and [`Error::ProvisioningBlob`].
+    BlobRejected,
+    /// [`Error::IntegrityCheckFailed`] and [`Error::AuthenticationFailed`].
+    VerifyFailed,
+    /// [`Error::BatchTooLarge`], [`Error::StatusLengthMismatch`].
+    BadBatch,
+    /// Everything else (randomness, exhaustion, internal, attestation, self-test).
+    Other,
+}
+
+impl ErrorKind {
+    /// Number of kinds, for counter arrays.
+    pub const COUNT: usize = 9;
+}
+
+impl Error {
+    /// The counter bucket of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::UnknownHandle { .. } => ErrorKind::UnknownHandle,
+            Self::ForeignHandle { .. } => ErrorKind::ForeignHandle,
+            Self::TableFull { .. } => ErrorKind::TableFull,
+            Self::BadLength { .. }
+            | Self::BadPeerPublicValue { .. }
+            | Self::DhGroupMismatch { .. }
+            | Self::InconsistentSuite { .. }
+            | Self::WrongSecretKind { .. }
+            | Self::BadPrivateKey { .. }
+            | Self::BadPublicKey { .. }
+            | Self::BadPadding
+            | Self::Unsupported { .. } => ErrorKind::BadInput,
+            Self::KeyCleared { .. } | Self::AlreadySealed => ErrorKind::KeyState,
+            Self::SealedBlob { .. } | Self::ProvisioningBlob { .. } => ErrorKind::BlobRejected,
+            Self::IntegrityCheckFailed | Self::AuthenticationFailed { .. } => ErrorKind::VerifyFailed,
+            Self::BatchTooLarge { .. } | Self::StatusLengthMismatch { .. } => ErrorKind::BadBatch,
+            Self::Exhausted { .. }
+            | Self::Random
+            | Self::SelfTestFailed { .. }
+            | Self::Attestation { .. }
+            | Self::Internal { .. } => ErrorKind::Other,
+            // Process backend (crates/enclave/src/process): transport, spawn, death.
+            Self::Process(_) => ErrorKind::Other,
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T> = core::result::Result<T, Error>;

@@ -1,0 +1,233 @@
+//! The inline backend: the trusted code runs in the caller's process.
+//!
+//! This is the backend for the "whole pipeline inside the TEE" deployment (a confidential VM
+//! whose entire memory is protected) and the performance reference for the others. In a
+//! plain process it separates keys from the rest of Cloister by API only: code in the same
+//! address space can read them. Use the process backend where the gateway process
+//! itself is not trusted.
+
+use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
+use crate::api::esp::{BatchSummary, EspDescriptor, EspStatus};
+use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
+use crate::api::ike::{
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
+    SealedBlob,
+};
+use crate::api::report::{Counters, EnclaveConfig, MemoryReport};
+use crate::api::Enclave;
+use crate::attest::{AttestationProvider, Evidence};
+use crate::error::Result;
+use crate::trusted::TrustedCore;
+use core::ops::Range;
+
+/// The trusted component, in process. Every call is counted when refused.
+#[derive(Debug)]
+pub struct InlineEnclave {
+    core: TrustedCore,
+}
+
+impl InlineEnclave {
+    /// Runs the start-up self-tests and starts an instance for `config.tenant`.
+    pub fn start(config: EnclaveConfig, attestation: Box<dyn AttestationProvider>) -> Result<Self> {
+        Ok(Self { core: TrustedCore::start(config, attestation)? })
+    }
+}
+
+#[cfg(feature = "test-export")]
+/// Derived IKE SA keys, exported for cross-checks. `test-export` builds only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IkeKeysExport {
+    /// SK_d, if still resident.
+    pub sk_d: Option<Vec<u8>>,
+    /// SK_ai.
+    pub sk_ai: Vec<u8>,
+    /// SK_ar.
+    pub sk_ar: Vec<u8>,
+    /// SK_ei (with salt for AEADs).
+    pub sk_ei: Vec<u8>,
+    /// SK_er (with salt for AEADs).
+    pub sk_er: Vec<u8>,
+    /// SK_pi, if not cleared.
+    pub sk_pi: Option<Vec<u8>>,
+    /// SK_pr, if not cleared.
+    pub sk_pr: Option<Vec<u8>>,
+}
+
+#[cfg(feature = "test-export")]
+/// One ESP SA direction's keys, exported for cross-checks. `test-export` builds only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EspKeysExport {
+    /// Encryption key (with salt for AEADs).
+    pub encryption: Vec<u8>,
+    /// Integrity key (empty for AEADs).
+    pub integrity: Vec<u8>,
+}
+
+#[cfg(feature = "test-export")]
+impl InlineEnclave {
+    /// TEST ONLY (`test-export`): the IKE SA's resident keys, to compare with a peer's log.
+    pub fn export_ike_keys(&self, ike: IkeSaHandle) -> Result<IkeKeysExport> {
+        self.core.export_ike_keys(ike)
+    }
+
+    /// TEST ONLY (`test-export`): one ESP SA direction's keys.
+    pub fn export_esp_keys(&self, sa: EspSaHandle) -> Result<EspKeysExport> {
+        self.core.export_esp_keys(sa)
+    }
+}
+
+// ---- static ESP SAs from raw keys (`test-keys`; added for the ESP data plane, crates/esp) ----
+#[cfg(feature = "test-keys")]
+impl InlineEnclave {
+    /// TEST ONLY (`test-keys`): installs one direction of an ESP SA from raw key bytes:
+    /// `encryption` is the cipher's key (with the 4-byte salt for the AEADs, RFC 4106 §8.1),
+    /// `integrity` the HMAC key (empty for the AEADs). Keys move in, never out.
+    pub fn esp_sa_install_raw(
+        &mut self,
+        spi: u32,
+        inbound: bool,
+        esn: bool,
+        suite: crate::Suite,
+        encryption: &[u8],
+        integrity: &[u8],
+    ) -> Result<EspSaHandle> {
+        let r = self.core.esp_sa_install_raw(spi, inbound, esn, suite, encryption, integrity);
+        self.core.counted(r)
+    }
+}
+// ---- end static ESP SAs ----------------------------------------------------------------------
+
+impl Enclave for InlineEnclave {
+    fn tenant(&self) -> TenantId {
+        self.core.tenant()
+    }
+
+    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
+        let r = self.core.evidence(report_data);
+        self.core.counted(r)
+    }
+
+    fn memory_report(&self) -> MemoryReport {
+        self.core.memory_report()
+    }
+
+    fn counters(&self) -> Counters {
+        self.core.counters()
+    }
+
+    fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
+        let r = self.core.provision_secret(wrapped);
+        self.core.counted(r)
+    }
+
+    fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {
+        let r = self.core.secret_kind(secret);
+        self.core.counted(r)
+    }
+
+    fn delete_secret(&mut self, secret: SecretHandle) -> Result<()> {
+        let r = self.core.delete_secret(secret);
+        self.core.counted(r)
+    }
+
+    fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
+        let r = self.core.random_nonce(out);
+        self.core.counted(r)
+    }
+
+    fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
+        let r = self.core.dh_generate(group, public_out);
+        self.core.counted(r)
+    }
+
+    fn dh_delete(&mut self, dh: DhHandle) -> Result<()> {
+        let r = self.core.dh_delete(dh);
+        self.core.counted(r)
+    }
+
+    fn ike_sa_create(&mut self, dh: DhExchange<'_>, params: &IkeSaParams<'_>) -> Result<IkeSaHandle> {
+        let r = self.core.ike_sa_create(dh, params);
+        self.core.counted(r)
+    }
+
+    fn ike_sa_rekey(
+        &mut self,
+        old: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        dh: DhExchange<'_>,
+        params: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        let r = self.core.ike_sa_rekey(old, sealed_sk_d, dh, params);
+        self.core.counted(r)
+    }
+
+    fn auth_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        credential: SecretHandle,
+        spec: AuthSpec,
+        input: &AuthInput<'_>,
+        out: &mut [u8],
+    ) -> Result<(AuthMethod, usize)> {
+        let r = self.core.auth_compute(ike, credential, spec, input, out);
+        self.core.counted(r)
+    }
+
+    fn auth_verify(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: PeerCredential<'_>,
+        method: u8,
+        auth_data: &[u8],
+        input: &AuthInput<'_>,
+    ) -> Result<AuthVerified> {
+        let r = self.core.auth_verify(ike, peer, method, auth_data, input);
+        self.core.counted(r)
+    }
+
+    fn sk_encrypt(&mut self, ike: IkeSaHandle, message: &mut [u8], aad_len: usize, plaintext_len: usize) -> Result<()> {
+        let r = self.core.sk_encrypt(ike, message, aad_len, plaintext_len);
+        self.core.counted(r)
+    }
+
+    fn sk_decrypt(&mut self, ike: IkeSaHandle, message: &mut [u8], aad_len: usize) -> Result<Range<usize>> {
+        let r = self.core.sk_decrypt(ike, message, aad_len);
+        self.core.counted(r)
+    }
+
+    fn child_sa_create(
+        &mut self,
+        ike: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        pfs: Option<DhExchange<'_>>,
+        params: &ChildSaParams<'_>,
+    ) -> Result<ChildSaPair> {
+        let r = self.core.child_sa_create(ike, sealed_sk_d, pfs, params);
+        self.core.counted(r)
+    }
+
+    fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        let r = self.core.clear_and_seal(ike);
+        self.core.counted(r)
+    }
+
+    fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
+        let r = self.core.ike_sa_delete(ike);
+        self.core.counted(r)
+    }
+
+    fn esp_batch(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary> {
+        let r = self.core.esp_batch(packets, descriptors, status);
+        self.core.counted(r)
+    }
+
+    fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
+        let r = self.core.esp_sa_delete(sa);
+        self.core.counted(r)
+    }
+}

@@ -1,0 +1,1086 @@
+//! The gateway side: starts the enclave process, implements [`Enclave`] over the rings,
+//! notices the child's death and restarts it.
+//!
+//! Each [`ProcessEnclave`] owns one child and one shared memory. Nothing is global: no
+//! signal handler, no `waitpid(-1)`, so one tenant's enclave dying touches no other tenant.
+//! Death is noticed through a pidfd of the child (readable once it exits) that every wait
+//! polls next to the completion doorbell; from then on every call fails with
+//! [`ProcessError::Died`] until [`ProcessEnclave::restart`].
+#![allow(unsafe_code)]
+
+use super::codec::{self, op, Malformed, Reader, Writer};
+use super::desc::{self, CallDescriptor, CallStatus, Completion, KIND_CALL, KIND_ESP};
+use super::doorbell::{self, Doorbell};
+use super::guest::{config, GuestArgs};
+use super::harden::bits;
+use super::layout::{ctl, Geometry, Layout, COMPLETION_SLOT, MAGIC, REQUEST_SLOT, STATE_READY, VERSION};
+use super::ring::{self, Consumer, Producer};
+use super::shm::SharedMem;
+use super::validate::{RejectCounters, RejectReason};
+use super::{ExitReport, ProcessError};
+use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
+use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
+use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
+use crate::api::ike::{
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
+    SealedBlob,
+};
+use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
+use crate::api::Enclave;
+use crate::attest::Evidence;
+use crate::error::{Error, Result};
+use core::ops::Range;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How to start an enclave process, and its timing.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    /// The executable: `/proc/self/exe` for the gateway, a test binary in tests.
+    pub program: PathBuf,
+    /// Arguments before the guest's own (e.g. the hidden subcommand `enclave-process`).
+    pub args: Vec<OsString>,
+    /// Ring and area sizes.
+    pub geometry: Geometry,
+    /// How long the child may take to harden itself and pass its self-tests.
+    pub start_timeout: Duration,
+    /// How long one call may take before the child is declared hung and killed.
+    pub call_timeout: Duration,
+    /// How long the enclave busy-polls after a batch before sleeping on its doorbell.
+    pub guest_spin: Duration,
+    /// How long the gateway busy-polls for completions before sleeping on its doorbell.
+    pub host_spin: Duration,
+}
+
+impl ProcessSpec {
+    /// `program args...` with default geometry and timing.
+    pub fn new(program: impl Into<PathBuf>, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
+        Self {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            geometry: Geometry::default(),
+            start_timeout: Duration::from_secs(20),
+            call_timeout: Duration::from_secs(20),
+            guest_spin: Duration::from_micros(50),
+            host_spin: Duration::from_micros(50),
+        }
+    }
+
+    /// The gateway's own binary with the hidden `enclave-process` subcommand.
+    pub fn current_exe() -> Self {
+        Self::new("/proc/self/exe", ["enclave-process"])
+    }
+}
+
+/// What the enclave process reported about its own hardening, once ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HardeningReport(pub u32);
+
+impl HardeningReport {
+    /// `PR_SET_DUMPABLE` 0.
+    pub fn non_dumpable(self) -> bool {
+        self.0 & bits::NON_DUMPABLE != 0
+    }
+    /// Its own empty network namespace.
+    pub fn empty_netns(self) -> bool {
+        self.0 & bits::EMPTY_NETNS != 0
+    }
+    /// All memory locked (`mlockall`).
+    pub fn memory_locked(self) -> bool {
+        self.0 & bits::MEMORY_LOCKED != 0
+    }
+    /// The root secret arrived in `memfd_secret` memory (else in an `mlock`ed arena).
+    pub fn memfd_secret(self) -> bool {
+        self.0 & bits::MEMFD_SECRET != 0
+    }
+    /// The seccomp allow-list is installed.
+    pub fn seccomp(self) -> bool {
+        self.0 & bits::SECCOMP != 0
+    }
+    /// Every step the guest takes is in force (the arena in either kind of memory).
+    pub fn complete(self) -> bool {
+        self.non_dumpable()
+            && self.empty_netns()
+            && self.memory_locked()
+            && self.seccomp()
+            && self.0 & (bits::MEMFD_SECRET | bits::MLOCK_ARENA) != 0
+            && self.0 & bits::FDS_CLOSED != 0
+    }
+}
+
+/// The shared packet area, lent to the data plane: packets built here are transformed in
+/// place by [`Enclave::esp_batch`] with no copy (pass [`Self::as_mut_slice`] as `packets`).
+#[derive(Debug)]
+pub struct PacketArea {
+    shm: Arc<SharedMem>,
+    range: Range<usize>,
+}
+
+impl PacketArea {
+    /// The area's bytes. Descriptor offsets are relative to its start.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: one `PacketArea` exists per enclave (handed out once) and this borrow is
+        // unique through `&mut self`; the enclave process writes these bytes only while a
+        // batch call is running, and that call needs this very slice as its argument.
+        unsafe { self.shm.slice_mut(self.range.clone()) }.unwrap_or(&mut [])
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// One started child.
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    pidfd: OwnedFd,
+    pid: u32,
+}
+
+#[derive(Debug)]
+struct Host {
+    spec: ProcessSpec,
+    layout: Layout,
+    shm: Arc<SharedMem>,
+    request_bell: Doorbell,
+    completion_bell: Doorbell,
+    requests: Producer<REQUEST_SLOT>,
+    completions: Consumer<COMPLETION_SLOT>,
+    running: Option<Running>,
+    /// Set once the child is found dead; repeated to every call until a restart.
+    dead: Option<ProcessError>,
+    limits: Limits,
+    next_cookie: u64,
+    area_lent: bool,
+    hardening: HardeningReport,
+    result: Vec<u8>,
+    /// Reused for every batch, so the hot path does not allocate.
+    slot_buf: Vec<[u8; REQUEST_SLOT]>,
+    /// Pipelined ESP descriptors submitted and not yet completed.
+    in_flight: u32,
+    /// Cookie of the next pipelined ESP descriptor.
+    esp_seq: u64,
+}
+
+impl Host {
+    fn new(spec: ProcessSpec) -> std::result::Result<Self, ProcessError> {
+        let layout = Layout::new(spec.geometry)?;
+        let shm = Arc::new(SharedMem::create(layout.total)?);
+        Ok(Self {
+            requests: Producer::new(shm.clone(), layout.requests)?,
+            completions: Consumer::new(shm.clone(), layout.completions)?,
+            shm,
+            layout,
+            spec,
+            request_bell: Doorbell::new()?,
+            completion_bell: Doorbell::new()?,
+            running: None,
+            dead: Some(ProcessError::Protocol { why: "not started" }),
+            limits: Limits::default(),
+            next_cookie: 1,
+            area_lent: false,
+            hardening: HardeningReport(0),
+            result: Vec::new(),
+            slot_buf: Vec::new(),
+            in_flight: 0,
+            esp_seq: 0,
+        })
+    }
+
+    fn u32_at(&self, off: usize) -> u32 {
+        self.shm.atomic_u32(off).map_or(0, |a| a.load(Ordering::Acquire))
+    }
+
+    fn set_u32(&self, off: usize, v: u32) {
+        if let Some(a) = self.shm.atomic_u32(off) {
+            a.store(v, Ordering::SeqCst);
+        }
+    }
+
+    /// Resets the control block and the rings for a new child (none is running).
+    fn reset_shared(&mut self) -> std::result::Result<(), ProcessError> {
+        self.shm.zero(0, self.layout.packets);
+        let g = self.layout.geometry;
+        let mut head = [0u8; 24];
+        head[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        head[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        head[12..16].copy_from_slice(&g.slots.to_le_bytes());
+        head[16..20].copy_from_slice(&g.packet_len.to_le_bytes());
+        head[20..24].copy_from_slice(&g.call_len.to_le_bytes());
+        self.shm.write_from(ctl::MAGIC, &head);
+        ring::reset(&self.shm, &self.layout.requests, 0);
+        ring::reset(&self.shm, &self.layout.completions, 0);
+        self.requests = Producer::new(self.shm.clone(), self.layout.requests)?;
+        self.completions = Consumer::new(self.shm.clone(), self.layout.completions)?;
+        self.request_bell.drain();
+        self.completion_bell.drain();
+        self.in_flight = 0;
+        Ok(())
+    }
+
+    fn launch(&mut self, cfg: &EnclaveConfig, platform_key: &[u8]) -> std::result::Result<(), ProcessError> {
+        let _ = self.stop();
+        self.reset_shared()?;
+        self.limits = cfg.limits;
+        let mut pipe = [-1 as RawFd; 2];
+        // SAFETY: `pipe` is a writable array of two descriptors.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(ProcessError::last_os("pipe2(config)"));
+        }
+        // SAFETY: both descriptors were just created and are owned by nobody else.
+        let (config_rd, config_wr) =
+            unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+        let args = GuestArgs {
+            shm_fd: self.shm.fd().as_raw_fd(),
+            request_fd: self.request_bell.fd().as_raw_fd(),
+            completion_fd: self.completion_bell.fd().as_raw_fd(),
+            config_fd: config_rd.as_raw_fd(),
+            geometry: self.layout.geometry,
+            spin: self.spec.guest_spin,
+            parent_pid: std::process::id(),
+        };
+        let pass = [args.shm_fd, args.request_fd, args.completion_fd, args.config_fd];
+        let mut cmd = Command::new(&self.spec.program);
+        cmd.args(&self.spec.args)
+            .args(args.to_args())
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        // SAFETY: the closure runs in the forked child before exec and calls only fcntl,
+        // which is async-signal-safe; it clears close-on-exec on exactly the four
+        // descriptors this child must inherit (all others stay close-on-exec).
+        unsafe {
+            cmd.pre_exec(move || {
+                for fd in pass {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| ProcessError::Os {
+            what: "spawn(enclave process)",
+            errno: e.raw_os_error().unwrap_or(0),
+        })?;
+        drop(config_rd);
+        let pid = child.id();
+        // SAFETY: pidfd_open on our own unreaped child (it cannot be recycled before we
+        // wait for it) returns a new descriptor or -1.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+        let pidfd = match RawFd::try_from(raw) {
+            // SAFETY: a fresh descriptor owned by nobody else.
+            Ok(fd) if fd >= 0 => unsafe { OwnedFd::from_raw_fd(fd) },
+            _ => {
+                let e = ProcessError::Os { what: "pidfd_open(enclave process)", errno: errno() };
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        self.running = Some(Running { child, pidfd, pid });
+        self.dead = None;
+        // The root secret goes through the pipe and is zeroized here right after.
+        let blob = config::encode(cfg, platform_key);
+        let wrote = std::fs::File::from(config_wr).write_all(&blob);
+        drop(blob);
+        if let Err(e) = wrote {
+            // The child died before reading; report that rather than EPIPE.
+            self.wait_ready(Duration::from_millis(500))?;
+            return Err(ProcessError::Os { what: "write(config)", errno: e.raw_os_error().unwrap_or(0) });
+        }
+        self.wait_ready(self.spec.start_timeout)?;
+        self.hardening = HardeningReport(self.u32_at(ctl::HARDENING));
+        Ok(())
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> std::result::Result<(), ProcessError> {
+        let start = Instant::now();
+        loop {
+            if self.u32_at(ctl::STATE) == STATE_READY {
+                return Ok(());
+            }
+            let left = limit.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                let pid = self.running.as_ref().map_or(0, |r| r.pid);
+                self.kill_and_reap();
+                let e = ProcessError::StartTimeout { pid, millis: millis(limit) };
+                self.dead = Some(e.clone());
+                return Err(e);
+            }
+            self.sleep_on_completions(left.min(Duration::from_millis(100)))?;
+        }
+    }
+
+    /// Sleeps on the completion doorbell and the child's pidfd; reports death.
+    fn sleep_on_completions(&mut self, timeout: Duration) -> std::result::Result<(), ProcessError> {
+        let Some(run) = &self.running else {
+            return Err(self.dead.clone().unwrap_or(ProcessError::Protocol { why: "not running" }));
+        };
+        let ready = doorbell::wait(&[self.completion_bell.fd(), run.pidfd.as_fd()], Some(timeout))?;
+        self.completion_bell.drain();
+        if ready & 0b10 != 0 {
+            return Err(self.reap());
+        }
+        Ok(())
+    }
+
+    /// Collects the dead child's status and records its death.
+    fn reap(&mut self) -> ProcessError {
+        let Some(mut run) = self.running.take() else {
+            return self.dead.clone().unwrap_or(ProcessError::Protocol { why: "not running" });
+        };
+        let exit = match run.child.wait() {
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(c), _) => ExitReport::Exited(c),
+                (None, Some(sig)) => ExitReport::Signaled(sig),
+                _ => ExitReport::Unknown,
+            },
+            Err(_) => ExitReport::Unknown,
+        };
+        let e = ProcessError::Died { pid: run.pid, exit };
+        self.dead = Some(e.clone());
+        e
+    }
+
+    fn kill_and_reap(&mut self) {
+        if let Some(run) = &mut self.running {
+            let _ = run.child.kill();
+        }
+        let _ = self.reap();
+    }
+
+    /// Asks a running child to leave (it zeroizes its keys), waits a second for it, then
+    /// makes sure it is gone; returns how it ended.
+    fn stop(&mut self) -> Option<ExitReport> {
+        let run = self.running.as_ref()?;
+        self.set_u32(ctl::SHUTDOWN, 1);
+        fence(Ordering::SeqCst);
+        self.request_bell.ring();
+        let exited = doorbell::wait(&[run.pidfd.as_fd()], Some(Duration::from_secs(1))).unwrap_or(0) != 0;
+        if !exited {
+            if let Some(run) = &mut self.running {
+                let _ = run.child.kill();
+            }
+        }
+        match self.reap() {
+            ProcessError::Died { exit, .. } => Some(exit),
+            _ => None,
+        }
+    }
+
+    /// The child is alive (as far as a non-blocking look can tell) or the recorded death.
+    fn alive(&mut self) -> std::result::Result<(), ProcessError> {
+        if let Some(e) = &self.dead {
+            return Err(e.clone());
+        }
+        let gone = match &self.running {
+            Some(run) => doorbell::wait(&[run.pidfd.as_fd()], Some(Duration::ZERO))? != 0,
+            None => true,
+        };
+        if gone {
+            return Err(self.reap());
+        }
+        Ok(())
+    }
+
+    /// Synchronous calls need the rings to themselves.
+    fn idle(&self) -> std::result::Result<(), ProcessError> {
+        if self.in_flight == 0 {
+            return Ok(());
+        }
+        Err(ProcessError::RingBusy {
+            in_flight: self.in_flight,
+            wanted: 0,
+            capacity: self.layout.geometry.slots,
+        })
+    }
+
+    /// Publishes `slots` as one batch and rings the doorbell if the enclave sleeps.
+    fn submit(&mut self, slots: &[[u8; REQUEST_SLOT]]) -> std::result::Result<(), ProcessError> {
+        let free =
+            self.requests.free().map_err(|_| ProcessError::Protocol { why: "request ring index corrupt" })?;
+        let n = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+        if n > free {
+            return Err(ProcessError::Protocol { why: "request ring full" });
+        }
+        for (i, s) in (0u32..).zip(slots) {
+            self.requests.write(i, s);
+        }
+        self.requests.publish(n);
+        fence(Ordering::SeqCst);
+        if self.u32_at(ctl::GUEST_SLEEPING) != 0 {
+            self.request_bell.ring();
+        }
+        Ok(())
+    }
+
+    /// Waits for `n` completions (in order), busy-polling first; calls `each(i, c)`.
+    fn collect(
+        &mut self,
+        n: u32,
+        mut each: impl FnMut(u32, &Completion) -> std::result::Result<(), ProcessError>,
+    ) -> std::result::Result<(), ProcessError> {
+        let start = Instant::now();
+        let mut got = 0u32;
+        let mut spins = 0u32;
+        while got < n {
+            let avail = self
+                .completions
+                .available()
+                .map_err(|_| ProcessError::Protocol { why: "completion ring index corrupt" })?;
+            if avail > 0 {
+                let take = avail.min(n - got);
+                for i in 0..take {
+                    let mut s = [0u8; COMPLETION_SLOT];
+                    self.completions.read(i, &mut s);
+                    each(got + i, &Completion::decode(&s))?;
+                }
+                self.completions.release(take);
+                got += take;
+                continue;
+            }
+            if start.elapsed() < self.spec.host_spin {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(2048) {
+                    // Shared cores: let the enclave process run if it is waiting for ours.
+                    std::thread::yield_now();
+                } else {
+                    core::hint::spin_loop();
+                }
+                continue;
+            }
+            if start.elapsed() > self.spec.call_timeout {
+                let pid = self.running.as_ref().map_or(0, |r| r.pid);
+                self.kill_and_reap();
+                let e = ProcessError::CallTimeout { pid, millis: millis(self.spec.call_timeout) };
+                self.dead = Some(e.clone());
+                return Err(e);
+            }
+            self.set_u32(ctl::HOST_WAITING, 1);
+            fence(Ordering::SeqCst);
+            let still_empty = matches!(self.completions.available(), Ok(0));
+            let r = if still_empty { self.sleep_on_completions(Duration::from_millis(100)) } else { Ok(()) };
+            self.set_u32(ctl::HOST_WAITING, 0);
+            r?;
+            if still_empty {
+                self.alive()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One call: arguments into the call area, one slot, one completion, result out.
+    fn call(&mut self, opcode: u16, args: &[u8]) -> Result<&[u8]> {
+        self.alive()?;
+        self.idle()?;
+        let call_len = self.layout.geometry.call_len;
+        let arg_len = u32::try_from(args.len())
+            .ok()
+            .filter(|&l| l <= call_len)
+            .ok_or(ProcessError::Codec { why: "arguments larger than the call area" })?;
+        self.shm.write_from(self.layout.call, args);
+        let cookie = self.next_cookie;
+        self.next_cookie = self.next_cookie.wrapping_add(1);
+        let d = CallDescriptor { opcode, arg_off: 0, arg_len, res_off: 0, res_cap: call_len };
+        self.submit(&[desc::encode_call(cookie, &d)])?;
+        let mut done = Completion::default();
+        self.collect(1, |_, c| {
+            done = *c;
+            Ok(())
+        })?;
+        if done.cookie != cookie || done.kind != KIND_CALL || done.result_len > call_len {
+            return Err(ProcessError::Protocol { why: "completion does not match the call" }.into());
+        }
+        self.result.clear();
+        self.result.resize(done.result_len as usize, 0);
+        self.shm.read_into(self.layout.call, &mut self.result);
+        match CallStatus::from_code(done.status) {
+            Some(CallStatus::Ok) => Ok(&self.result),
+            Some(CallStatus::Refused) => {
+                let mut r = Reader::new(&self.result);
+                let e = codec::get_error(&mut r).map_err(bad_result)?;
+                r.finish().map_err(bad_result)?;
+                Err(e)
+            }
+            Some(CallStatus::Rejected) => Err(match RejectReason::from_code(done.reject) {
+                Some(RejectReason::ResultTooLarge) => {
+                    ProcessError::Codec { why: "result larger than the call area" }
+                }
+                _ => ProcessError::Protocol { why: "the enclave refused the call descriptor" },
+            }
+            .into()),
+            None => Err(ProcessError::Protocol { why: "unknown call status" }.into()),
+        }
+    }
+
+    fn esp_batch(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary> {
+        if status.len() != descriptors.len() {
+            return Err(Error::StatusLengthMismatch { descriptors: descriptors.len(), status: status.len() });
+        }
+        if descriptors.len() > self.limits.max_batch {
+            return Err(Error::BatchTooLarge { descriptors: descriptors.len(), max: self.limits.max_batch });
+        }
+        status.fill(EspStatus::NotProcessed);
+        self.alive()?;
+        self.idle()?;
+        let area = self.layout.packet_range();
+        let zero_copy = self.shm.contains_slice(packets) == Some(area.start) && packets.len() == area.len();
+        let mut sent: Vec<EspDescriptor>;
+        let descs = if zero_copy {
+            descriptors
+        } else {
+            if self.area_lent {
+                return Err(
+                    ProcessError::Protocol { why: "packet area is lent out: pass it as `packets`" }.into()
+                );
+            }
+            if packets.len() > area.len() {
+                return Err(ProcessError::PacketsTooLarge { len: packets.len(), area: area.len() }.into());
+            }
+            // Copy each packet's region in; regions that leave the caller's buffer are
+            // made to leave the shared area too, so both backends answer OutOfBounds.
+            sent = descriptors.to_vec();
+            for d in &mut sent {
+                match copy_range(d, packets.len()) {
+                    Some(r) => {
+                        self.shm.write_from(area.start + r.start, packets.get(r).unwrap_or(&[]));
+                    }
+                    None => d.offset = u32::MAX,
+                }
+            }
+            &sent
+        };
+        let cap = self.layout.geometry.slots as usize;
+        let mut slots = core::mem::take(&mut self.slot_buf);
+        let mut summary = BatchSummary::default();
+        for (chunk_no, chunk) in descs.chunks(cap).enumerate() {
+            let base = chunk_no * cap;
+            slots.clear();
+            slots.extend(chunk.iter().enumerate().map(|(i, d)| desc::encode_esp((base + i) as u64, d)));
+            let submitted = self.submit(&slots);
+            if let Err(e) = submitted {
+                self.slot_buf = slots;
+                return Err(e.into());
+            }
+            let n = len_u32(chunk.len());
+            let st = &mut *status;
+            let collected = self.collect(n, |i, c| {
+                let idx = base + i as usize;
+                if c.cookie != idx as u64 || c.kind != KIND_ESP {
+                    return Err(ProcessError::Protocol { why: "completion does not match the packet" });
+                }
+                let s = EspStatus::ALL.get(usize::from(c.status)).copied().unwrap_or(EspStatus::NotProcessed);
+                if let Some(slot) = st.get_mut(idx) {
+                    *slot = s;
+                }
+                if s == EspStatus::Ok {
+                    summary.ok += 1;
+                } else {
+                    summary.failed += 1;
+                }
+                Ok(())
+            });
+            if let Err(e) = collected {
+                self.slot_buf = slots;
+                return Err(e.into());
+            }
+        }
+        self.slot_buf = slots;
+        if !zero_copy {
+            for d in descriptors {
+                if let Some(r) = copy_range(d, packets.len()) {
+                    if let Some(dst) = packets.get_mut(r.clone()) {
+                        self.shm.read_into(area.start + r.start, dst);
+                    }
+                }
+            }
+        }
+        Ok(summary)
+    }
+}
+
+impl Host {
+    fn submit_esp(&mut self, descriptors: &[EspDescriptor]) -> Result<InFlight> {
+        if descriptors.len() > self.limits.max_batch {
+            return Err(Error::BatchTooLarge { descriptors: descriptors.len(), max: self.limits.max_batch });
+        }
+        self.alive()?;
+        let count = len_u32(descriptors.len());
+        let capacity = self.layout.geometry.slots;
+        if self.in_flight.saturating_add(count) > capacity {
+            return Err(ProcessError::RingBusy { in_flight: self.in_flight, wanted: count, capacity }.into());
+        }
+        let first = self.esp_seq;
+        let mut slots = core::mem::take(&mut self.slot_buf);
+        slots.clear();
+        slots.extend((first..).zip(descriptors).map(|(c, d)| desc::encode_esp(c, d)));
+        let r = self.submit(&slots);
+        self.slot_buf = slots;
+        r?;
+        self.esp_seq = self.esp_seq.wrapping_add(u64::from(count));
+        self.in_flight += count;
+        Ok(InFlight { first, count })
+    }
+
+    fn complete_esp(&mut self, batch: InFlight, status: &mut [EspStatus]) -> Result<BatchSummary> {
+        if status.len() != batch.count as usize {
+            return Err(Error::StatusLengthMismatch {
+                descriptors: batch.count as usize,
+                status: status.len(),
+            });
+        }
+        let mut summary = BatchSummary::default();
+        self.collect(batch.count, |i, c| {
+            if c.cookie != batch.first.wrapping_add(u64::from(i)) || c.kind != KIND_ESP {
+                return Err(ProcessError::Protocol { why: "batches must be completed in submission order" });
+            }
+            let s = EspStatus::ALL.get(usize::from(c.status)).copied().unwrap_or(EspStatus::NotProcessed);
+            if let Some(slot) = status.get_mut(i as usize) {
+                *slot = s;
+            }
+            if s == EspStatus::Ok {
+                summary.ok += 1;
+            } else {
+                summary.failed += 1;
+            }
+            Ok(())
+        })?;
+        self.in_flight = self.in_flight.saturating_sub(batch.count);
+        Ok(summary)
+    }
+}
+
+/// A pipelined ESP batch in flight ([`ProcessEnclave::submit_esp`]); complete batches in
+/// the order they were submitted.
+#[derive(Debug)]
+#[must_use = "a submitted batch must be completed before the rings can be used otherwise"]
+pub struct InFlight {
+    first: u64,
+    count: u32,
+}
+
+impl InFlight {
+    /// Descriptors in this batch.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// The bytes a descriptor may read or write, if they lie inside a buffer of `len` bytes.
+fn copy_range(d: &EspDescriptor, len: usize) -> Option<Range<usize>> {
+    let end = (d.offset as usize).checked_add(d.len as usize)?;
+    let start = if d.opcode == EspOpcode::DECRYPT_FORWARD { d.outer_offset.min(d.offset) } else { d.offset };
+    (end <= len).then_some(start as usize..end)
+}
+
+fn bad_result(_: Malformed) -> Error {
+    ProcessError::Codec { why: "the enclave's result does not decode" }.into()
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// An enclave in its own hardened process, reached through shared-memory rings. Callers
+/// use it exactly like [`crate::InlineEnclave`]; for zero-copy ESP batches they build
+/// packets in [`ProcessEnclave::take_packet_area`] and pass that area as `packets`.
+#[derive(Debug)]
+pub struct ProcessEnclave {
+    tenant: TenantId,
+    host: Mutex<Host>,
+}
+
+impl ProcessEnclave {
+    /// Starts the enclave process for `config.tenant` and waits until it is hardened and
+    /// ready. `platform_key` is the software attestation key (PKCS#8 P-256,
+    /// [`crate::attest::SoftwareAttestation::generate_platform_key`]). The root secret in
+    /// `config` goes to the child through a pipe; this process keeps no copy.
+    pub fn start(spec: ProcessSpec, config: EnclaveConfig, platform_key: &[u8]) -> Result<Self> {
+        let tenant = config.tenant;
+        let mut host = Host::new(spec)?;
+        host.launch(&config, platform_key)?;
+        Ok(Self { tenant, host: Mutex::new(host) })
+    }
+
+    fn host(&mut self) -> &mut Host {
+        // A poisoned lock only means a panic elsewhere; the state is still consistent
+        // enough to report death or keep serving.
+        self.host.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn locked(&self) -> std::sync::MutexGuard<'_, Host> {
+        self.host.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The child's process ID, while one is running.
+    pub fn pid(&self) -> Option<u32> {
+        self.locked().running.as_ref().map(|r| r.pid)
+    }
+
+    /// `Ok` while the enclave process is alive, else why it is not.
+    pub fn check(&mut self) -> std::result::Result<(), ProcessError> {
+        self.host().alive()
+    }
+
+    /// Starts a fresh enclave process (killing the old one if it still runs) on the same
+    /// shared memory, so a lent [`PacketArea`] stays valid. The new process starts empty:
+    /// handles of the old one are refused, state comes back through sealed blobs.
+    pub fn restart(&mut self, config: EnclaveConfig, platform_key: &[u8]) -> Result<()> {
+        self.tenant = config.tenant;
+        self.host().launch(&config, platform_key).map_err(Error::from)
+    }
+
+    /// Stops the enclave process (it zeroizes its keys on the way out) and reports how it
+    /// ended: `Exited(0)` for a clean stop. Calls fail with [`ProcessError::Died`] after.
+    pub fn shutdown(&mut self) -> Option<ExitReport> {
+        self.host().stop()
+    }
+
+    /// Lends the shared packet area (once): build packets there and pass it to
+    /// [`Enclave::esp_batch`] for zero-copy batches.
+    pub fn take_packet_area(&mut self) -> Option<PacketArea> {
+        let h = self.host();
+        if h.area_lent {
+            return None;
+        }
+        h.area_lent = true;
+        Some(PacketArea { shm: h.shm.clone(), range: h.layout.packet_range() })
+    }
+
+    /// Pipelined ESP: queues a batch over the lent [`PacketArea`] (descriptor offsets are
+    /// relative to it) and returns at once, so the gateway can prepare the next batch while
+    /// the enclave process transforms this one on its own core. At most
+    /// [`Geometry::slots`] descriptors may be in flight; [`Enclave`] calls wait until none
+    /// is. Packet bytes of a batch in flight belong to the enclave until it completes.
+    pub fn submit_esp(&mut self, descriptors: &[EspDescriptor]) -> Result<InFlight> {
+        self.host().submit_esp(descriptors)
+    }
+
+    /// Waits for the oldest batch in flight and writes its statuses (one per descriptor).
+    pub fn complete_esp(&mut self, batch: InFlight, status: &mut [EspStatus]) -> Result<BatchSummary> {
+        self.host().complete_esp(batch, status)
+    }
+
+    /// What the enclave process reported about its hardening when it became ready.
+    pub fn hardening(&self) -> HardeningReport {
+        self.locked().hardening
+    }
+
+    /// Descriptors the enclave process refused before any trusted code saw them, by reason.
+    pub fn rejects(&self) -> RejectCounters {
+        let h = self.locked();
+        let mut c = RejectCounters::default();
+        for (i, v) in c.0.iter_mut().enumerate() {
+            *v = h.shm.atomic_u64(ctl::REJECTS + 8 * i).map_or(0, |a| a.load(Ordering::Relaxed));
+        }
+        c
+    }
+
+    /// How often the enclave process went to sleep on its doorbell (a measure of how much
+    /// busy-polling saved).
+    pub fn guest_sleeps(&self) -> u64 {
+        self.locked().shm.atomic_u64(ctl::SLEEPS).map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
+    /// The geometry in use.
+    pub fn geometry(&self) -> Geometry {
+        self.locked().layout.geometry
+    }
+
+    /// Writes raw request slots and waits for their completions: for tests that play a
+    /// hostile gateway. Returns the completions in order.
+    #[doc(hidden)]
+    pub fn raw_submit(&mut self, slots: &[[u8; REQUEST_SLOT]]) -> Result<Vec<Completion>> {
+        let h = self.host();
+        h.alive()?;
+        h.submit(slots)?;
+        let mut out = Vec::with_capacity(slots.len());
+        h.collect(len_u32(slots.len()), |_, c| {
+            out.push(*c);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Writes `bytes` into the call area at `offset`: for tests that play a hostile gateway.
+    #[doc(hidden)]
+    pub fn raw_write_call_area(&mut self, offset: usize, bytes: &[u8]) -> bool {
+        let h = self.host();
+        let r = h.layout.call_range();
+        offset.checked_add(bytes.len()).is_some_and(|e| e <= r.len())
+            && h.shm.write_from(r.start + offset, bytes)
+    }
+
+    fn call(&mut self, opcode: u16, w: &Writer) -> Result<Vec<u8>> {
+        self.host().call(opcode, &w.buf).map(<[u8]>::to_vec)
+    }
+}
+
+/// Runs `f` on a reader over `bytes` and insists that everything was read.
+fn decode<T>(
+    bytes: &[u8],
+    f: impl FnOnce(&mut Reader<'_>) -> std::result::Result<T, Malformed>,
+) -> Result<T> {
+    let mut r = Reader::new(bytes);
+    let v = f(&mut r).map_err(bad_result)?;
+    r.finish().map_err(bad_result)?;
+    Ok(v)
+}
+
+fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Copies a returned byte string into the caller's buffer, which must have its length.
+fn fill(out: &mut [u8], got: &[u8]) -> Result<()> {
+    let dst = out.get_mut(..got.len()).ok_or(bad_result(Malformed))?;
+    dst.copy_from_slice(got);
+    Ok(())
+}
+
+impl Enclave for ProcessEnclave {
+    fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+
+    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
+        let mut w = Writer::new();
+        w.bytes(report_data);
+        let res = self.call(op::EVIDENCE, &w)?;
+        decode(&res, codec::get_evidence)
+    }
+
+    fn memory_report(&self) -> MemoryReport {
+        let mut h = self.locked();
+        let r = h.call(op::MEMORY_REPORT, &[]).map(<[u8]>::to_vec);
+        r.ok().and_then(|b| decode(&b, codec::get_memory_report).ok()).unwrap_or_default()
+    }
+
+    fn counters(&self) -> Counters {
+        let mut h = self.locked();
+        let r = h.call(op::COUNTERS, &[]).map(<[u8]>::to_vec);
+        r.ok().and_then(|b| decode(&b, codec::get_counters).ok()).unwrap_or_default()
+    }
+
+    fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
+        let mut w = Writer::new();
+        w.bytes(wrapped);
+        let res = self.call(op::PROVISION_SECRET, &w)?;
+        decode(&res, |r| r.u32().map(SecretHandle))
+    }
+
+    fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {
+        let mut w = Writer::new();
+        w.u32(secret.0);
+        let res = self.call(op::SECRET_KIND, &w)?;
+        decode(&res, codec::get_secret_kind)
+    }
+
+    fn delete_secret(&mut self, secret: SecretHandle) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(secret.0);
+        let res = self.call(op::DELETE_SECRET, &w)?;
+        decode(&res, |_| Ok(()))
+    }
+
+    fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(len_u32(out.len()));
+        let res = self.call(op::RANDOM_NONCE, &w)?;
+        let got = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
+        fill(out, &got)
+    }
+
+    fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
+        let mut w = Writer::new();
+        w.u16(group.id()).u32(len_u32(public_out.len()));
+        let res = self.call(op::DH_GENERATE, &w)?;
+        let (h, public) = decode(&res, |r| Ok((DhHandle(r.u32()?), r.bytes()?.to_vec())))?;
+        fill(public_out, &public)?;
+        Ok(h)
+    }
+
+    fn dh_delete(&mut self, dh: DhHandle) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(dh.0);
+        let res = self.call(op::DH_DELETE, &w)?;
+        decode(&res, |_| Ok(()))
+    }
+
+    fn ike_sa_create(&mut self, dh: DhExchange<'_>, params: &IkeSaParams<'_>) -> Result<IkeSaHandle> {
+        let mut w = Writer::new();
+        codec::put_dh_exchange(&mut w, &dh);
+        codec::put_ike_params(&mut w, params);
+        let res = self.call(op::IKE_SA_CREATE, &w)?;
+        decode(&res, |r| r.u32().map(IkeSaHandle))
+    }
+
+    fn ike_sa_rekey(
+        &mut self,
+        old: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        dh: DhExchange<'_>,
+        params: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        let mut w = Writer::new();
+        w.u32(old.0);
+        put_sealed(&mut w, sealed_sk_d);
+        codec::put_dh_exchange(&mut w, &dh);
+        codec::put_ike_params(&mut w, params);
+        let res = self.call(op::IKE_SA_REKEY, &w)?;
+        decode(&res, |r| r.u32().map(IkeSaHandle))
+    }
+
+    fn auth_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        credential: SecretHandle,
+        spec: AuthSpec,
+        input: &AuthInput<'_>,
+        out: &mut [u8],
+    ) -> Result<(AuthMethod, usize)> {
+        let mut w = Writer::new();
+        w.u32(ike.0).u32(credential.0);
+        codec::put_auth_spec(&mut w, spec);
+        codec::put_auth_input(&mut w, input);
+        w.u32(len_u32(out.len()));
+        let res = self.call(op::AUTH_COMPUTE, &w)?;
+        let (m, data) = decode(&res, |r| Ok((codec::get_auth_method(r)?, r.bytes()?.to_vec())))?;
+        fill(out, &data)?;
+        Ok((m, data.len()))
+    }
+
+    fn auth_verify(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: PeerCredential<'_>,
+        method: u8,
+        auth_data: &[u8],
+        input: &AuthInput<'_>,
+    ) -> Result<AuthVerified> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        codec::put_peer(&mut w, &peer);
+        w.u8(method).bytes(auth_data);
+        codec::put_auth_input(&mut w, input);
+        let res = self.call(op::AUTH_VERIFY, &w)?;
+        decode(&res, codec::get_auth_verified)
+    }
+
+    fn sk_encrypt(
+        &mut self,
+        ike: IkeSaHandle,
+        message: &mut [u8],
+        aad_len: usize,
+        plaintext_len: usize,
+    ) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(ike.0).bytes(message).usize(aad_len).usize(plaintext_len);
+        let res = self.call(op::SK_ENCRYPT, &w)?;
+        let got = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
+        if got.len() != message.len() {
+            return Err(bad_result(Malformed));
+        }
+        fill(message, &got)
+    }
+
+    fn sk_decrypt(&mut self, ike: IkeSaHandle, message: &mut [u8], aad_len: usize) -> Result<Range<usize>> {
+        let mut w = Writer::new();
+        w.u32(ike.0).bytes(message).usize(aad_len);
+        let res = self.call(op::SK_DECRYPT, &w)?;
+        let (got, start, end) = decode(&res, |r| Ok((r.bytes()?.to_vec(), r.usize()?, r.usize()?)))?;
+        if got.len() != message.len() || start > end || end > got.len() {
+            return Err(bad_result(Malformed));
+        }
+        fill(message, &got)?;
+        Ok(start..end)
+    }
+
+    fn child_sa_create(
+        &mut self,
+        ike: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        pfs: Option<DhExchange<'_>>,
+        params: &ChildSaParams<'_>,
+    ) -> Result<ChildSaPair> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        put_sealed(&mut w, sealed_sk_d);
+        match &pfs {
+            Some(x) => {
+                w.u8(1);
+                codec::put_dh_exchange(&mut w, x);
+            }
+            None => {
+                w.u8(0);
+            }
+        }
+        codec::put_child_params(&mut w, params);
+        let res = self.call(op::CHILD_SA_CREATE, &w)?;
+        decode(&res, |r| Ok(ChildSaPair { inbound: EspSaHandle(r.u32()?), outbound: EspSaHandle(r.u32()?) }))
+    }
+
+    fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        let res = self.call(op::CLEAR_AND_SEAL, &w)?;
+        decode(&res, |r| r.bytes().map(|b| SealedBlob(b.to_vec())))
+    }
+
+    fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        let res = self.call(op::IKE_SA_DELETE, &w)?;
+        decode(&res, |_| Ok(()))
+    }
+
+    fn esp_batch(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary> {
+        self.host().esp_batch(packets, descriptors, status)
+    }
+
+    fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(sa.0);
+        let res = self.call(op::ESP_SA_DELETE, &w)?;
+        decode(&res, |_| Ok(()))
+    }
+}
+
+fn put_sealed(w: &mut Writer, b: Option<&SealedBlob>) {
+    match b {
+        Some(b) => w.u8(1).bytes(&b.0),
+        None => w.u8(0),
+    };
+}

@@ -1,0 +1,327 @@
+//! Ephemeral Diffie-Hellman for IKEv2: MODP 14/15 (RFC 3526), ECP 19/20 (RFC 5903),
+//! Curve25519 (RFC 8031).
+//!
+//! The ECP and X25519 groups use RustCrypto's `p256`/`p384`/`x25519-dalek`, whose secret
+//! types zeroize on drop and, unlike ring's one-shot agreement API, can be built from a known
+//! private value so the published vectors (RFC 5903, RFC 7748, Wycheproof) drive the very
+//! code IKE uses. MODP uses `crypto-bigint`'s constant-time Montgomery exponentiation.
+
+use super::keybuf::KeyBuf;
+use crate::api::alg::DhGroup;
+use crate::error::{Error, Result};
+use crypto_bigint::modular::runtime_mod::{DynResidue, DynResidueParams};
+use crypto_bigint::{Uint, U2048, U3072, U512};
+use ring::rand::{SecureRandom, SystemRandom};
+use zeroize::Zeroizing;
+
+/// Largest shared secret (MODP-3072).
+pub(crate) const MAX_SHARED_LEN: usize = 384;
+
+/// g^ir, big-endian, zeroized on drop.
+pub(crate) type SharedSecret = KeyBuf<MAX_SHARED_LEN>;
+
+/// RFC 3526 §3, the 2048-bit MODP group's prime; generator 2.
+const P2048: U2048 = U2048::from_be_hex(concat!(
+    "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74",
+    "020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F1437",
+    "4FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED",
+    "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF05",
+    "98DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB",
+    "9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3B",
+    "E39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF695581718",
+    "3995497CEA956AE515D2261898FA051015728E5A8AACAA68FFFFFFFFFFFFFFFF",
+));
+
+/// RFC 3526 §4, the 3072-bit MODP group's prime; generator 2.
+const P3072: U3072 = U3072::from_be_hex(concat!(
+    "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74",
+    "020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F1437",
+    "4FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED",
+    "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF05",
+    "98DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB",
+    "9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3B",
+    "E39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF695581718",
+    "3995497CEA956AE515D2261898FA051015728E5A8AAAC42DAD33170D04507A33",
+    "A85521ABDF1CBA64ECFB850458DBEF0A8AEA71575D060C7DB3970F85A6E1E4C7",
+    "ABF5AE8CDB0933D71E8C94E04A25619DCEE3D2261AD2EE6BF12FFA06D98A0864",
+    "D87602733EC86A64521F2B18177B200CBBE117577A615D6C770988C0BAD946E2",
+    "08E24FA074E5AB3143DB5BFCE0FD108E4B82D120A93AD2CAFFFFFFFFFFFFFFFF",
+));
+
+/// Private exponent size for the MODP groups: 512 bits, twice the 256-bit strength the
+/// largest group here could offer and well over 2x its real strength (RFC 3526 §8,
+/// SP 800-56A 5.6.1.1.1). The exponentiation's time depends only on this bound.
+const MODP_EXPONENT_BITS: usize = 512;
+
+/// An ephemeral private value. No `Clone`, no `Debug`; every variant zeroizes on drop.
+pub(crate) enum DhSecret {
+    Modp2048(Zeroizing<U512>),
+    Modp3072(Zeroizing<U512>),
+    P256(p256::SecretKey),
+    P384(p384::SecretKey),
+    X25519(x25519_dalek::StaticSecret),
+}
+
+impl DhSecret {
+    pub(crate) fn group(&self) -> DhGroup {
+        match self {
+            Self::Modp2048(_) => DhGroup::Modp2048,
+            Self::Modp3072(_) => DhGroup::Modp3072,
+            Self::P256(_) => DhGroup::EcpP256,
+            Self::P384(_) => DhGroup::EcpP384,
+            Self::X25519(_) => DhGroup::Curve25519,
+        }
+    }
+
+    /// Generates a private value from the CSPRNG and writes the public value to `public_out`
+    /// (exactly `group.public_len()` bytes).
+    pub(crate) fn generate(group: DhGroup, rng: &SystemRandom, public_out: &mut [u8]) -> Result<Self> {
+        if public_out.len() != group.public_len() {
+            return Err(Error::BadLength {
+                what: "DH public value output",
+                len: public_out.len(),
+                why: "must be the group's public value length",
+            });
+        }
+        let secret = Self::random(group, rng)?;
+        secret.public_value(public_out)?;
+        Ok(secret)
+    }
+
+    fn random(group: DhGroup, rng: &SystemRandom) -> Result<Self> {
+        let mut seed = Zeroizing::new([0u8; 64]);
+        // Retry loops: each attempt fails with probability < 2^-32, so they end at once.
+        for _ in 0..16 {
+            rng.fill(&mut seed[..]).map_err(|_| Error::Random)?;
+            let candidate = match group {
+                DhGroup::Modp2048 | DhGroup::Modp3072 => {
+                    let x = Zeroizing::new(U512::from_be_slice(&seed[..]));
+                    if bool::from(crypto_bigint::Zero::is_zero(&*x)) {
+                        continue;
+                    }
+                    if group == DhGroup::Modp2048 {
+                        Self::Modp2048(x)
+                    } else {
+                        Self::Modp3072(x)
+                    }
+                }
+                DhGroup::EcpP256 => match p256::SecretKey::from_slice(&seed[..32]) {
+                    Ok(k) => Self::P256(k),
+                    Err(_) => continue,
+                },
+                DhGroup::EcpP384 => match p384::SecretKey::from_slice(&seed[..48]) {
+                    Ok(k) => Self::P384(k),
+                    Err(_) => continue,
+                },
+                DhGroup::Curve25519 => {
+                    let mut b = [0u8; 32];
+                    b.copy_from_slice(&seed[..32]);
+                    let s = x25519_dalek::StaticSecret::from(b);
+                    zeroize::Zeroize::zeroize(&mut b);
+                    Self::X25519(s)
+                }
+            };
+            return Ok(candidate);
+        }
+        Err(Error::Random)
+    }
+
+    /// Builds a private value from known bytes: for the known-answer self-tests and
+    /// vector tests only, never reachable from the call surface.
+    pub(crate) fn from_known_private(group: DhGroup, bytes: &[u8]) -> Result<Self> {
+        let bad = Error::Internal { what: "known private value" };
+        Ok(match group {
+            DhGroup::Modp2048 | DhGroup::Modp3072 => {
+                let mut b = [0u8; 64];
+                let pad = 64usize.checked_sub(bytes.len()).ok_or(bad.clone())?;
+                b[pad..].copy_from_slice(bytes);
+                let x = Zeroizing::new(U512::from_be_slice(&b));
+                if group == DhGroup::Modp2048 {
+                    Self::Modp2048(x)
+                } else {
+                    Self::Modp3072(x)
+                }
+            }
+            DhGroup::EcpP256 => Self::P256(p256::SecretKey::from_slice(bytes).map_err(|_| bad)?),
+            DhGroup::EcpP384 => Self::P384(p384::SecretKey::from_slice(bytes).map_err(|_| bad)?),
+            DhGroup::Curve25519 => {
+                let b: [u8; 32] = bytes.try_into().map_err(|_| bad)?;
+                Self::X25519(x25519_dalek::StaticSecret::from(b))
+            }
+        })
+    }
+
+    /// Writes the public value (IKE Key Exchange Data encoding).
+    pub(crate) fn public_value(&self, out: &mut [u8]) -> Result<()> {
+        let len = out.len();
+        let bad_len = move || Error::BadLength {
+            what: "DH public value output",
+            len,
+            why: "must be the group's public value length",
+        };
+        match self {
+            Self::Modp2048(x) => {
+                let y = modp_pow(&U2048::from_u8(2), x, &P2048);
+                write_be(&y, out).ok_or_else(bad_len)
+            }
+            Self::Modp3072(x) => {
+                let y = modp_pow(&U3072::from_u8(2), x, &P3072);
+                write_be(&y, out).ok_or_else(bad_len)
+            }
+            Self::P256(k) => {
+                let p = p256::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&k.public_key(), false);
+                // SEC1 uncompressed: 0x04 || x || y; IKE (RFC 5903 §7) drops the 0x04.
+                copy_exact(p.as_bytes().get(1..).unwrap_or(&[]), out).ok_or_else(bad_len)
+            }
+            Self::P384(k) => {
+                let p = p384::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&k.public_key(), false);
+                copy_exact(p.as_bytes().get(1..).unwrap_or(&[]), out).ok_or_else(bad_len)
+            }
+            Self::X25519(s) => {
+                copy_exact(x25519_dalek::PublicKey::from(s).as_bytes(), out).ok_or_else(bad_len)
+            }
+        }
+    }
+
+    /// Agrees on g^ir with the peer's public value, consuming the private value.
+    ///
+    /// Peer checks: exact length; MODP 1 < y < p-1 (RFC 7296 §3.4 / SP 800-56A 5.6.2.3.1,
+    /// enough for these safe primes: the only small subgroup is {1, p-1}); ECP a valid
+    /// point on the curve, not the identity (RFC 5903 §7 / SP 800-56A 5.6.2.3.3); X25519
+    /// a non-zero result (RFC 8031 §2, RFC 7748 §6.1).
+    pub(crate) fn agree(self, peer: &[u8]) -> Result<SharedSecret> {
+        let group = self.group();
+        let bad = Error::BadPeerPublicValue { group };
+        if peer.len() != group.public_len() {
+            return Err(bad);
+        }
+        match self {
+            Self::Modp2048(x) => modp_agree(&x, peer, &P2048, group),
+            Self::Modp3072(x) => modp_agree(&x, peer, &P3072, group),
+            Self::P256(k) => {
+                let mut sec1 = [0u8; 65];
+                sec1[0] = 0x04;
+                sec1[1..].copy_from_slice(peer);
+                let pk = p256::PublicKey::from_sec1_bytes(&sec1).map_err(|_| bad)?;
+                let z = p256::ecdh::diffie_hellman(k.to_nonzero_scalar(), pk.as_affine());
+                SharedSecret::from_slice(z.raw_secret_bytes())
+            }
+            Self::P384(k) => {
+                let mut sec1 = [0u8; 97];
+                sec1[0] = 0x04;
+                sec1[1..].copy_from_slice(peer);
+                let pk = p384::PublicKey::from_sec1_bytes(&sec1).map_err(|_| bad)?;
+                let z = p384::ecdh::diffie_hellman(k.to_nonzero_scalar(), pk.as_affine());
+                SharedSecret::from_slice(z.raw_secret_bytes())
+            }
+            Self::X25519(s) => {
+                let mut b = [0u8; 32];
+                b.copy_from_slice(peer);
+                let z = s.diffie_hellman(&x25519_dalek::PublicKey::from(b));
+                if !z.was_contributory() {
+                    return Err(bad);
+                }
+                SharedSecret::from_slice(z.as_bytes())
+            }
+        }
+    }
+
+    /// Bytes this value occupies (for accounting).
+    pub(crate) fn footprint(&self) -> usize {
+        core::mem::size_of::<Self>()
+    }
+}
+
+fn modp_pow<const L: usize>(base: &Uint<L>, x: &U512, p: &Uint<L>) -> Zeroizing<Uint<L>> {
+    let params = DynResidueParams::new(p);
+    let r = DynResidue::new(base, params).pow_bounded_exp(x, MODP_EXPONENT_BITS);
+    Zeroizing::new(r.retrieve())
+}
+
+fn modp_agree<const L: usize>(x: &U512, peer: &[u8], p: &Uint<L>, group: DhGroup) -> Result<SharedSecret> {
+    let bad = Error::BadPeerPublicValue { group };
+    if peer.len() != L * 8 {
+        return Err(bad);
+    }
+    // Length checked above, so `from_be_slice` cannot panic.
+    let y = Uint::<L>::from_be_slice(peer);
+    let p_minus_1 = p.wrapping_sub(&Uint::<L>::ONE);
+    if y <= Uint::<L>::ONE || y >= p_minus_1 {
+        return Err(bad);
+    }
+    let z = modp_pow(&y, x, p);
+    let mut out = SharedSecret::zeroed(L * 8)?;
+    write_be(&z, out.as_mut()).ok_or(Error::Internal { what: "MODP encoding" })?;
+    Ok(out)
+}
+
+/// Big-endian bytes of `v`, exactly `L * 8` of them (zero-padded: RFC 7296 §2.14).
+fn write_be<const L: usize>(v: &Uint<L>, out: &mut [u8]) -> Option<()> {
+    if out.len() != L * 8 {
+        return None;
+    }
+    // Words are least significant first.
+    for (chunk, word) in out.chunks_exact_mut(8).rev().zip(v.as_words().iter()) {
+        chunk.copy_from_slice(&word.to_be_bytes());
+    }
+    Some(())
+}
+
+fn copy_exact(src: &[u8], out: &mut [u8]) -> Option<()> {
+    (src.len() == out.len()).then(|| out.copy_from_slice(src))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(group: DhGroup) {
+        let rng = SystemRandom::new();
+        let mut pa = vec![0u8; group.public_len()];
+        let mut pb = vec![0u8; group.public_len()];
+        let a = DhSecret::generate(group, &rng, &mut pa).unwrap();
+        let b = DhSecret::generate(group, &rng, &mut pb).unwrap();
+        let za = a.agree(&pb).unwrap();
+        let zb = b.agree(&pa).unwrap();
+        assert_eq!(za.as_slice(), zb.as_slice());
+        assert_eq!(za.len(), group.shared_len());
+    }
+
+    #[test]
+    fn every_group_agrees_with_itself() {
+        for g in [DhGroup::EcpP256, DhGroup::EcpP384, DhGroup::Curve25519, DhGroup::Modp2048, DhGroup::Modp3072] {
+            pair(g);
+        }
+    }
+
+    #[test]
+    fn modp_refuses_degenerate_peer_values() {
+        let rng = SystemRandom::new();
+        for g in [DhGroup::Modp2048, DhGroup::Modp3072] {
+            let n = g.public_len();
+            let mut one = vec![0u8; n];
+            one[n - 1] = 1;
+            let mut p_minus_1 = vec![0xffu8; n];
+            p_minus_1[n - 1] = 0xfe;
+            for bad in [vec![0u8; n], one, p_minus_1, vec![0xff; n], vec![0u8; n - 1]] {
+                let mut pubv = vec![0u8; n];
+                let s = DhSecret::generate(g, &rng, &mut pubv).unwrap();
+                assert_eq!(s.agree(&bad).err(), Some(Error::BadPeerPublicValue { group: g }));
+            }
+        }
+    }
+
+    #[test]
+    fn ecp_refuses_points_off_the_curve_and_wrong_lengths() {
+        let rng = SystemRandom::new();
+        for g in [DhGroup::EcpP256, DhGroup::EcpP384, DhGroup::Curve25519] {
+            let mut pubv = vec![0u8; g.public_len()];
+            let s = DhSecret::generate(g, &rng, &mut pubv).unwrap();
+            assert!(s.agree(&pubv[1..]).is_err());
+        }
+        let mut pubv = vec![0u8; 64];
+        let s = DhSecret::generate(DhGroup::EcpP256, &rng, &mut pubv).unwrap();
+        pubv[63] ^= 1;
+        assert_eq!(s.agree(&pubv).err(), Some(Error::BadPeerPublicValue { group: DhGroup::EcpP256 }));
+    }
+}

@@ -1,0 +1,379 @@
+//! The trusted component: every key lives here and every operation on keys runs here.
+//!
+//! Crate-private. Backends ([`crate::InlineEnclave`] today, the isolated process later) own a
+//! [`TrustedCore`] and forward calls to it; nothing outside this module sees a key byte.
+
+pub(crate) mod auth;
+pub(crate) mod cbc_mode;
+pub(crate) mod dh;
+pub(crate) mod esp;
+pub(crate) mod ike_keys;
+pub(crate) mod keybuf;
+pub(crate) mod prf;
+pub(crate) mod seal;
+pub(crate) mod selftest;
+pub(crate) mod sk;
+pub(crate) mod table;
+#[cfg(test)]
+mod strongswan_kat;
+#[cfg(test)]
+mod vectors;
+
+use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
+use crate::api::esp::{BatchSummary, EspDescriptor, EspStatus};
+use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
+use crate::api::ike::{
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
+    SealedBlob,
+};
+use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
+use crate::attest::{AttestationProvider, Evidence};
+use crate::error::{Error, Result};
+use auth::{PeerKey, Secret};
+use core::ops::Range;
+use dh::{DhSecret, SharedSecret};
+use esp::{Direction, EspSa};
+use ike_keys::{IkeSa, SkeyseedSource};
+use ring::rand::{SecureRandom, SystemRandom};
+use seal::{RootKeys, SealBinding};
+use table::Table;
+use zeroize::Zeroizing;
+
+/// The state of one enclave instance (one tenant).
+pub(crate) struct TrustedCore {
+    tenant: TenantId,
+    rng: SystemRandom,
+    root: RootKeys,
+    /// Sealed blobs below this counter are refused.
+    trusted_min: u64,
+    /// The highest seal counter issued or accepted as a floor.
+    seal_counter: u64,
+    limits: Limits,
+    secrets: Table<Secret>,
+    dh: Table<DhSecret>,
+    ike: Table<IkeSa>,
+    esp: Table<EspSa>,
+    /// Private scratch for DECRYPT_FORWARD, allocated once.
+    scratch: Zeroizing<Vec<u8>>,
+    counters: Counters,
+    attestation: Box<dyn AttestationProvider>,
+}
+
+impl core::fmt::Debug for TrustedCore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TrustedCore")
+            .field("tenant", &self.tenant)
+            .field("ike_sas", &self.ike.live())
+            .field("esp_sas", &self.esp.live())
+            .field("secrets", &self.secrets.live())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TrustedCore {
+    /// Runs the known-answer self-tests, then builds the instance.
+    pub(crate) fn start(config: EnclaveConfig, attestation: Box<dyn AttestationProvider>) -> Result<Self> {
+        selftest::run().map_err(|test| Error::SelfTestFailed { test })?;
+        let rng = SystemRandom::new();
+        let mut tag = [0u8; 1];
+        while tag[0] == 0 {
+            rng.fill(&mut tag).map_err(|_| Error::Random)?;
+        }
+        let tag = tag[0];
+        let l = config.limits;
+        Ok(Self {
+            tenant: config.tenant,
+            root: RootKeys::new(&config.provisioning_key.0, config.tenant)?,
+            rng,
+            trusted_min: config.trusted_min_seal_counter,
+            seal_counter: config.trusted_min_seal_counter,
+            limits: l,
+            secrets: Table::new(HandleKind::Secret, tag, l.max_secrets),
+            dh: Table::new(HandleKind::Dh, tag, l.max_dh),
+            ike: Table::new(HandleKind::IkeSa, tag, l.max_ike_sas),
+            esp: Table::new(HandleKind::EspSa, tag, l.max_esp_sas),
+            scratch: Zeroizing::new(vec![0u8; esp::SCRATCH_LEN]),
+            counters: Counters::default(),
+            attestation,
+        })
+    }
+
+    pub(crate) fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+
+    pub(crate) fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Counts a refusal and passes the result on.
+    pub(crate) fn counted<T>(&mut self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            self.counters.record_error(e.kind());
+        }
+        r
+    }
+
+    pub(crate) fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
+        self.attestation.evidence(self.tenant, report_data)
+    }
+
+    pub(crate) fn memory_report(&self) -> MemoryReport {
+        MemoryReport {
+            ike_sas: self.ike.live(),
+            ike_sa_bytes: self.ike.entries().map(IkeSa::footprint).sum(),
+            esp_sas: self.esp.live(),
+            esp_sa_bytes: self.esp.entries().map(EspSa::footprint).sum(),
+            dh_values: self.dh.live(),
+            dh_bytes: self.dh.entries().map(DhSecret::footprint).sum(),
+            secrets: self.secrets.live(),
+            secret_bytes: self.secrets.entries().map(Secret::footprint).sum(),
+            fixed_bytes: core::mem::size_of::<Self>()
+                + self.scratch.capacity()
+                + self.ike.overhead_bytes()
+                + self.esp.overhead_bytes()
+                + self.dh.overhead_bytes()
+                + self.secrets.overhead_bytes(),
+        }
+    }
+
+    pub(crate) fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
+        let (kind, bytes) = seal::open_provisioning(&self.root, self.tenant, wrapped)?;
+        let secret = Secret::load(kind, &bytes, &self.rng)?;
+        self.secrets.insert(secret).map(SecretHandle)
+    }
+
+    pub(crate) fn secret_kind(&self, h: SecretHandle) -> Result<SecretKind> {
+        self.secrets.get(h.0).map(Secret::kind)
+    }
+
+    pub(crate) fn delete_secret(&mut self, h: SecretHandle) -> Result<()> {
+        self.secrets.remove(h.0).map(drop)
+    }
+
+    pub(crate) fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
+        ike_keys::check_nonce("nonce output", out)?;
+        self.rng.fill(out).map_err(|_| Error::Random)
+    }
+
+    pub(crate) fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
+        let secret = DhSecret::generate(group, &self.rng, public_out)?;
+        self.dh.insert(secret).map(DhHandle)
+    }
+
+    pub(crate) fn dh_delete(&mut self, h: DhHandle) -> Result<()> {
+        self.dh.remove(h.0).map(drop)
+    }
+
+    /// Consumes the DH value and agrees with the peer.
+    fn agree(&mut self, x: DhExchange<'_>) -> Result<SharedSecret> {
+        let secret = self.dh.remove(x.dh.0)?;
+        (*secret).agree(x.peer_public)
+    }
+
+    pub(crate) fn ike_sa_create(&mut self, x: DhExchange<'_>, p: &IkeSaParams<'_>) -> Result<IkeSaHandle> {
+        let g_ir = self.agree(x)?;
+        let sa = ike_keys::derive_ike_sa(SkeyseedSource::Initial, &g_ir, p)?;
+        self.ike.insert(sa).map(IkeSaHandle)
+    }
+
+    /// Runs `f` with the IKE SA's SK_d: resident, or unsealed from `sealed` for the call only.
+    fn with_sk_d<R>(
+        &self,
+        ike: IkeSaHandle,
+        sealed: Option<&SealedBlob>,
+        f: impl FnOnce(&IkeSa, &[u8]) -> Result<R>,
+    ) -> Result<R> {
+        let sa = self.ike.get(ike.0)?;
+        if let Some(sk_d) = &sa.sk_d {
+            return f(sa, sk_d.as_slice());
+        }
+        let blob = sealed.ok_or(Error::KeyCleared { what: "SK_d (sealed: pass the blob)" })?;
+        let expected = sa.sealed_counter.ok_or(Error::KeyCleared { what: "SK_d" })?;
+        let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
+        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, self.trusted_min, &blob.0)?;
+        f(sa, sk_d.as_slice())
+    }
+
+    pub(crate) fn ike_sa_rekey(
+        &mut self,
+        old: IkeSaHandle,
+        sealed: Option<&SealedBlob>,
+        x: DhExchange<'_>,
+        p: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        let g_ir = self.agree(x)?;
+        let sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
+            ike_keys::derive_ike_sa(SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d }, &g_ir, p)
+        })?;
+        self.ike.insert(sa).map(IkeSaHandle)
+    }
+
+    pub(crate) fn auth_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        credential: SecretHandle,
+        spec: AuthSpec,
+        input: &AuthInput<'_>,
+        out: &mut [u8],
+    ) -> Result<(AuthMethod, usize)> {
+        let sa = self.ike.get(ike.0)?;
+        let secret = self.secrets.get(credential.0)?;
+        auth::compute(sa, secret, credential.0, spec, input, &self.rng, out)
+    }
+
+    pub(crate) fn auth_verify(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: PeerCredential<'_>,
+        method: u8,
+        auth_data: &[u8],
+        input: &AuthInput<'_>,
+    ) -> Result<AuthVerified> {
+        let sa = self.ike.get(ike.0)?;
+        let key = match peer {
+            PeerCredential::SharedKey(h) => match self.secrets.get(h.0)? {
+                Secret::Psk(psk) => PeerKey::Psk(psk),
+                _ => return Err(Error::WrongSecretKind { handle: h.0, what: "Shared Key MIC" }),
+            },
+            PeerCredential::PublicKey(pk) => PeerKey::Public(pk),
+        };
+        auth::verify(sa, key, method, auth_data, input)
+    }
+
+    pub(crate) fn sk_encrypt(&mut self, ike: IkeSaHandle, msg: &mut [u8], aad_len: usize, pt_len: usize) -> Result<()> {
+        let sa = self.ike.get_mut(ike.0)?;
+        sk::encrypt(sa, &self.rng, msg, aad_len, pt_len)
+    }
+
+    pub(crate) fn sk_decrypt(&mut self, ike: IkeSaHandle, msg: &mut [u8], aad_len: usize) -> Result<Range<usize>> {
+        let sa = self.ike.get(ike.0)?;
+        sk::decrypt(sa, msg, aad_len)
+    }
+
+    pub(crate) fn child_sa_create(
+        &mut self,
+        ike: IkeSaHandle,
+        sealed: Option<&SealedBlob>,
+        pfs: Option<DhExchange<'_>>,
+        p: &ChildSaParams<'_>,
+    ) -> Result<ChildSaPair> {
+        if p.spi_inbound == 0 || p.spi_outbound == 0 {
+            return Err(Error::BadLength { what: "SPI", len: 0, why: "SPI 0 is reserved (RFC 4303 §2.1)" });
+        }
+        // Refuse before consuming anything if there is no room for both directions.
+        if self.esp.live() + 2 > self.limits.max_esp_sas.min(table::MAX_ENTRIES) {
+            return Err(Error::TableFull { kind: HandleKind::EspSa, max: self.limits.max_esp_sas });
+        }
+        self.ike.get(ike.0)?;
+        let g_ir = match pfs {
+            Some(x) => Some(self.agree(x)?),
+            None => None,
+        };
+        let (inbound, outbound) =
+            self.with_sk_d(ike, sealed, |sa, sk_d| ike_keys::derive_child_keys(sa.prf, sk_d, g_ir.as_ref(), p))?;
+        let sa_in = EspSa::new(p.spi_inbound, Direction::Inbound, p.esn, p.suite, inbound)?;
+        let sa_out = EspSa::new(p.spi_outbound, Direction::Outbound, p.esn, p.suite, outbound)?;
+        let h_in = self.esp.insert(sa_in)?;
+        match self.esp.insert(sa_out) {
+            Ok(h_out) => Ok(ChildSaPair { inbound: EspSaHandle(h_in), outbound: EspSaHandle(h_out) }),
+            Err(e) => {
+                let _ = self.esp.remove(h_in);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        let counter = self.seal_counter.checked_add(1).ok_or(Error::Exhausted { what: "seal counter" })?;
+        let tenant = self.tenant;
+        let sa = self.ike.get_mut(ike.0)?;
+        let sk_d = sa.sk_d.as_ref().ok_or(Error::AlreadySealed)?;
+        let binding = SealBinding { tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
+        let blob = seal::seal_sk_d(&self.root, &self.rng, &binding, counter, sk_d.as_slice())?;
+        // Dropping the boxes zeroizes SK_d, SK_pi and SK_pr and frees their memory.
+        sa.sk_d = None;
+        sa.sk_p = None;
+        sa.sealed_counter = Some(counter);
+        self.seal_counter = counter;
+        Ok(SealedBlob(blob))
+    }
+
+    pub(crate) fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
+        self.ike.remove(ike.0).map(drop)
+    }
+
+    pub(crate) fn esp_batch(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary> {
+        esp::check_batch(descriptors.len(), status.len(), self.limits.max_batch)?;
+        self.counters.batches = self.counters.batches.saturating_add(1);
+        Ok(esp::batch(&mut self.esp, packets, descriptors, status, &mut self.scratch, &mut self.counters))
+    }
+
+    pub(crate) fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
+        self.esp.remove(sa.0).map(drop)
+    }
+
+    // ---- static ESP SAs from raw keys (`test-keys`; added for crates/esp) -------------------
+    #[cfg(feature = "test-keys")]
+    pub(crate) fn esp_sa_install_raw(
+        &mut self,
+        spi: u32,
+        inbound: bool,
+        esn: bool,
+        suite: crate::api::alg::Suite,
+        enc: &[u8],
+        integ: &[u8],
+    ) -> Result<EspSaHandle> {
+        if spi == 0 {
+            return Err(Error::BadLength { what: "SPI", len: 0, why: "SPI 0 is reserved (RFC 4303 §2.1)" });
+        }
+        if !suite.is_consistent() {
+            let integ_id = suite.integ.map_or(0, |i| i.id());
+            return Err(Error::InconsistentSuite { cipher: suite.cipher.id(), integ: integ_id });
+        }
+        if enc.len() != suite.cipher.keymat_len() {
+            let why = "not the cipher's keymat length";
+            return Err(Error::BadLength { what: "ESP encryption key", len: enc.len(), why });
+        }
+        if integ.len() != suite.integ_key_len() {
+            let why = "not the HMAC's key length";
+            return Err(Error::BadLength { what: "ESP integrity key", len: integ.len(), why });
+        }
+        let keys = ike_keys::EspKeys {
+            enc: keybuf::KeyBuf::from_slice(enc)?,
+            integ: keybuf::KeyBuf::from_slice(integ)?,
+        };
+        let dir = if inbound { Direction::Inbound } else { Direction::Outbound };
+        let sa = EspSa::new(spi, dir, esn, suite, keys)?;
+        self.esp.insert(sa).map(EspSaHandle)
+    }
+    // ---- end static ESP SAs -------------------------------------------------------------------
+
+    #[cfg(feature = "test-export")]
+    pub(crate) fn export_ike_keys(&self, ike: IkeSaHandle) -> Result<crate::inline::IkeKeysExport> {
+        let sa = self.ike.get(ike.0)?;
+        Ok(crate::inline::IkeKeysExport {
+            sk_d: sa.sk_d.as_ref().map(|k| k.as_slice().to_vec()),
+            sk_ai: sa.sk_ai.as_slice().to_vec(),
+            sk_ar: sa.sk_ar.as_slice().to_vec(),
+            sk_ei: sa.sk_ei.as_slice().to_vec(),
+            sk_er: sa.sk_er.as_slice().to_vec(),
+            sk_pi: sa.sk_p.as_ref().map(|k| k.i.as_slice().to_vec()),
+            sk_pr: sa.sk_p.as_ref().map(|k| k.r.as_slice().to_vec()),
+        })
+    }
+
+    #[cfg(feature = "test-export")]
+    pub(crate) fn export_esp_keys(&self, sa: EspSaHandle) -> Result<crate::inline::EspKeysExport> {
+        let sa = self.esp.get(sa.0)?;
+        Ok(crate::inline::EspKeysExport {
+            encryption: sa.exported.enc.as_slice().to_vec(),
+            integrity: sa.exported.integ.as_slice().to_vec(),
+        })
+    }
+}

@@ -1,0 +1,277 @@
+//! Provisioning blobs (tenant secrets in) and sealed blobs (SK_d out and back).
+//! Formats: [`crate::provision`] and [`crate::seal_format`].
+
+use super::keybuf::KeyBuf;
+use super::prf::{self, MAX_PRF_LEN};
+use crate::api::alg::{Prf, SecretKind};
+use crate::api::handle::TenantId;
+use crate::error::{BlobRejection, Error, Result};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+use zeroize::Zeroizing;
+
+pub(crate) const PROVISION_MAGIC: &[u8; 4] = b"CLPV";
+pub(crate) const SEAL_MAGIC: &[u8; 4] = b"CLSB";
+pub(crate) const FORMAT_VERSION: u8 = 1;
+/// Provisioning header: magic, version, kind, reserved(2), tenant(4).
+pub(crate) const PROVISION_HEADER_LEN: usize = 12;
+/// Sealed header: magic, version, kind, prf id(2), counter(8), tenant(4), SPIi(8), SPIr(8).
+pub(crate) const SEAL_HEADER_LEN: usize = 36;
+const TAG_LEN: usize = 16;
+/// The kind octet of a sealed SK_d.
+pub(crate) const SEAL_KIND_SK_D: u8 = 1;
+
+/// The AEAD keys derived from the provisioning key.
+pub(crate) struct RootKeys {
+    provisioning: LessSafeKey,
+    sealing: LessSafeKey,
+}
+
+impl Drop for RootKeys {
+    fn drop(&mut self) {
+        scrub_aead_key(&mut self.provisioning);
+        scrub_aead_key(&mut self.sealing);
+    }
+}
+
+/// Overwrites a ring AEAD key in place with the schedule of an all-zero key of the same
+/// algorithm (ring's keys do not zeroize themselves; see [`prf::scrub_hmac_key`]).
+pub(crate) fn scrub_aead_key(key: &mut LessSafeKey) {
+    let alg = key.algorithm();
+    let zeros = [0u8; 32];
+    if let Some(z) = zeros.get(..alg.key_len()) {
+        if let Ok(k) = UnboundKey::new(alg, z) {
+            *key = LessSafeKey::new(k);
+            core::hint::black_box(key);
+        }
+    }
+}
+
+impl RootKeys {
+    /// Provisioning key as is; sealing key = HMAC-SHA-256(provisioning key,
+    /// "cloister-seal-key-v1" || tenant), so blobs of one tenant never open for another.
+    pub(crate) fn new(provisioning_key: &[u8; 32], tenant: TenantId) -> Result<Self> {
+        let internal = Error::Internal { what: "root keys" };
+        let provisioning =
+            LessSafeKey::new(UnboundKey::new(&AES_256_GCM, provisioning_key).map_err(|_| internal.clone())?);
+        let mut sk = Zeroizing::new([0u8; MAX_PRF_LEN]);
+        prf::prf(
+            Prf::HmacSha256,
+            provisioning_key,
+            &[b"cloister-seal-key-v1", &tenant.0.to_be_bytes()],
+            &mut sk[..],
+        )?;
+        let sealing = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &sk[..32]).map_err(|_| internal)?);
+        Ok(Self { provisioning, sealing })
+    }
+}
+
+/// Opens a provisioning blob; returns the secret's kind and plaintext bytes.
+pub(crate) fn open_provisioning(
+    keys: &RootKeys,
+    tenant: TenantId,
+    blob: &[u8],
+) -> Result<(SecretKind, Zeroizing<Vec<u8>>)> {
+    let reject = |reason| Error::ProvisioningBlob { reason };
+    if blob.len() < PROVISION_HEADER_LEN + NONCE_LEN + TAG_LEN {
+        return Err(reject(BlobRejection::Malformed));
+    }
+    let (header, rest) = blob.split_at(PROVISION_HEADER_LEN);
+    if &header[0..4] != PROVISION_MAGIC || header[4] != FORMAT_VERSION || header[6..8] != [0, 0] {
+        return Err(reject(BlobRejection::Malformed));
+    }
+    let kind = SecretKind::from_code(header[5]).ok_or(reject(BlobRejection::Malformed))?;
+    if header[8..12] != tenant.0.to_be_bytes() {
+        return Err(reject(BlobRejection::WrongTenant));
+    }
+    let (nonce, ct) = rest.split_at(NONCE_LEN);
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| reject(BlobRejection::Malformed))?;
+    let mut buf = Zeroizing::new(ct.to_vec());
+    let len = keys
+        .provisioning
+        .open_in_place(nonce, Aad::from(header), &mut buf[..])
+        .map_err(|_| reject(BlobRejection::Forged))?
+        .len();
+    buf.truncate(len);
+    Ok((kind, buf))
+}
+
+/// Makes a provisioning blob (the tenant's side of [`open_provisioning`]).
+pub(crate) fn wrap_provisioning(
+    provisioning_key: &[u8; 32],
+    tenant: TenantId,
+    kind: SecretKind,
+    secret: &[u8],
+) -> Result<Vec<u8>> {
+    let mut key =
+        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, provisioning_key).map_err(|_| Error::Internal { what: "wrap" })?);
+    let mut out = Vec::with_capacity(PROVISION_HEADER_LEN + NONCE_LEN + secret.len() + TAG_LEN);
+    out.extend_from_slice(PROVISION_MAGIC);
+    out.extend_from_slice(&[FORMAT_VERSION, kind.code(), 0, 0]);
+    out.extend_from_slice(&tenant.0.to_be_bytes());
+    let mut nonce = [0u8; NONCE_LEN];
+    SystemRandom::new().fill(&mut nonce).map_err(|_| Error::Random)?;
+    out.extend_from_slice(&nonce);
+    let mut body = Zeroizing::new(secret.to_vec());
+    let tag = key
+        .seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(&out[..PROVISION_HEADER_LEN]),
+            &mut body[..],
+        )
+        .map_err(|_| Error::Internal { what: "wrap" })?;
+    out.extend_from_slice(&body);
+    out.extend_from_slice(tag.as_ref());
+    scrub_aead_key(&mut key);
+    Ok(out)
+}
+
+/// The fields a sealed SK_d is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SealBinding {
+    pub(crate) tenant: TenantId,
+    pub(crate) prf: Prf,
+    pub(crate) spi_i: u64,
+    pub(crate) spi_r: u64,
+}
+
+fn seal_header(b: &SealBinding, counter: u64) -> [u8; SEAL_HEADER_LEN] {
+    let mut h = [0u8; SEAL_HEADER_LEN];
+    h[0..4].copy_from_slice(SEAL_MAGIC);
+    h[4] = FORMAT_VERSION;
+    h[5] = SEAL_KIND_SK_D;
+    h[6..8].copy_from_slice(&b.prf.id().to_be_bytes());
+    h[8..16].copy_from_slice(&counter.to_be_bytes());
+    h[16..20].copy_from_slice(&b.tenant.0.to_be_bytes());
+    h[20..28].copy_from_slice(&b.spi_i.to_be_bytes());
+    h[28..36].copy_from_slice(&b.spi_r.to_be_bytes());
+    h
+}
+
+/// Seals SK_d under the sealing key with a fresh random nonce.
+pub(crate) fn seal_sk_d(
+    keys: &RootKeys,
+    rng: &SystemRandom,
+    binding: &SealBinding,
+    counter: u64,
+    sk_d: &[u8],
+) -> Result<Vec<u8>> {
+    let header = seal_header(binding, counter);
+    let mut nonce = [0u8; NONCE_LEN];
+    rng.fill(&mut nonce).map_err(|_| Error::Random)?;
+    let mut out = Vec::with_capacity(SEAL_HEADER_LEN + NONCE_LEN + sk_d.len() + TAG_LEN);
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&nonce);
+    let start = out.len();
+    out.extend_from_slice(sk_d);
+    let body = out.get_mut(start..).ok_or(Error::Internal { what: "seal" })?;
+    let tag = keys
+        .sealing
+        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(&header), body)
+        .map_err(|_| Error::Internal { what: "seal" })?;
+    out.extend_from_slice(tag.as_ref());
+    Ok(out)
+}
+
+/// Unseals SK_d, refusing blobs for another tenant or SA, forged ones, and ones whose
+/// counter is not `expected_counter` (the latest seal of this SA) or is below
+/// `trusted_min`.
+pub(crate) fn unseal_sk_d(
+    keys: &RootKeys,
+    binding: &SealBinding,
+    expected_counter: u64,
+    trusted_min: u64,
+    blob: &[u8],
+) -> Result<KeyBuf<MAX_PRF_LEN>> {
+    let reject = |reason| Error::SealedBlob { reason };
+    if blob.len() < SEAL_HEADER_LEN + NONCE_LEN + TAG_LEN {
+        return Err(reject(BlobRejection::Malformed));
+    }
+    let (header, rest) = blob.split_at(SEAL_HEADER_LEN);
+    if &header[0..4] != SEAL_MAGIC || header[4] != FORMAT_VERSION || header[5] != SEAL_KIND_SK_D {
+        return Err(reject(BlobRejection::Malformed));
+    }
+    let mut c = [0u8; 8];
+    c.copy_from_slice(&header[8..16]);
+    let counter = u64::from_be_bytes(c);
+    let (nonce, ct) = rest.split_at(NONCE_LEN);
+    // Authenticate first: only then do the header's fields mean anything.
+    let mut buf = Zeroizing::new([0u8; MAX_PRF_LEN + TAG_LEN]);
+    let body = buf.get_mut(..ct.len()).ok_or(reject(BlobRejection::Malformed))?;
+    body.copy_from_slice(ct);
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| reject(BlobRejection::Malformed))?;
+    let plain = keys
+        .sealing
+        .open_in_place(nonce, Aad::from(header), body)
+        .map_err(|_| reject(BlobRejection::Forged))?;
+    let expect = seal_header(binding, counter);
+    if header[16..20] != expect[16..20] {
+        return Err(reject(BlobRejection::WrongTenant));
+    }
+    if header[6..8] != expect[6..8] || header[20..36] != expect[20..36] {
+        return Err(reject(BlobRejection::WrongSa));
+    }
+    if counter < trusted_min || counter != expected_counter {
+        return Err(reject(BlobRejection::Rollback));
+    }
+    if plain.len() != binding.prf.output_len() {
+        return Err(reject(BlobRejection::Malformed));
+    }
+    KeyBuf::from_slice(plain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding() -> SealBinding {
+        SealBinding { tenant: TenantId(7), prf: Prf::HmacSha256, spi_i: 1, spi_r: 2 }
+    }
+
+    #[test]
+    fn seal_unseal_round_trip() {
+        let keys = RootKeys::new(&[9; 32], TenantId(7)).unwrap();
+        let blob = seal_sk_d(&keys, &SystemRandom::new(), &binding(), 5, &[0xAA; 32]).unwrap();
+        let k = unseal_sk_d(&keys, &binding(), 5, 0, &blob).unwrap();
+        assert_eq!(k.as_slice(), &[0xAA; 32]);
+    }
+
+    #[test]
+    fn tampered_rolled_back_and_misbound_blobs_are_refused() {
+        let keys = RootKeys::new(&[9; 32], TenantId(7)).unwrap();
+        let rng = SystemRandom::new();
+        let blob = seal_sk_d(&keys, &rng, &binding(), 5, &[0xAA; 32]).unwrap();
+        let err = |reason| Err(Error::SealedBlob { reason });
+        for i in [0, 9, 40, blob.len() - 1] {
+            let mut t = blob.clone();
+            t[i] ^= 0x01;
+            let r = unseal_sk_d(&keys, &binding(), 5, 0, &t).map(|_| ());
+            assert!(r.is_err(), "flipping byte {i} must be refused");
+        }
+        assert_eq!(unseal_sk_d(&keys, &binding(), 6, 0, &blob).map(|_| ()), err(BlobRejection::Rollback));
+        assert_eq!(unseal_sk_d(&keys, &binding(), 5, 6, &blob).map(|_| ()), err(BlobRejection::Rollback));
+        let other_sa = SealBinding { spi_r: 3, ..binding() };
+        assert_eq!(unseal_sk_d(&keys, &other_sa, 5, 0, &blob).map(|_| ()), err(BlobRejection::WrongSa));
+        let other_tenant = RootKeys::new(&[9; 32], TenantId(8)).unwrap();
+        assert_eq!(unseal_sk_d(&other_tenant, &binding(), 5, 0, &blob).map(|_| ()), err(BlobRejection::Forged));
+        assert_eq!(unseal_sk_d(&keys, &binding(), 5, 0, &blob[..20]).map(|_| ()), err(BlobRejection::Malformed));
+    }
+
+    #[test]
+    fn provisioning_round_trip_and_refusals() {
+        let key = [3u8; 32];
+        let keys = RootKeys::new(&key, TenantId(1)).unwrap();
+        let blob = wrap_provisioning(&key, TenantId(1), SecretKind::PreSharedKey, b"secret").unwrap();
+        let (kind, s) = open_provisioning(&keys, TenantId(1), &blob).unwrap();
+        assert_eq!((kind, &s[..]), (SecretKind::PreSharedKey, &b"secret"[..]));
+        let reject = |reason| Err(Error::ProvisioningBlob { reason });
+        assert_eq!(open_provisioning(&keys, TenantId(2), &blob).map(|_| ()), reject(BlobRejection::WrongTenant));
+        let mut t = blob.clone();
+        t[5] = SecretKind::RsaPrivateKey.code();
+        assert_eq!(open_provisioning(&keys, TenantId(1), &t).map(|_| ()), reject(BlobRejection::Forged));
+        let mut t = blob.clone();
+        t[5] = 99;
+        assert_eq!(open_provisioning(&keys, TenantId(1), &t).map(|_| ()), reject(BlobRejection::Malformed));
+        assert_eq!(open_provisioning(&keys, TenantId(1), &blob[..30]).map(|_| ()), reject(BlobRejection::Malformed));
+    }
+}

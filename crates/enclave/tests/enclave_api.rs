@@ -1,0 +1,558 @@
+//! The call surface end to end: two enclaves (initiator and responder) run the IKE key
+//! steps against each other, then exchange ESP batches; bad input is refused and counted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
+use cloister_enclave::provision::wrap_secret;
+use cloister_enclave::*;
+
+const PROV_KEY: [u8; 32] = [0x42; 32];
+
+fn start(tenant: u32) -> InlineEnclave {
+    start_with(tenant, PROV_KEY, 0)
+}
+
+fn start_with(tenant: u32, key: [u8; 32], min: u64) -> InlineEnclave {
+    let config = EnclaveConfig {
+        tenant: TenantId(tenant),
+        provisioning_key: ProvisioningKey::from_bytes(key),
+        trusted_min_seal_counter: min,
+        limits: Limits::default(),
+    };
+    let platform = SoftwareAttestation::generate_platform_key().unwrap();
+    let att = SoftwareAttestation::new(&platform, CodeIdentity::Bytes(b"enclave".to_vec()), &config.measured_bytes())
+        .unwrap();
+    InlineEnclave::start(config, Box::new(att)).unwrap()
+}
+
+fn provision(e: &mut InlineEnclave, kind: SecretKind, secret: &[u8]) -> SecretHandle {
+    let blob = wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), e.tenant(), kind, secret).unwrap();
+    e.provision_secret(&blob).unwrap()
+}
+
+struct Pair {
+    i: InlineEnclave,
+    r: InlineEnclave,
+    ike_i: IkeSaHandle,
+    ike_r: IkeSaHandle,
+    ni: Vec<u8>,
+    nr: Vec<u8>,
+}
+
+/* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr } */
+fn ike_sa_init(group: DhGroup, prf: Prf, suite: Suite) -> Pair {
+    let (mut i, mut r) = (start(1), start(1));
+    let (mut ni, mut nr) = (vec![0u8; 32], vec![0u8; 32]);
+    i.random_nonce(&mut ni).unwrap();
+    r.random_nonce(&mut nr).unwrap();
+    let (mut ke_i, mut ke_r) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
+    let dh_i = i.dh_generate(group, &mut ke_i).unwrap();
+    let dh_r = r.dh_generate(group, &mut ke_r).unwrap();
+    let params = |role| IkeSaParams { role, prf, suite, nonce_i: &ni, nonce_r: &nr, spi_i: 0x1111, spi_r: 0x2222 };
+    let ike_i = i.ike_sa_create(DhExchange { dh: dh_i, peer_public: &ke_r }, &params(Role::Initiator)).unwrap();
+    let ike_r = r.ike_sa_create(DhExchange { dh: dh_r, peer_public: &ke_i }, &params(Role::Responder)).unwrap();
+    Pair { i, r, ike_i, ike_r, ni, nr }
+}
+
+fn sk_round_trip(from: &mut InlineEnclave, fh: IkeSaHandle, to: &mut InlineEnclave, th: IkeSaHandle, suite: Suite) {
+    let inner = b"inner payloads of an IKE_AUTH request";
+    let aad_len = 28 + 4;
+    let layout = suite.sk_layout(inner.len());
+    let mut msg = vec![0xAB; aad_len + layout.body_len(inner.len())];
+    msg[aad_len + layout.iv_len..][..inner.len()].copy_from_slice(inner);
+    from.sk_encrypt(fh, &mut msg, aad_len, inner.len()).unwrap();
+    let mut tampered = msg.clone();
+    tampered[3] ^= 1;
+    assert_eq!(to.sk_decrypt(th, &mut tampered, aad_len), Err(Error::IntegrityCheckFailed));
+    let range = to.sk_decrypt(th, &mut msg, aad_len).unwrap();
+    assert_eq!(&msg[range], inner);
+}
+
+fn auth_input<'a>(msg: &'a [u8], nonce: &'a [u8], id: &'a [u8]) -> AuthInput<'a> {
+    AuthInput { real_message: msg, peer_nonce: nonce, id_body: id }
+}
+
+#[test]
+fn ike_steps_agree_for_every_group_and_suite() {
+    for (group, prf, suite) in [
+        (DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_256)),
+        (DhGroup::EcpP256, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_128)),
+        (DhGroup::EcpP384, Prf::HmacSha384, Suite::cbc(Cipher::AesCbc256, Integ::HmacSha384_192)),
+        (DhGroup::Modp2048, Prf::HmacSha512, Suite::cbc(Cipher::AesCbc128, Integ::HmacSha512_256)),
+        (DhGroup::Modp3072, Prf::HmacSha256, Suite::aead(Cipher::ChaCha20Poly1305)),
+    ] {
+        let mut p = ike_sa_init(group, prf, suite);
+        sk_round_trip(&mut p.i, p.ike_i, &mut p.r, p.ike_r, suite);
+        sk_round_trip(&mut p.r, p.ike_r, &mut p.i, p.ike_i, suite);
+    }
+}
+
+#[test]
+fn psk_auth_verifies_both_ways_and_rejects_a_wrong_key() {
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_256));
+    let psk_i = provision(&mut p.i, SecretKind::PreSharedKey, b"tenant shared secret");
+    let psk_r = provision(&mut p.r, SecretKind::PreSharedKey, b"tenant shared secret");
+    let wrong = provision(&mut p.r, SecretKind::PreSharedKey, b"another secret");
+    let (msg1, idi) = (b"IKE_SA_INIT request bytes".to_vec(), b"\x02\0\0\0site-a".to_vec());
+    /* IKE_AUTH { SK { IDi, AUTH, SAi2, TSi, TSr } } --> */
+    let mut auth = [0u8; 64];
+    let (method, n) =
+        p.i.auth_compute(p.ike_i, psk_i, AuthSpec::SharedKey, &auth_input(&msg1, &p.nr, &idi), &mut auth).unwrap();
+    assert_eq!((method, n), (AuthMethod::SharedKey, 32));
+    let v = p
+        .r
+        .auth_verify(p.ike_r, PeerCredential::SharedKey(psk_r), 2, &auth[..n], &auth_input(&msg1, &p.nr, &idi))
+        .unwrap();
+    assert_eq!(v.method, AuthMethod::SharedKey);
+    assert_eq!(
+        p.r.auth_verify(p.ike_r, PeerCredential::SharedKey(wrong), 2, &auth[..n], &auth_input(&msg1, &p.nr, &idi)),
+        Err(Error::AuthenticationFailed { method: 2 })
+    );
+    // The responder's AUTH is over message 2 and Ni, with SK_pr.
+    let (msg2, idr) = (b"IKE_SA_INIT response bytes".to_vec(), b"\x02\0\0\0cloister".to_vec());
+    let (_, n) =
+        p.r.auth_compute(p.ike_r, psk_r, AuthSpec::SharedKey, &auth_input(&msg2, &p.ni, &idr), &mut auth).unwrap();
+    p.i.auth_verify(p.ike_i, PeerCredential::SharedKey(psk_i), 2, &auth[..n], &auth_input(&msg2, &p.ni, &idr))
+        .unwrap();
+    // A tampered message does not verify.
+    assert!(p
+        .i
+        .auth_verify(p.ike_i, PeerCredential::SharedKey(psk_i), 2, &auth[..n], &auth_input(&msg1, &p.ni, &idr))
+        .is_err());
+}
+
+#[test]
+fn signature_auth_with_rsa_and_ecdsa() {
+    let mut p = ike_sa_init(DhGroup::EcpP256, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_128));
+    let rsa = provision(&mut p.i, SecretKind::RsaPrivateKey, include_bytes!("data/rsa2048_test_key.pk8"));
+    let rsa_pub = PublicKey::from_spki_der(include_bytes!("data/rsa2048_test_key.spki")).unwrap();
+    let rng = ring::rand::SystemRandom::new();
+    let p384 = ring::signature::EcdsaKeyPair::generate_pkcs8(&ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING, &rng)
+        .unwrap();
+    let ec = provision(&mut p.i, SecretKind::EcdsaP384PrivateKey, p384.as_ref());
+    let ec_pair = ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING,
+        p384.as_ref(),
+        &rng,
+    )
+    .unwrap();
+    let ec_pub = PublicKey {
+        kind: PublicKeyKind::EcdsaP384,
+        bytes: ring::signature::KeyPair::public_key(&ec_pair).as_ref().to_vec(),
+    };
+    let (msg1, idi) = (b"IKE_SA_INIT request".to_vec(), b"\x09\0\0\0CN=site-a".to_vec());
+    let input = auth_input(&msg1, &p.nr, &idi);
+    let mut out = [0u8; 600];
+    for (key, spec, pk) in [
+        (rsa, AuthSpec::DigitalSignature(SignatureScheme::RsaPkcs1Sha256), &rsa_pub),
+        (rsa, AuthSpec::DigitalSignature(SignatureScheme::RsaPssSha384), &rsa_pub),
+        (rsa, AuthSpec::DigitalSignature(SignatureScheme::RsaPssSha512), &rsa_pub),
+        (ec, AuthSpec::DigitalSignature(SignatureScheme::EcdsaP384Sha384), &ec_pub),
+        (ec, AuthSpec::Ecdsa, &ec_pub),
+    ] {
+        let (method, n) = p.i.auth_compute(p.ike_i, key, spec, &input, &mut out).unwrap();
+        let v = p.r.auth_verify(p.ike_r, PeerCredential::PublicKey(pk), method.id(), &out[..n], &input).unwrap();
+        if let AuthSpec::DigitalSignature(s) = spec {
+            assert_eq!(v.scheme, Some(s));
+        }
+        let mut bad = out[..n].to_vec();
+        *bad.last_mut().unwrap() ^= 1;
+        assert!(p.r.auth_verify(p.ike_r, PeerCredential::PublicKey(pk), method.id(), &bad, &input).is_err());
+    }
+    // A key cannot sign with a scheme of another family; a PSK handle is no signing key.
+    let psk = provision(&mut p.i, SecretKind::PreSharedKey, b"x");
+    let spec = AuthSpec::DigitalSignature(SignatureScheme::EcdsaP256Sha256);
+    assert!(matches!(p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out), Err(Error::WrongSecretKind { .. })));
+    assert!(matches!(p.i.auth_compute(p.ike_i, psk, spec, &input, &mut out), Err(Error::WrongSecretKind { .. })));
+    // Too small an output buffer is refused, not truncated.
+    let spec = AuthSpec::DigitalSignature(SignatureScheme::RsaPkcs1Sha256);
+    assert!(matches!(p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out[..100]), Err(Error::BadLength { .. })));
+}
+
+fn child(p: &mut Pair, suite: Suite, esn: bool, pfs: Option<DhGroup>) -> (ChildSaPair, ChildSaPair) {
+    let params = |role| ChildSaParams {
+        role,
+        suite,
+        esn,
+        nonce_i: &p.ni,
+        nonce_r: &p.nr,
+        spi_inbound: if role == Role::Initiator { 0xc1c1_0001 } else { 0xc2c2_0002 },
+        spi_outbound: if role == Role::Initiator { 0xc2c2_0002 } else { 0xc1c1_0001 },
+    };
+    match pfs {
+        None => (
+            p.i.child_sa_create(p.ike_i, None, None, &params(Role::Initiator)).unwrap(),
+            p.r.child_sa_create(p.ike_r, None, None, &params(Role::Responder)).unwrap(),
+        ),
+        Some(g) => {
+            let (mut ke_i, mut ke_r) = (vec![0u8; g.public_len()], vec![0u8; g.public_len()]);
+            let dh_i = p.i.dh_generate(g, &mut ke_i).unwrap();
+            let dh_r = p.r.dh_generate(g, &mut ke_r).unwrap();
+            (
+                p.i.child_sa_create(p.ike_i, None, Some(DhExchange { dh: dh_i, peer_public: &ke_r }), &params(Role::Initiator))
+                    .unwrap(),
+                p.r.child_sa_create(p.ike_r, None, Some(DhExchange { dh: dh_r, peer_public: &ke_i }), &params(Role::Responder))
+                    .unwrap(),
+            )
+        }
+    }
+}
+
+/// Lays out `n` ESP packets of `payload` bytes (trailer included) in one area.
+fn layout(suite: Suite, n: usize, payload: usize) -> (Vec<u8>, Vec<(u32, u32)>) {
+    let (head, icv) = suite.esp_overhead();
+    let len = head + payload + icv;
+    let mut area = vec![0u8; n * len];
+    let mut regions = Vec::new();
+    for k in 0..n {
+        let off = k * len;
+        for (j, b) in area[off + head..off + head + payload].iter_mut().enumerate() {
+            *b = u8::try_from((j + k) % 256).unwrap();
+        }
+        regions.push((u32::try_from(off).unwrap(), u32::try_from(len).unwrap()));
+    }
+    (area, regions)
+}
+
+#[test]
+fn esp_batches_round_trip_for_every_transform_with_and_without_esn() {
+    for suite in [
+        Suite::aead(Cipher::AesGcm16_128),
+        Suite::aead(Cipher::AesGcm16_256),
+        Suite::aead(Cipher::ChaCha20Poly1305),
+        Suite::cbc(Cipher::AesCbc128, Integ::HmacSha256_128),
+        Suite::cbc(Cipher::AesCbc256, Integ::HmacSha384_192),
+        Suite::cbc(Cipher::AesCbc256, Integ::HmacSha512_256),
+    ] {
+        for esn in [false, true] {
+            let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_256));
+            let (ci, cr) = child(&mut p, suite, esn, if esn { Some(DhGroup::EcpP256) } else { None });
+            let (mut area, regions) = layout(suite, 8, 64);
+            let original = area.clone();
+            let base: u64 = if esn { 0x7_FFFF_FFFE } else { 1 };
+            let enc: Vec<_> = regions
+                .iter()
+                .enumerate()
+                .map(|(k, &(o, l))| EspDescriptor::encrypt(ci.outbound, o, l, base + k as u64))
+                .collect();
+            let mut status = vec![EspStatus::NotProcessed; enc.len()];
+            let s = p.i.esp_batch(&mut area, &enc, &mut status).unwrap();
+            assert_eq!((s.ok, s.failed), (8, 0), "{suite:?} esn={esn} {status:?}");
+            assert_ne!(area, original);
+            // The low 32 bits of the sequence number are on the wire, the SPI is the peer's.
+            assert_eq!(&area[..4], &0xc2c2_0002u32.to_be_bytes());
+            assert_eq!(&area[4..8], &base.to_be_bytes()[4..]);
+            let dec: Vec<_> = regions
+                .iter()
+                .enumerate()
+                .map(|(k, &(o, l))| EspDescriptor::decrypt(cr.inbound, o, l, base + k as u64))
+                .collect();
+            let s = p.r.esp_batch(&mut area, &dec, &mut status).unwrap();
+            assert_eq!((s.ok, s.failed), (8, 0), "{suite:?} esn={esn} {status:?}");
+            let (head, _) = suite.esp_overhead();
+            for &(o, _) in &regions {
+                let o = o as usize;
+                assert_eq!(area[o + head..o + head + 64], original[o + head..o + head + 64]);
+            }
+            assert_eq!(p.r.counters().esp_status(EspStatus::Ok), 8);
+        }
+    }
+}
+
+#[test]
+fn esn_high_bits_are_authenticated() {
+    let suite = Suite::aead(Cipher::AesGcm16_128);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let (ci, cr) = child(&mut p, suite, true, None);
+    let (mut area, regions) = layout(suite, 1, 32);
+    let (o, l) = regions[0];
+    let seq = 0x5_0000_0001;
+    let mut st = [EspStatus::NotProcessed];
+    p.i.esp_batch(&mut area, &[EspDescriptor::encrypt(ci.outbound, o, l, seq)], &mut st).unwrap();
+    // Same low half, wrong high half: the ICV fails and nothing is decrypted for the caller.
+    let mut wrong = area.clone();
+    p.r.esp_batch(&mut wrong, &[EspDescriptor::decrypt(cr.inbound, o, l, 0x4_0000_0001)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::IcvMismatch);
+    p.r.esp_batch(&mut area, &[EspDescriptor::decrypt(cr.inbound, o, l, seq)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok);
+}
+
+#[test]
+fn bad_descriptors_get_a_status_each_and_are_counted() {
+    let suite = Suite::cbc(Cipher::AesCbc128, Integ::HmacSha256_128);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let (ci, cr) = child(&mut p, suite, false, None);
+    let (mut area, regions) = layout(suite, 2, 32);
+    let (o, l) = regions[0];
+    let mut other = start(2);
+    let mut ke = [0u8; 32];
+    let _ = other.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
+    let dead = p.i.child_sa_create(
+        p.ike_i,
+        None,
+        None,
+        &ChildSaParams {
+            role: Role::Initiator,
+            suite,
+            esn: false,
+            nonce_i: &p.ni,
+            nonce_r: &p.nr,
+            spi_inbound: 7,
+            spi_outbound: 8,
+        },
+    )
+    .unwrap();
+    p.i.esp_sa_delete(dead.outbound).unwrap();
+    let foreign = EspSaHandle(ci.outbound.raw() ^ 0x8000_0000);
+    let descs = [
+        EspDescriptor { opcode: EspOpcode(9), ..EspDescriptor::encrypt(ci.outbound, o, l, 1) },
+        EspDescriptor::encrypt(dead.outbound, o, l, 1),
+        EspDescriptor::encrypt(foreign, o, l, 1),
+        EspDescriptor::decrypt(ci.outbound, o, l, 1),
+        EspDescriptor::encrypt(ci.outbound, regions[1].0, l + 1, 1),
+        EspDescriptor::encrypt(ci.outbound, u32::MAX, l, 1),
+        EspDescriptor::encrypt(ci.outbound, o, l - 1, 1),
+        EspDescriptor::encrypt(ci.outbound, o, l, 1),
+        EspDescriptor::encrypt(ci.outbound, regions[1].0, l, 1),
+        EspDescriptor::encrypt(ci.outbound, regions[1].0, l, 1 << 32),
+        EspDescriptor::decrypt(cr.inbound, o, l, 1),
+    ];
+    let mut st = vec![EspStatus::NotProcessed; descs.len()];
+    let s = p.i.esp_batch(&mut area, &descs, &mut st).unwrap();
+    use EspStatus::*;
+    assert_eq!(
+        st,
+        [
+            UnknownOpcode,
+            UnknownSa,
+            ForeignSa,
+            WrongDirection,
+            OutOfBounds,
+            OutOfBounds,
+            BadLength,
+            Ok,
+            SeqNotIncreasing,
+            SeqExhausted,
+            ForeignSa,
+        ]
+    );
+    assert_eq!((s.ok, s.failed), (1, 10));
+    let c = p.i.counters();
+    assert_eq!(c.esp_status(UnknownSa), 1);
+    assert_eq!(c.esp_status(ForeignSa), 2, "the peer enclave's handle is foreign here");
+    assert_eq!(c.esp_status(OutOfBounds), 2);
+    // Whole-batch refusals.
+    let many = vec![EspDescriptor::encrypt(ci.outbound, o, l, 2); Limits::default().max_batch + 1];
+    let mut st2 = vec![NotProcessed; many.len()];
+    assert!(matches!(p.i.esp_batch(&mut area, &many, &mut st2), Err(Error::BatchTooLarge { .. })));
+    assert!(matches!(p.i.esp_batch(&mut area, &descs, &mut st[..3]), Err(Error::StatusLengthMismatch { .. })));
+    assert_eq!(p.i.counters().error(ErrorKind::BadBatch), 2);
+}
+
+#[test]
+fn handles_are_checked_for_every_call() {
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_256));
+    let mut other = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_256));
+    let mut msg = vec![0u8; 100];
+    // Another instance's handle (a different random tag) is refused.
+    let r = p.i.sk_decrypt(other.ike_i, &mut msg, 32);
+    assert!(matches!(r, Err(Error::ForeignHandle { .. }) | Err(Error::UnknownHandle { .. })));
+    p.i.ike_sa_delete(p.ike_i).unwrap();
+    assert!(matches!(p.i.sk_decrypt(p.ike_i, &mut msg, 32), Err(Error::UnknownHandle { .. })));
+    assert!(matches!(p.i.ike_sa_delete(p.ike_i), Err(Error::UnknownHandle { .. })));
+    // A DH value is consumed by its agreement, even a failed one.
+    let mut ke = [0u8; 32];
+    let dh = other.i.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
+    let params = IkeSaParams {
+        role: Role::Initiator,
+        prf: Prf::HmacSha256,
+        suite: Suite::aead(Cipher::AesGcm16_128),
+        nonce_i: &[1; 16],
+        nonce_r: &[2; 16],
+        spi_i: 1,
+        spi_r: 2,
+    };
+    assert!(matches!(
+        other.i.ike_sa_create(DhExchange { dh, peer_public: &[0u8; 32] }, &params),
+        Err(Error::BadPeerPublicValue { .. })
+    ));
+    assert!(matches!(
+        other.i.ike_sa_create(DhExchange { dh, peer_public: &ke }, &params),
+        Err(Error::UnknownHandle { .. })
+    ));
+    assert!(p.i.counters().error(ErrorKind::UnknownHandle) >= 2);
+}
+
+#[test]
+fn clear_and_seal_then_rekey_with_the_blob() {
+    let suite = Suite::aead(Cipher::AesGcm16_256);
+    let mut p = ike_sa_init(DhGroup::EcpP256, Prf::HmacSha384, suite);
+    let psk = provision(&mut p.i, SecretKind::PreSharedKey, b"k");
+    let before = p.i.memory_report().ike_sa_bytes;
+    let blob = p.i.clear_and_seal(p.ike_i).unwrap();
+    let blob_r = p.r.clear_and_seal(p.ike_r).unwrap();
+    assert!(p.i.memory_report().ike_sa_bytes < before, "clearing gives memory back");
+    assert_eq!(p.i.clear_and_seal(p.ike_i), Err(Error::AlreadySealed));
+    // SK_p is gone: no more AUTH.
+    let mut out = [0u8; 64];
+    assert!(matches!(
+        p.i.auth_compute(p.ike_i, psk, AuthSpec::SharedKey, &auth_input(b"m", &p.nr, b"id"), &mut out),
+        Err(Error::KeyCleared { .. })
+    ));
+    // SK_e/SK_a stay: the SA still protects messages.
+    sk_round_trip(&mut p.i, p.ike_i, &mut p.r, p.ike_r, suite);
+    // Child SA from the sealed SK_d: needs the blob, refuses a tampered one.
+    let params = |role| ChildSaParams {
+        role,
+        suite: Suite::aead(Cipher::ChaCha20Poly1305),
+        esn: false,
+        nonce_i: &p.ni,
+        nonce_r: &p.nr,
+        spi_inbound: 11,
+        spi_outbound: 12,
+    };
+    assert!(matches!(
+        p.i.child_sa_create(p.ike_i, None, None, &params(Role::Initiator)),
+        Err(Error::KeyCleared { .. })
+    ));
+    let mut tampered = blob.clone();
+    let last = tampered.0.len() - 1;
+    tampered.0[last] ^= 1;
+    assert_eq!(
+        p.i.child_sa_create(p.ike_i, Some(&tampered), None, &params(Role::Initiator)),
+        Err(Error::SealedBlob { reason: BlobRejection::Forged })
+    );
+    p.i.child_sa_create(p.ike_i, Some(&blob), None, &params(Role::Initiator)).unwrap();
+    // IKE SA rekey (RFC 7296 §2.18) from the sealed SK_d on both sides: the new SAs agree.
+    let (mut ke_i, mut ke_r) = ([0u8; 32], [0u8; 32]);
+    let dh_i = p.i.dh_generate(DhGroup::Curve25519, &mut ke_i).unwrap();
+    let dh_r = p.r.dh_generate(DhGroup::Curve25519, &mut ke_r).unwrap();
+    let new = |role| IkeSaParams {
+        role,
+        prf: Prf::HmacSha256,
+        suite: Suite::cbc(Cipher::AesCbc256, Integ::HmacSha256_128),
+        nonce_i: &[7; 32],
+        nonce_r: &[8; 32],
+        spi_i: 0x3333,
+        spi_r: 0x4444,
+    };
+    let ni = p.i.ike_sa_rekey(p.ike_i, Some(&blob), DhExchange { dh: dh_i, peer_public: &ke_r }, &new(Role::Initiator));
+    let nr = p.r.ike_sa_rekey(p.ike_r, Some(&blob_r), DhExchange { dh: dh_r, peer_public: &ke_i }, &new(Role::Responder));
+    let (ni, nr) = (ni.unwrap(), nr.unwrap());
+    sk_round_trip(&mut p.i, ni, &mut p.r, nr, Suite::cbc(Cipher::AesCbc256, Integ::HmacSha256_128));
+    // A rekeyed SA never authenticates: it holds no SK_p.
+    assert!(matches!(
+        p.i.auth_compute(ni, psk, AuthSpec::SharedKey, &auth_input(b"m", &p.nr, b"id"), &mut out),
+        Err(Error::KeyCleared { .. })
+    ));
+    // Deleting the old SA makes its blob useless.
+    p.i.ike_sa_delete(p.ike_i).unwrap();
+    assert!(p.i.child_sa_create(p.ike_i, Some(&blob), None, &params(Role::Initiator)).is_err());
+}
+
+#[test]
+fn sealed_blobs_below_the_trusted_minimum_are_refused() {
+    let suite = Suite::aead(Cipher::AesGcm16_128);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let blob = p.i.clear_and_seal(p.ike_i).unwrap();
+    assert_eq!(blob.counter(), Some(1));
+    // A later instance told that counters up to 100 were issued seals from 101 on.
+    let mut later = start_with(1, PROV_KEY, 100);
+    let mut ke = [0u8; 32];
+    let mut ke2 = [0u8; 32];
+    let dh = later.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
+    let peer = later.dh_generate(DhGroup::Curve25519, &mut ke2).unwrap();
+    later.dh_delete(peer).unwrap();
+    let params = IkeSaParams {
+        role: Role::Initiator,
+        prf: Prf::HmacSha256,
+        suite,
+        nonce_i: &[1; 16],
+        nonce_r: &[2; 16],
+        spi_i: 0x1111,
+        spi_r: 0x2222,
+    };
+    let h = later.ike_sa_create(DhExchange { dh, peer_public: &ke2 }, &params).unwrap();
+    let fresh = later.clear_and_seal(h).unwrap();
+    assert_eq!(fresh.counter(), Some(101));
+    // The old instance's blob (same tenant, same SPIs, counter 1) is a rollback here.
+    let child = ChildSaParams {
+        role: Role::Initiator,
+        suite,
+        esn: false,
+        nonce_i: &[1; 16],
+        nonce_r: &[2; 16],
+        spi_inbound: 1,
+        spi_outbound: 2,
+    };
+    assert_eq!(
+        later.child_sa_create(h, Some(&blob), None, &child),
+        Err(Error::SealedBlob { reason: BlobRejection::Rollback })
+    );
+    later.child_sa_create(h, Some(&fresh), None, &child).unwrap();
+    assert_eq!(later.counters().error(ErrorKind::BlobRejected), 1);
+}
+
+#[test]
+fn provisioning_blobs_for_another_tenant_or_key_are_refused() {
+    let mut e = start(5);
+    let other_tenant = wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(6), SecretKind::PreSharedKey, b"x")
+        .unwrap();
+    assert_eq!(e.provision_secret(&other_tenant), Err(Error::ProvisioningBlob { reason: BlobRejection::WrongTenant }));
+    let other_key = wrap_secret(&ProvisioningKey::from_bytes([1; 32]), TenantId(5), SecretKind::PreSharedKey, b"x")
+        .unwrap();
+    assert_eq!(e.provision_secret(&other_key), Err(Error::ProvisioningBlob { reason: BlobRejection::Forged }));
+    let garbage_key =
+        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(5), SecretKind::RsaPrivateKey, b"not a key").unwrap();
+    assert!(matches!(e.provision_secret(&garbage_key), Err(Error::BadPrivateKey { .. })));
+    let h = provision(&mut e, SecretKind::PreSharedKey, b"psk");
+    assert_eq!(e.secret_kind(h), Ok(SecretKind::PreSharedKey));
+    e.delete_secret(h).unwrap();
+    assert!(e.secret_kind(h).is_err());
+    assert_eq!(e.counters().error(ErrorKind::BlobRejected), 2);
+}
+
+#[test]
+fn errors_and_debug_output_carry_no_key_bytes() {
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_128));
+    let secret = b"TOPSECRETPSK-1234567890";
+    let h = provision(&mut p.i, SecretKind::PreSharedKey, secret);
+    let dbg = format!("{:?} {:?}", p.i, h);
+    assert!(!dbg.contains("TOPSECRET"));
+    let err = p.i.auth_verify(p.ike_i, PeerCredential::SharedKey(h), 2, &[0; 32], &auth_input(b"m", b"n", b"i"));
+    let text = format!("{:?} {}", err, err.as_ref().unwrap_err());
+    assert!(!text.contains("TOPSECRET"));
+}
+
+#[test]
+fn memory_report_counts_per_sa_state() {
+    let suite = Suite::aead(Cipher::AesGcm16_256);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let _ = child(&mut p, suite, true, None);
+    let _ = child(&mut p, Suite::cbc(Cipher::AesCbc256, Integ::HmacSha256_128), false, None);
+    let m = p.i.memory_report();
+    assert_eq!((m.ike_sas, m.esp_sas), (1, 4));
+    eprintln!("per IKE SA {} bytes, per ESP SA {} bytes, fixed {} bytes", m.per_ike_sa(), m.per_esp_sa(), m.fixed_bytes);
+    p.i.clear_and_seal(p.ike_i).unwrap();
+    eprintln!("per IKE SA after clear-and-seal {} bytes", p.i.memory_report().per_ike_sa());
+    assert!(m.per_ike_sa() <= 1024, "goal: 1 MB per 1000 IKE SAs");
+}
+
+#[test]
+fn attestation_evidence_verifies_with_the_platform_key() {
+    let config = EnclaveConfig {
+        tenant: TenantId(9),
+        provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
+        trusted_min_seal_counter: 0,
+        limits: Limits::default(),
+    };
+    let platform = SoftwareAttestation::generate_platform_key().unwrap();
+    let att = SoftwareAttestation::new(&platform, CodeIdentity::CurrentExecutable, &config.measured_bytes()).unwrap();
+    let anchor = att.platform_public_key().to_vec();
+    let expected = cloister_enclave::attest::AttestationProvider::measurement(&att);
+    let mut e = InlineEnclave::start(config, Box::new(att)).unwrap();
+    let rd = [3u8; 64];
+    let ev = e.evidence(&rd).unwrap();
+    let v = verify_software_evidence(&ev.bytes, &anchor, &rd).unwrap();
+    assert_eq!((v.measurement, v.tenant), (expected, TenantId(9)));
+}
