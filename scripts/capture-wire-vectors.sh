@@ -93,7 +93,11 @@ run_family() { # v4|v6
   ip link add "${TAG}x" type veth peer name "${TAG}y"
   ip link set "${TAG}x" netns "$NS_A" name eth0
   ip link set "${TAG}y" netns "$NS_B" name eth0
-  for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; ip -n "$ns" link set eth0 up; done
+  for ns in "$NS_A" "$NS_B"; do
+    ip -n "$ns" link set lo up; ip -n "$ns" link set eth0 up
+    # Checksum offload would leave the sender's UDP checksums unfilled in the capture.
+    ip netns exec "$ns" ethtool -K eth0 tx off >/dev/null
+  done
   local dad=(); [ "$fam" = v6 ] && dad=(nodad)
   ip -n "$NS_A" addr add "$a_out/$plen" dev eth0 "${dad[@]}"; ip -n "$NS_B" addr add "$b_out/$plen" dev eth0 "${dad[@]}"
   ip -n "$NS_A" addr add "$a_in/$iplen" dev lo; ip -n "$NS_B" addr add "$b_in/$iplen" dev lo

@@ -13,7 +13,7 @@ say() { printf '[setup] %s\n' "$*"; }
 # Debian packages. Daemons in these packages (strongSwan, etcd) must not start as system
 # services: tests start their own instances inside namespaces.
 APT_PACKAGES=(
-  build-essential pkg-config ca-certificates curl iproute2 iputils-ping procps kmod
+  build-essential pkg-config ca-certificates curl iproute2 iputils-ping procps kmod ethtool
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
   iperf3 tshark nftables softhsm2 opensc etcd-server etcd-client protobuf-compiler
   python3 python3-venv python3-pip fonts-dejavu-core

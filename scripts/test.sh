@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every Cloister test on a fresh Debian machine: installs what is missing, builds,
+# lints, runs unit, property, vector and namespace integration tests, then short fuzz runs.
+# Namespace tests need root (CI runs as root); elsewhere they print a notice and skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+./scripts/setup.sh
+export CARGO_TERM_COLOR=never
+[ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+log=$(mktemp /tmp/cloister-test.XXXXXX)
+trap 'rm -f "$log"' EXIT
+
+echo "== clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -q -- -D warnings
+
+echo "== cargo test"
+# Tests share the machine's 2 cores; namespace tests are independent and run in parallel.
+set +e
+cargo test --workspace --locked 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$(awk '/^test result:/ {for (i=1;i<=NF;i++) if ($(i+1) ~ /^passed;?$/) s+=$i} END {print s+0}' "$log")
+failed=$(awk '/^test result:/ {for (i=1;i<=NF;i++) if ($(i+1) ~ /^failed;?$/) s+=$i} END {print s+0}' "$log")
+if [ "$rc" -ne 0 ]; then
+  echo "cargo test failed"; echo "tests: $passed passed, $failed failed"; exit "$rc"
+fi
+
+echo "== short fuzz runs"
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} ./scripts/fuzz.sh
+
+left=$(ip netns list 2>/dev/null | grep -c '^clt' || true)
+if [ "$left" -ne 0 ]; then echo "tests left $left namespaces behind"; exit 1; fi
+echo "test.sh finished in $(( $(date +%s) - start ))s"
+echo "tests: $passed passed, $failed failed"
