@@ -17,11 +17,18 @@ struct Cli {
 enum Command {
     /// Decode an IKEv2 message or ESP/IP packet given as hex or a file, and print its structure.
     Decode(cmd::decode::Args),
+    /// Run one tenant's hardened enclave process (started by the gateway, not by hand).
+    #[command(hide = true)]
+    EnclaveProcess(cmd::enclave_process::Args),
+    /// Simulate elastic provisioning on a throughput trace; print tables, write plots.
+    Simulate(cmd::simulate::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => cmd::decode::run(args),
+        Command::EnclaveProcess(args) => cmd::enclave_process::run(args),
+        Command::Simulate(args) => cmd::simulate::run(args),
     }
 }

@@ -1,5 +1,7 @@
 //! The harness tests itself: two hosts ping each other, and nothing survives teardown.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
 use std::path::Path;
 use std::time::Duration;
 

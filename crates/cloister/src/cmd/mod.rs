@@ -1,2 +1,4 @@
 //! One module per subcommand.
 pub(crate) mod decode;
+pub(crate) mod enclave_process;
+pub(crate) mod simulate;
