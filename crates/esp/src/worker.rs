@@ -1,0 +1,640 @@
+//! One worker's entry points: encapsulate or decapsulate a [`Batch`] with one enclave
+//! crossing, reusing scratch vectors so the per-packet path allocates nothing.
+//!
+//! Outbound (RFC 4301 §5.1): inner packet → SPD lookup → SA → TTL → path MTU (ICMP error
+//! inward, or IPv4 fragmentation) → sequence number and lifetime → trailer and outer headers
+//! around the packet → **one** `esp_batch` (ENCRYPT) → UDP checksum over IPv6 → transmit.
+//!
+//! Inbound (RFC 4301 §5.2): outer header → UDP-encap classification (keepalive, IKE, ESP) →
+//! SA by SPI → ESN inference and anti-replay *check* → **one** `esp_batch` (DECRYPT: verify
+//! then decrypt) → anti-replay *commit* for authenticated packets only → trailer, Next
+//! Header → traffic selectors → RFC 6040 ECN → TTL → deliver.
+
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use enclave::{Enclave, EspDescriptor, EspStatus};
+use wire::{Ecn, EspPacket, EspTrailer, IpProtocol, UdpEncapPayload};
+
+use crate::batch::{Action, Batch, Frame, Transmit};
+use crate::drop::{DropCounts, DropReason, SharedDropCounts};
+use crate::ecn;
+use crate::packet::{self, IcmpSources, Inner, Outer, OuterFields, Shape};
+use crate::sad::{Encapsulation, OutboundSa, OutboundSaId, SaConfig, Sad};
+use crate::selector::FiveTuple;
+use crate::spd::{PolicyAction, Spd};
+
+/// The outer TTL / hop limit (RFC 4301 §5.1.2.1 note 2: "constructed").
+pub const OUTER_TTL: u8 = 64;
+
+/// Settings of one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Most descriptors per enclave call ([`enclave::Limits::max_batch`]); larger batches
+    /// cross in chunks of this size.
+    pub max_batch: usize,
+    /// Source of ICMP errors sent to IPv4 hosts; the SA's local address if it is IPv4.
+    pub icmp_source_v4: Option<Ipv4Addr>,
+    /// Source of ICMPv6 errors; the SA's local address if it is IPv6.
+    pub icmp_source_v6: Option<Ipv6Addr>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self { max_batch: 256, icmp_source_v4: None, icmp_source_v6: None }
+    }
+}
+
+/// What one call did, by outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchReport {
+    /// Outer packets to send.
+    pub transmit: u32,
+    /// Inner packets to deliver.
+    pub deliver: u32,
+    /// ICMP errors built to send inward.
+    pub icmp: u32,
+    /// Packets to forward unprotected.
+    pub bypass: u32,
+    /// IKE messages for the IKE engine.
+    pub ike: u32,
+    /// NAT-keepalives consumed.
+    pub keepalive: u32,
+    /// Packets dropped (also those answered with an ICMP error).
+    pub dropped: u32,
+    /// Enclave calls made (1 unless the batch exceeded `max_batch` descriptors; 0 if no
+    /// packet needed the enclave).
+    pub crossings: u32,
+    /// A packet crossed a soft or hard byte/packet limit: call [`Sad::handle_timeout`] soon.
+    pub lifetime_check_due: bool,
+}
+
+/// Who a descriptor belongs to.
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    Out(OutboundSaId),
+    In(u32),
+}
+
+/// A packet handed to the enclave, with what finishing it needs.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    packet: usize,
+    owner: Owner,
+    seq: u64,
+    /// Offsets within the slot: the outer packet (outbound) / the ESP packet (inbound).
+    start: usize,
+    len: usize,
+    outer_ecn: Ecn,
+}
+
+/// Marks packet `i` dropped and counts it for the worker and, if known, the SA.
+fn drop_packet(
+    drops: &mut DropCounts,
+    report: &mut BatchReport,
+    batch: &mut Batch<'_>,
+    i: usize,
+    reason: DropReason,
+    sa: Option<&SharedDropCounts>,
+) {
+    drops.record(reason);
+    if let Some(sa) = sa {
+        sa.record(reason);
+    }
+    report.dropped += 1;
+    if let Some(p) = batch.packets.get_mut(i) {
+        p.action = Action::Drop(reason);
+    }
+}
+
+/// Whether the inner packet is within the SA's selectors (RFC 4301 §5.2 step 4): the source
+/// on the peer's side, the destination on ours.
+fn selectors_admit(cfg: &SaConfig, t: &FiveTuple) -> bool {
+    cfg.remote_selectors.iter().any(|s| s.matches(t.src, t.protocol, t.src_port))
+        && cfg.local_selectors.iter().any(|s| s.matches(t.dst, t.protocol, t.dst_port))
+}
+
+/// The low 16 bits, for the outer IPv4 Identification (RFC 6864: unique enough per SA).
+fn low16(x: u64) -> u16 {
+    let [.., a, b] = x.to_be_bytes();
+    u16::from_be_bytes([a, b])
+}
+
+/// A worker's scratch space and counters. One per I/O worker thread; workers share `&Sad`.
+#[derive(Debug)]
+pub struct Worker {
+    config: WorkerConfig,
+    descriptors: Vec<EspDescriptor>,
+    status: Vec<EspStatus>,
+    pending: Vec<Pending>,
+    drops: DropCounts,
+}
+
+impl Worker {
+    /// A worker whose scratch holds `capacity` packets without reallocating.
+    pub fn new(config: WorkerConfig, capacity: usize) -> Self {
+        Self {
+            config,
+            descriptors: Vec::with_capacity(capacity),
+            status: Vec::with_capacity(capacity),
+            pending: Vec::with_capacity(capacity),
+            drops: DropCounts::default(),
+        }
+    }
+
+    /// Every drop this worker counted, SA or not.
+    pub fn drops(&self) -> &DropCounts {
+        &self.drops
+    }
+
+    /// Hands every descriptor to the enclave: one call per `max_batch` descriptors.
+    fn cross<E: Enclave + ?Sized>(&mut self, enclave: &mut E, area: &mut [u8], report: &mut BatchReport) {
+        self.status.clear();
+        self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
+        let max = self.config.max_batch.max(1);
+        for (d, s) in self.descriptors.chunks(max).zip(self.status.chunks_mut(max)) {
+            report.crossings += 1;
+            if enclave.esp_batch(area, d, s).is_err() {
+                // The whole call was refused: nothing was processed.
+                s.fill(EspStatus::NotProcessed);
+            }
+        }
+    }
+
+    // ---- outbound ----------------------------------------------------------------------
+
+    /// Encapsulates every packet of `batch` (inner IPv4/IPv6 packets at their offsets) and
+    /// sets each one's [`Action`]: `Transmit`, `Bypass`, `IcmpError` or `Drop`.
+    pub fn encapsulate<E: Enclave + ?Sized>(
+        &mut self,
+        enclave: &mut E,
+        sad: &Sad,
+        spd: &Spd,
+        batch: &mut Batch<'_>,
+    ) -> BatchReport {
+        let mut report = BatchReport::default();
+        self.descriptors.clear();
+        self.pending.clear();
+        // Fragments appended during the loop are encapsulated where they are made.
+        for i in 0..batch.len {
+            self.encap_prepare(sad, spd, batch, i, &mut report);
+        }
+        if !self.descriptors.is_empty() {
+            self.cross(enclave, batch.area, &mut report);
+        }
+        self.encap_finish(sad, batch, &mut report);
+        report
+    }
+
+    fn encap_prepare(
+        &mut self,
+        sad: &Sad,
+        spd: &Spd,
+        batch: &mut Batch<'_>,
+        i: usize,
+        report: &mut BatchReport,
+    ) {
+        let Some(pkt) = batch.packets.get(i).copied() else { return };
+        if pkt.action != Action::Pending {
+            return;
+        }
+        let start = i * batch.slot_len + pkt.offset;
+        let parsed = batch.area.get(start..start + pkt.len).ok_or(DropReason::NoRoom).and_then(Inner::parse);
+        let inner = match parsed {
+            Ok(inner) => inner,
+            Err(r) => return drop_packet(&mut self.drops, report, batch, i, r, None),
+        };
+        if let Some(p) = batch.packets.get_mut(i) {
+            // Bytes past the IP length (link padding) are not part of the packet.
+            p.len = inner.len;
+        }
+        let id = match spd.lookup(&inner.tuple).map(|p| p.action) {
+            Some(PolicyAction::Protect(id)) => id,
+            Some(PolicyAction::Bypass) => {
+                report.bypass += 1;
+                if let Some(p) = batch.packets.get_mut(i) {
+                    p.action = Action::Bypass;
+                }
+                return;
+            }
+            Some(PolicyAction::Discard) => {
+                return drop_packet(&mut self.drops, report, batch, i, DropReason::PolicyDiscard, None)
+            }
+            None => return drop_packet(&mut self.drops, report, batch, i, DropReason::NoPolicy, None),
+        };
+        let Some(sa) = sad.outbound(id) else {
+            return drop_packet(&mut self.drops, report, batch, i, DropReason::NoSa, None);
+        };
+        let sa_drops = Some(sa.runtime().drops());
+        if sa.runtime().is_expired() {
+            return drop_packet(&mut self.drops, report, batch, i, DropReason::HardLifetime, sa_drops);
+        }
+        if inner.ttl <= 1 {
+            return drop_packet(&mut self.drops, report, batch, i, DropReason::TtlExceeded, sa_drops);
+        }
+        let cfg = sa.config();
+        let shape = Shape::of(cfg);
+        let mtu = usize::from(sa.runtime().path_mtu());
+        let fits = shape.total(inner.len) <= mtu;
+        if !fits && (inner.v6 || inner.df) {
+            return self.too_big(batch, i, &inner, cfg, shape.max_inner(mtu), sa_drops, report);
+        }
+        // Forwarding: the inner TTL is decremented by the encapsulator (RFC 4301 §5.1.2.1).
+        let rewritten = batch
+            .area
+            .get_mut(start..start + inner.len)
+            .ok_or(DropReason::NoRoom)
+            .and_then(|b| packet::forward_rewrite(b, &inner, inner.ecn));
+        if let Err(r) = rewritten {
+            return drop_packet(&mut self.drops, report, batch, i, r, sa_drops);
+        }
+        if fits {
+            return self.encap_one(batch, i, sa, id, &inner, report);
+        }
+        // IPv4 with DF clear: fragment the inner packet, then protect each fragment
+        // (RFC 4301 §8.1 lets the encapsulator fragment before IPsec processing).
+        match packet::fragment_v4(batch, i, shape.max_inner(mtu)) {
+            Ok(more) => {
+                self.encap_one(batch, i, sa, id, &inner, report);
+                for j in more {
+                    self.encap_one(batch, j, sa, id, &inner, report);
+                }
+            }
+            Err(r) => drop_packet(&mut self.drops, report, batch, i, r, sa_drops),
+        }
+    }
+
+    /// The packet does not fit and may not be fragmented: answer with an ICMP error where
+    /// allowed (RFC 4301 §8.2.1), and drop it.
+    #[allow(clippy::too_many_arguments)]
+    fn too_big(
+        &mut self,
+        batch: &mut Batch<'_>,
+        i: usize,
+        inner: &Inner,
+        cfg: &SaConfig,
+        max_inner: usize,
+        sa_drops: Option<&SharedDropCounts>,
+        report: &mut BatchReport,
+    ) {
+        // Below 1280 an IPv6 sender cannot go: the tunnel would have to fragment the outer
+        // packet (RFC 8200 §5), which is not implemented; such packets are only counted.
+        let useful = !inner.v6 || inner.len > wire::icmpv6::MIN_MTU;
+        let sources = IcmpSources {
+            v4: self.config.icmp_source_v4.or(match cfg.local {
+                core::net::IpAddr::V4(a) => Some(a),
+                core::net::IpAddr::V6(_) => None,
+            }),
+            v6: self.config.icmp_source_v6.or(match cfg.local {
+                core::net::IpAddr::V6(a) => Some(a),
+                core::net::IpAddr::V4(_) => None,
+            }),
+        };
+        let pkt_offset = batch.packets.get(i).map_or(0, |p| p.offset);
+        let built = if useful && inner.may_get_icmp_error() {
+            let slot_start = i * batch.slot_len;
+            batch
+                .area
+                .get_mut(slot_start..slot_start + batch.slot_len)
+                .and_then(|slot| packet::build_too_big(slot, pkt_offset, inner, max_inner, sources))
+        } else {
+            None
+        };
+        drop_packet(&mut self.drops, report, batch, i, DropReason::MtuExceeded, sa_drops);
+        if let (Some((offset, len)), Some(p)) = (built, batch.packets.get_mut(i)) {
+            p.offset = offset;
+            p.len = len;
+            p.action = Action::IcmpError;
+            report.icmp += 1;
+        }
+    }
+
+    /// Lays out packet `j` (an inner packet that fits) as ESP around itself and queues its
+    /// descriptor.
+    fn encap_one(
+        &mut self,
+        batch: &mut Batch<'_>,
+        j: usize,
+        sa: &OutboundSa,
+        id: OutboundSaId,
+        inner: &Inner,
+        report: &mut BatchReport,
+    ) {
+        let r = self.encap_layout(batch, j, sa, id, inner);
+        match r {
+            Ok(crossed) => report.lifetime_check_due |= crossed,
+            Err(reason) => drop_packet(&mut self.drops, report, batch, j, reason, Some(sa.runtime().drops())),
+        }
+    }
+
+    fn encap_layout(
+        &mut self,
+        batch: &mut Batch<'_>,
+        j: usize,
+        sa: &OutboundSa,
+        id: OutboundSaId,
+        inner: &Inner,
+    ) -> Result<bool, DropReason> {
+        let cfg = sa.config();
+        let rt = sa.runtime();
+        let pkt = *batch.packets.get(j).ok_or(DropReason::NoRoom)?;
+        let shape = Shape::of(cfg);
+        let trailer = shape.trailer(pkt.len, inner.v6)?;
+        let before = shape.before();
+        let total = shape.total(pkt.len);
+        let start = pkt.offset.checked_sub(before).ok_or(DropReason::NoRoom)?;
+        if start + total > batch.slot_len {
+            return Err(DropReason::NoRoom);
+        }
+        let seq = rt.next_seq(cfg.esn)?;
+        let crossed = rt.account(pkt.len, &cfg.lifetime)?;
+        let slot_start = j * batch.slot_len;
+        let slot = batch.area.get_mut(slot_start..slot_start + batch.slot_len).ok_or(DropReason::NoRoom)?;
+        let payload =
+            slot.get_mut(pkt.offset..pkt.offset + trailer.buffer_len(pkt.len)).ok_or(DropReason::NoRoom)?;
+        // The inner packet is already in place: only padding and trailer are written.
+        trailer.emit(payload, pkt.len, |_| {}).map_err(|_| DropReason::NoRoom)?;
+        let fields = OuterFields {
+            dscp: inner.dscp,
+            ecn: ecn::encapsulated(inner.ecn),
+            // RFC 4301 §5.1.2.1 note 4: copy DF from an IPv4 inner header; an IPv6 packet
+            // must not be fragmented on the way, so its outer IPv4 header says DF.
+            df: inner.v6 || inner.df,
+            flow_label: inner.outer_flow_label(),
+            ttl: OUTER_TTL,
+            ident: low16(seq),
+        };
+        let outer = slot.get_mut(start..start + total).ok_or(DropReason::NoRoom)?;
+        packet::write_outer(outer, cfg, &fields)?;
+        let esp = slot_start + start + shape.outer;
+        let esp_len = total - shape.outer;
+        let offset = u32::try_from(esp).map_err(|_| DropReason::NoRoom)?;
+        let len = u32::try_from(esp_len).map_err(|_| DropReason::NoRoom)?;
+        self.descriptors.push(EspDescriptor::encrypt(cfg.handle, offset, len, seq));
+        self.pending.push(Pending {
+            packet: j,
+            owner: Owner::Out(id),
+            seq,
+            start,
+            len: total,
+            outer_ecn: fields.ecn,
+        });
+        Ok(crossed)
+    }
+
+    fn encap_finish(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
+        for k in 0..self.pending.len() {
+            let (Some(p), Some(&status)) = (self.pending.get(k).copied(), self.status.get(k)) else {
+                continue;
+            };
+            let Owner::Out(id) = p.owner else { continue };
+            let Some(sa) = sad.outbound(id) else {
+                drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
+                continue;
+            };
+            let sa_drops = Some(sa.runtime().drops());
+            if status != EspStatus::Ok {
+                drop_packet(
+                    &mut self.drops,
+                    report,
+                    batch,
+                    p.packet,
+                    DropReason::from_status(status),
+                    sa_drops,
+                );
+                continue;
+            }
+            let cfg = sa.config();
+            let slot_start = p.packet * batch.slot_len;
+            let filled = batch
+                .area
+                .get_mut(slot_start + p.start..slot_start + p.start + p.len)
+                .ok_or(DropReason::NoRoom)
+                .and_then(|outer| packet::fill_udp6_checksum(outer, cfg));
+            if let Err(r) = filled {
+                drop_packet(&mut self.drops, report, batch, p.packet, r, sa_drops);
+                continue;
+            }
+            if let Some(pkt) = batch.packets.get_mut(p.packet) {
+                pkt.offset = p.start;
+                pkt.len = p.len;
+                pkt.action = Action::Transmit(Transmit {
+                    sa: id,
+                    local: cfg.local,
+                    remote: cfg.remote,
+                    encapsulation: cfg.encapsulation,
+                    esp_offset: p.start + cfg.outer_header_len(),
+                });
+                report.transmit += 1;
+            }
+        }
+    }
+
+    // ---- inbound -----------------------------------------------------------------------
+
+    /// Decapsulates every packet of `batch` (outer packets, see [`Frame`]) and sets each
+    /// one's [`Action`]: `Deliver` (the inner packet), `Ike`, `Keepalive` or `Drop`.
+    pub fn decapsulate<E: Enclave + ?Sized>(
+        &mut self,
+        enclave: &mut E,
+        sad: &Sad,
+        batch: &mut Batch<'_>,
+    ) -> BatchReport {
+        let mut report = BatchReport::default();
+        self.descriptors.clear();
+        self.pending.clear();
+        for i in 0..batch.len {
+            if let Err(r) = self.decap_prepare(sad, batch, i, &mut report) {
+                let sa = r.1.and_then(|spi| sad.inbound(spi)).map(|sa| sa.runtime().drops());
+                drop_packet(&mut self.drops, &mut report, batch, i, r.0, sa);
+            }
+        }
+        if !self.descriptors.is_empty() {
+            self.cross(enclave, batch.area, &mut report);
+        }
+        self.decap_finish(sad, batch, &mut report);
+        report
+    }
+
+    /// Checks one received packet up to the enclave call; `Err((reason, spi of the SA if
+    /// known))` drops it.
+    fn decap_prepare(
+        &mut self,
+        sad: &Sad,
+        batch: &mut Batch<'_>,
+        i: usize,
+        report: &mut BatchReport,
+    ) -> Result<(), (DropReason, Option<u32>)> {
+        let no_sa = |r| (r, None);
+        let pkt = batch.packets.get(i).copied().ok_or(no_sa(DropReason::Malformed))?;
+        if pkt.action != Action::Pending {
+            return Ok(());
+        }
+        let slot_start = i * batch.slot_len;
+        let bytes = batch.area.get(slot_start + pkt.offset..slot_start + pkt.offset + pkt.len);
+        let bytes = bytes.ok_or(no_sa(DropReason::Malformed))?;
+        let outer = match pkt.frame {
+            Frame::Ip => Outer::parse(bytes).map_err(no_sa)?,
+            Frame::Udp { remote, local, ecn } => Outer {
+                remote: remote.ip(),
+                local: local.ip(),
+                ecn,
+                udp: Some((remote.port(), local.port(), usize::MAX)),
+                payload: 0..bytes.len(),
+            },
+        };
+        let payload = bytes.get(outer.payload.clone()).ok_or(no_sa(DropReason::Malformed))?;
+        if let Some((sport, dport, udp_at)) = outer.udp {
+            let remote = SocketAddr::new(outer.remote, sport);
+            let local = SocketAddr::new(outer.local, dport);
+            let action = match UdpEncapPayload::classify(payload).map_err(|_| no_sa(DropReason::Malformed))? {
+                UdpEncapPayload::Esp(_) => None,
+                UdpEncapPayload::Keepalive => {
+                    report.keepalive += 1;
+                    Some((Action::Keepalive { remote }, outer.payload.clone()))
+                }
+                UdpEncapPayload::Ike(msg) => {
+                    // IKE has its own integrity only after IKE_SA_INIT: check the UDP
+                    // checksum here (zero is allowed over IPv4, RFC 768).
+                    if let Some(udp) = bytes.get(udp_at..) {
+                        let pair = match (outer.remote, outer.local) {
+                            (core::net::IpAddr::V4(src), core::net::IpAddr::V4(dst)) => {
+                                wire::IpPair::V4 { src, dst }
+                            }
+                            (core::net::IpAddr::V6(src), core::net::IpAddr::V6(dst)) => {
+                                wire::IpPair::V6 { src, dst }
+                            }
+                            _ => return Err(no_sa(DropReason::Malformed)),
+                        };
+                        let ok = wire::UdpPacket::new_checked(udp).is_ok_and(|u| u.verify_checksum(&pair));
+                        if !ok {
+                            return Err(no_sa(DropReason::Malformed));
+                        }
+                    }
+                    report.ike += 1;
+                    let start = outer.payload.start + wire::udp_encap::NON_ESP_MARKER.len();
+                    Some((Action::Ike { remote, local }, start..start + msg.len()))
+                }
+            };
+            if let Some((action, range)) = action {
+                if let Some(p) = batch.packets.get_mut(i) {
+                    p.offset += range.start;
+                    p.len = range.len();
+                    p.action = action;
+                }
+                return Ok(());
+            }
+        }
+        let esp = EspPacket::new_checked(payload).map_err(|_| no_sa(DropReason::Malformed))?;
+        let spi = esp.spi();
+        let sa = sad.inbound(spi).ok_or(no_sa(DropReason::NoSa))?;
+        let with_sa = |r| (r, Some(spi));
+        let cfg = sa.config();
+        if outer.udp.is_some() != matches!(cfg.encapsulation, Encapsulation::Udp { .. }) {
+            return Err(with_sa(DropReason::EncapsulationMismatch));
+        }
+        if sa.runtime().is_expired() {
+            return Err(with_sa(DropReason::HardLifetime));
+        }
+        // The shortest packet holds header, IV, the 2-byte trailer and the ICV; CBC needs
+        // whole blocks (RFC 3602 §3). The enclave checks again; this keeps the count honest.
+        let shape = Shape::of(cfg);
+        let body = payload.len().checked_sub(wire::esp::HEADER_LEN + shape.iv + shape.icv);
+        if body
+            .is_none_or(|b| b < wire::esp_trailer::TRAILER_LEN || (shape.align > 4 && b % shape.align != 0))
+        {
+            return Err(with_sa(DropReason::Malformed));
+        }
+        let window = sa.runtime().window();
+        let seq = window.infer(esp.sequence_number(), cfg.esn).ok_or(with_sa(DropReason::Replay))?;
+        // Anti-replay check before the enclave spends work on the packet (RFC 4303 §3.4.3).
+        window.check(seq).map_err(with_sa)?;
+        let esp_start = pkt.offset + outer.payload.start;
+        let offset = u32::try_from(slot_start + esp_start).map_err(|_| with_sa(DropReason::NoRoom))?;
+        let len = u32::try_from(payload.len()).map_err(|_| with_sa(DropReason::NoRoom))?;
+        self.descriptors.push(EspDescriptor::decrypt(cfg.handle, offset, len, seq));
+        self.pending.push(Pending {
+            packet: i,
+            owner: Owner::In(spi),
+            seq,
+            start: esp_start,
+            len: payload.len(),
+            outer_ecn: outer.ecn,
+        });
+        Ok(())
+    }
+
+    fn decap_finish(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
+        for k in 0..self.pending.len() {
+            let (Some(p), Some(&status)) = (self.pending.get(k).copied(), self.status.get(k)) else {
+                continue;
+            };
+            let Owner::In(spi) = p.owner else { continue };
+            let Some(sa) = sad.inbound(spi) else {
+                drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
+                continue;
+            };
+            match Self::decap_one(sa, batch, &p, status) {
+                Ok((offset, len, crossed)) => {
+                    report.lifetime_check_due |= crossed;
+                    report.deliver += 1;
+                    if let Some(pkt) = batch.packets.get_mut(p.packet) {
+                        pkt.offset = offset;
+                        pkt.len = len;
+                        pkt.action = Action::Deliver { spi };
+                    }
+                }
+                Err(r) => {
+                    drop_packet(&mut self.drops, report, batch, p.packet, r, Some(sa.runtime().drops()))
+                }
+            }
+        }
+    }
+
+    /// After the enclave: commit, trailer, inner checks, rewrite. Returns the inner packet's
+    /// offset and length in its slot, and whether a lifetime limit was crossed.
+    fn decap_one(
+        sa: &crate::sad::InboundSa,
+        batch: &mut Batch<'_>,
+        p: &Pending,
+        status: EspStatus,
+    ) -> Result<(usize, usize, bool), DropReason> {
+        if status != EspStatus::Ok {
+            return Err(DropReason::from_status(status));
+        }
+        // Authenticated: only now may the window move (RFC 4303 §3.4.3).
+        sa.runtime().window().commit(p.seq)?;
+        let cfg = sa.config();
+        let shape = Shape::of(cfg);
+        let slot_start = p.packet * batch.slot_len;
+        let slot =
+            batch.area.get_mut(slot_start..slot_start + batch.slot_len).ok_or(DropReason::Malformed)?;
+        let pt_start = p.start + wire::esp::HEADER_LEN + shape.iv;
+        let pt_end = (p.start + p.len).checked_sub(shape.icv).ok_or(DropReason::Malformed)?;
+        let plaintext = slot.get_mut(pt_start..pt_end).ok_or(DropReason::Malformed)?;
+        let (inner_len, trailer) = match EspTrailer::parse(plaintext) {
+            Ok((inner, trailer)) => (inner.len(), trailer),
+            Err(_) => return Err(DropReason::BadPadding),
+        };
+        let version = match trailer.next_header {
+            IpProtocol::IPV4 => 4,
+            IpProtocol::IPV6 => 6,
+            // A dummy packet (RFC 4303 §2.6): authentic, but carries nothing.
+            IpProtocol::IPV6_NO_NEXT_HEADER => return Err(DropReason::Dummy),
+            _ => return Err(DropReason::BadNextHeader),
+        };
+        let inner_bytes = plaintext.get_mut(..inner_len).ok_or(DropReason::Malformed)?;
+        if inner_bytes.first().map(|b| b >> 4) != Some(version) {
+            return Err(DropReason::BadNextHeader);
+        }
+        // Bytes between the inner packet's end and the padding are TFC padding (§2.7).
+        let inner = Inner::parse(inner_bytes)?;
+        let crossed = sa.runtime().account(inner.len, &cfg.lifetime)?;
+        if !selectors_admit(cfg, &inner.tuple) {
+            return Err(DropReason::SelectorMismatch);
+        }
+        let ecn = ecn::decapsulated(inner.ecn, p.outer_ecn).ok_or(DropReason::EcnCeOnNotEct)?;
+        // Forwarding: the decapsulator decrements the inner TTL (RFC 4301 §5.1.2.1 note 2).
+        packet::forward_rewrite(inner_bytes, &inner, ecn)?;
+        Ok((pt_start, inner.len, crossed))
+    }
+}
