@@ -103,8 +103,9 @@ pub fn software_measurement(code: &[u8], config: &[u8]) -> Measurement {
 impl SoftwareAttestation {
     /// Generates a platform key (PKCS#8, ECDSA P-256); the host keeps it.
     pub fn generate_platform_key() -> Result<Zeroizing<Vec<u8>>> {
-        let doc = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &SystemRandom::new())
-            .map_err(|_| Error::Attestation { why: "platform key generation failed" })?;
+        let doc =
+            EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &SystemRandom::new())
+                .map_err(|_| Error::Attestation { why: "platform key generation failed" })?;
         Ok(Zeroizing::new(doc.as_ref().to_vec()))
     }
 
@@ -147,7 +148,8 @@ impl AttestationProvider for SoftwareAttestation {
         b.extend_from_slice(&tenant.0.to_be_bytes());
         let sig = self.key.sign(&self.rng, &b).map_err(|_| Error::Attestation { why: "signing failed" })?;
         let sig = sig.as_ref();
-        let sig_len = u16::try_from(sig.len()).map_err(|_| Error::Attestation { why: "signature too long" })?;
+        let sig_len =
+            u16::try_from(sig.len()).map_err(|_| Error::Attestation { why: "signature too long" })?;
         b.extend_from_slice(&sig_len.to_be_bytes());
         b.extend_from_slice(sig);
         Ok(Evidence { kind: EvidenceKind::SoftwareRooted, bytes: b })
@@ -177,7 +179,8 @@ pub fn verify_software_evidence(
     }
     let len_bytes = evidence.get(SIGNED_LEN..SIGNED_LEN + 2).ok_or(bad("evidence too short"))?;
     let sig_len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
-    let sig = evidence.get(SIGNED_LEN + 2..).filter(|s| s.len() == sig_len).ok_or(bad("bad signature length"))?;
+    let sig =
+        evidence.get(SIGNED_LEN + 2..).filter(|s| s.len() == sig_len).ok_or(bad("bad signature length"))?;
     UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_ASN1, platform_public_key)
         .verify(signed, sig)
         .map_err(|_| bad("signature does not verify"))?;

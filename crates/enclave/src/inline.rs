@@ -185,7 +185,13 @@ impl Enclave for InlineEnclave {
         self.core.counted(r)
     }
 
-    fn sk_encrypt(&mut self, ike: IkeSaHandle, message: &mut [u8], aad_len: usize, plaintext_len: usize) -> Result<()> {
+    fn sk_encrypt(
+        &mut self,
+        ike: IkeSaHandle,
+        message: &mut [u8],
+        aad_len: usize,
+        plaintext_len: usize,
+    ) -> Result<()> {
         let r = self.core.sk_encrypt(ike, message, aad_len, plaintext_len);
         self.core.counted(r)
     }

@@ -28,7 +28,12 @@ use crate::error::Result;
 
 /// Wraps `secret` for `tenant`'s enclave. This is the **tenant's** side (or its provisioning
 /// tool's): it runs where the provisioning key and the plaintext secret already are.
-pub fn wrap_secret(key: &ProvisioningKey, tenant: TenantId, kind: SecretKind, secret: &[u8]) -> Result<Vec<u8>> {
+pub fn wrap_secret(
+    key: &ProvisioningKey,
+    tenant: TenantId,
+    kind: SecretKind,
+    secret: &[u8],
+) -> Result<Vec<u8>> {
     crate::trusted::seal::wrap_provisioning(&key.0, tenant, kind, secret)
 }
 

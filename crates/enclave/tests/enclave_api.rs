@@ -20,8 +20,12 @@ fn start_with(tenant: u32, key: [u8; 32], min: u64) -> InlineEnclave {
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();
-    let att = SoftwareAttestation::new(&platform, CodeIdentity::Bytes(b"enclave".to_vec()), &config.measured_bytes())
-        .unwrap();
+    let att = SoftwareAttestation::new(
+        &platform,
+        CodeIdentity::Bytes(b"enclave".to_vec()),
+        &config.measured_bytes(),
+    )
+    .unwrap();
     InlineEnclave::start(config, Box::new(att)).unwrap()
 }
 
@@ -48,13 +52,22 @@ fn ike_sa_init(group: DhGroup, prf: Prf, suite: Suite) -> Pair {
     let (mut ke_i, mut ke_r) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
     let dh_i = i.dh_generate(group, &mut ke_i).unwrap();
     let dh_r = r.dh_generate(group, &mut ke_r).unwrap();
-    let params = |role| IkeSaParams { role, prf, suite, nonce_i: &ni, nonce_r: &nr, spi_i: 0x1111, spi_r: 0x2222 };
-    let ike_i = i.ike_sa_create(DhExchange { dh: dh_i, peer_public: &ke_r }, &params(Role::Initiator)).unwrap();
-    let ike_r = r.ike_sa_create(DhExchange { dh: dh_r, peer_public: &ke_i }, &params(Role::Responder)).unwrap();
+    let params =
+        |role| IkeSaParams { role, prf, suite, nonce_i: &ni, nonce_r: &nr, spi_i: 0x1111, spi_r: 0x2222 };
+    let ike_i =
+        i.ike_sa_create(DhExchange { dh: dh_i, peer_public: &ke_r }, &params(Role::Initiator)).unwrap();
+    let ike_r =
+        r.ike_sa_create(DhExchange { dh: dh_r, peer_public: &ke_i }, &params(Role::Responder)).unwrap();
     Pair { i, r, ike_i, ike_r, ni, nr }
 }
 
-fn sk_round_trip(from: &mut InlineEnclave, fh: IkeSaHandle, to: &mut InlineEnclave, th: IkeSaHandle, suite: Suite) {
+fn sk_round_trip(
+    from: &mut InlineEnclave,
+    fh: IkeSaHandle,
+    to: &mut InlineEnclave,
+    th: IkeSaHandle,
+    suite: Suite,
+) {
     let inner = b"inner payloads of an IKE_AUTH request";
     let aad_len = 28 + 4;
     let layout = suite.sk_layout(inner.len());
@@ -97,27 +110,52 @@ fn psk_auth_verifies_both_ways_and_rejects_a_wrong_key() {
     /* IKE_AUTH { SK { IDi, AUTH, SAi2, TSi, TSr } } --> */
     let mut auth = [0u8; 64];
     let (method, n) =
-        p.i.auth_compute(p.ike_i, psk_i, AuthSpec::SharedKey, &auth_input(&msg1, &p.nr, &idi), &mut auth).unwrap();
+        p.i.auth_compute(p.ike_i, psk_i, AuthSpec::SharedKey, &auth_input(&msg1, &p.nr, &idi), &mut auth)
+            .unwrap();
     assert_eq!((method, n), (AuthMethod::SharedKey, 32));
-    let v = p
-        .r
-        .auth_verify(p.ike_r, PeerCredential::SharedKey(psk_r), 2, &auth[..n], &auth_input(&msg1, &p.nr, &idi))
+    let v =
+        p.r.auth_verify(
+            p.ike_r,
+            PeerCredential::SharedKey(psk_r),
+            2,
+            &auth[..n],
+            &auth_input(&msg1, &p.nr, &idi),
+        )
         .unwrap();
     assert_eq!(v.method, AuthMethod::SharedKey);
     assert_eq!(
-        p.r.auth_verify(p.ike_r, PeerCredential::SharedKey(wrong), 2, &auth[..n], &auth_input(&msg1, &p.nr, &idi)),
+        p.r.auth_verify(
+            p.ike_r,
+            PeerCredential::SharedKey(wrong),
+            2,
+            &auth[..n],
+            &auth_input(&msg1, &p.nr, &idi)
+        ),
         Err(Error::AuthenticationFailed { method: 2 })
     );
     // The responder's AUTH is over message 2 and Ni, with SK_pr.
     let (msg2, idr) = (b"IKE_SA_INIT response bytes".to_vec(), b"\x02\0\0\0cloister".to_vec());
     let (_, n) =
-        p.r.auth_compute(p.ike_r, psk_r, AuthSpec::SharedKey, &auth_input(&msg2, &p.ni, &idr), &mut auth).unwrap();
-    p.i.auth_verify(p.ike_i, PeerCredential::SharedKey(psk_i), 2, &auth[..n], &auth_input(&msg2, &p.ni, &idr))
-        .unwrap();
+        p.r.auth_compute(p.ike_r, psk_r, AuthSpec::SharedKey, &auth_input(&msg2, &p.ni, &idr), &mut auth)
+            .unwrap();
+    p.i.auth_verify(
+        p.ike_i,
+        PeerCredential::SharedKey(psk_i),
+        2,
+        &auth[..n],
+        &auth_input(&msg2, &p.ni, &idr),
+    )
+    .unwrap();
     // A tampered message does not verify.
     assert!(p
         .i
-        .auth_verify(p.ike_i, PeerCredential::SharedKey(psk_i), 2, &auth[..n], &auth_input(&msg1, &p.ni, &idr))
+        .auth_verify(
+            p.ike_i,
+            PeerCredential::SharedKey(psk_i),
+            2,
+            &auth[..n],
+            &auth_input(&msg1, &p.ni, &idr)
+        )
         .is_err());
 }
 
@@ -127,8 +165,9 @@ fn signature_auth_with_rsa_and_ecdsa() {
     let rsa = provision(&mut p.i, SecretKind::RsaPrivateKey, include_bytes!("data/rsa2048_test_key.pk8"));
     let rsa_pub = PublicKey::from_spki_der(include_bytes!("data/rsa2048_test_key.spki")).unwrap();
     let rng = ring::rand::SystemRandom::new();
-    let p384 = ring::signature::EcdsaKeyPair::generate_pkcs8(&ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING, &rng)
-        .unwrap();
+    let p384 =
+        ring::signature::EcdsaKeyPair::generate_pkcs8(&ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING, &rng)
+            .unwrap();
     let ec = provision(&mut p.i, SecretKind::EcdsaP384PrivateKey, p384.as_ref());
     let ec_pair = ring::signature::EcdsaKeyPair::from_pkcs8(
         &ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING,
@@ -151,7 +190,8 @@ fn signature_auth_with_rsa_and_ecdsa() {
         (ec, AuthSpec::Ecdsa, &ec_pub),
     ] {
         let (method, n) = p.i.auth_compute(p.ike_i, key, spec, &input, &mut out).unwrap();
-        let v = p.r.auth_verify(p.ike_r, PeerCredential::PublicKey(pk), method.id(), &out[..n], &input).unwrap();
+        let v =
+            p.r.auth_verify(p.ike_r, PeerCredential::PublicKey(pk), method.id(), &out[..n], &input).unwrap();
         if let AuthSpec::DigitalSignature(s) = spec {
             assert_eq!(v.scheme, Some(s));
         }
@@ -162,11 +202,20 @@ fn signature_auth_with_rsa_and_ecdsa() {
     // A key cannot sign with a scheme of another family; a PSK handle is no signing key.
     let psk = provision(&mut p.i, SecretKind::PreSharedKey, b"x");
     let spec = AuthSpec::DigitalSignature(SignatureScheme::EcdsaP256Sha256);
-    assert!(matches!(p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out), Err(Error::WrongSecretKind { .. })));
-    assert!(matches!(p.i.auth_compute(p.ike_i, psk, spec, &input, &mut out), Err(Error::WrongSecretKind { .. })));
+    assert!(matches!(
+        p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out),
+        Err(Error::WrongSecretKind { .. })
+    ));
+    assert!(matches!(
+        p.i.auth_compute(p.ike_i, psk, spec, &input, &mut out),
+        Err(Error::WrongSecretKind { .. })
+    ));
     // Too small an output buffer is refused, not truncated.
     let spec = AuthSpec::DigitalSignature(SignatureScheme::RsaPkcs1Sha256);
-    assert!(matches!(p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out[..100]), Err(Error::BadLength { .. })));
+    assert!(matches!(
+        p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out[..100]),
+        Err(Error::BadLength { .. })
+    ));
 }
 
 fn child(p: &mut Pair, suite: Suite, esn: bool, pfs: Option<DhGroup>) -> (ChildSaPair, ChildSaPair) {
@@ -189,10 +238,20 @@ fn child(p: &mut Pair, suite: Suite, esn: bool, pfs: Option<DhGroup>) -> (ChildS
             let dh_i = p.i.dh_generate(g, &mut ke_i).unwrap();
             let dh_r = p.r.dh_generate(g, &mut ke_r).unwrap();
             (
-                p.i.child_sa_create(p.ike_i, None, Some(DhExchange { dh: dh_i, peer_public: &ke_r }), &params(Role::Initiator))
-                    .unwrap(),
-                p.r.child_sa_create(p.ike_r, None, Some(DhExchange { dh: dh_r, peer_public: &ke_i }), &params(Role::Responder))
-                    .unwrap(),
+                p.i.child_sa_create(
+                    p.ike_i,
+                    None,
+                    Some(DhExchange { dh: dh_i, peer_public: &ke_r }),
+                    &params(Role::Initiator),
+                )
+                .unwrap(),
+                p.r.child_sa_create(
+                    p.ike_r,
+                    None,
+                    Some(DhExchange { dh: dh_r, peer_public: &ke_i }),
+                    &params(Role::Responder),
+                )
+                .unwrap(),
             )
         }
     }
@@ -287,21 +346,22 @@ fn bad_descriptors_get_a_status_each_and_are_counted() {
     let mut other = start(2);
     let mut ke = [0u8; 32];
     let _ = other.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
-    let dead = p.i.child_sa_create(
-        p.ike_i,
-        None,
-        None,
-        &ChildSaParams {
-            role: Role::Initiator,
-            suite,
-            esn: false,
-            nonce_i: &p.ni,
-            nonce_r: &p.nr,
-            spi_inbound: 7,
-            spi_outbound: 8,
-        },
-    )
-    .unwrap();
+    let dead =
+        p.i.child_sa_create(
+            p.ike_i,
+            None,
+            None,
+            &ChildSaParams {
+                role: Role::Initiator,
+                suite,
+                esn: false,
+                nonce_i: &p.ni,
+                nonce_r: &p.nr,
+                spi_inbound: 7,
+                spi_outbound: 8,
+            },
+        )
+        .unwrap();
     p.i.esp_sa_delete(dead.outbound).unwrap();
     let foreign = EspSaHandle(ci.outbound.raw() ^ 0x8000_0000);
     let descs = [
@@ -345,7 +405,10 @@ fn bad_descriptors_get_a_status_each_and_are_counted() {
     let many = vec![EspDescriptor::encrypt(ci.outbound, o, l, 2); Limits::default().max_batch + 1];
     let mut st2 = vec![NotProcessed; many.len()];
     assert!(matches!(p.i.esp_batch(&mut area, &many, &mut st2), Err(Error::BatchTooLarge { .. })));
-    assert!(matches!(p.i.esp_batch(&mut area, &descs, &mut st[..3]), Err(Error::StatusLengthMismatch { .. })));
+    assert!(matches!(
+        p.i.esp_batch(&mut area, &descs, &mut st[..3]),
+        Err(Error::StatusLengthMismatch { .. })
+    ));
     assert_eq!(p.i.counters().error(ErrorKind::BadBatch), 2);
 }
 
@@ -436,8 +499,18 @@ fn clear_and_seal_then_rekey_with_the_blob() {
         spi_i: 0x3333,
         spi_r: 0x4444,
     };
-    let ni = p.i.ike_sa_rekey(p.ike_i, Some(&blob), DhExchange { dh: dh_i, peer_public: &ke_r }, &new(Role::Initiator));
-    let nr = p.r.ike_sa_rekey(p.ike_r, Some(&blob_r), DhExchange { dh: dh_r, peer_public: &ke_i }, &new(Role::Responder));
+    let ni = p.i.ike_sa_rekey(
+        p.ike_i,
+        Some(&blob),
+        DhExchange { dh: dh_i, peer_public: &ke_r },
+        &new(Role::Initiator),
+    );
+    let nr = p.r.ike_sa_rekey(
+        p.ike_r,
+        Some(&blob_r),
+        DhExchange { dh: dh_r, peer_public: &ke_i },
+        &new(Role::Responder),
+    );
     let (ni, nr) = (ni.unwrap(), nr.unwrap());
     sk_round_trip(&mut p.i, ni, &mut p.r, nr, Suite::cbc(Cipher::AesCbc256, Integ::HmacSha256_128));
     // A rekeyed SA never authenticates: it holds no SK_p.
@@ -496,14 +569,27 @@ fn sealed_blobs_below_the_trusted_minimum_are_refused() {
 #[test]
 fn provisioning_blobs_for_another_tenant_or_key_are_refused() {
     let mut e = start(5);
-    let other_tenant = wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(6), SecretKind::PreSharedKey, b"x")
-        .unwrap();
-    assert_eq!(e.provision_secret(&other_tenant), Err(Error::ProvisioningBlob { reason: BlobRejection::WrongTenant }));
-    let other_key = wrap_secret(&ProvisioningKey::from_bytes([1; 32]), TenantId(5), SecretKind::PreSharedKey, b"x")
-        .unwrap();
-    assert_eq!(e.provision_secret(&other_key), Err(Error::ProvisioningBlob { reason: BlobRejection::Forged }));
-    let garbage_key =
-        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(5), SecretKind::RsaPrivateKey, b"not a key").unwrap();
+    let other_tenant =
+        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(6), SecretKind::PreSharedKey, b"x")
+            .unwrap();
+    assert_eq!(
+        e.provision_secret(&other_tenant),
+        Err(Error::ProvisioningBlob { reason: BlobRejection::WrongTenant })
+    );
+    let other_key =
+        wrap_secret(&ProvisioningKey::from_bytes([1; 32]), TenantId(5), SecretKind::PreSharedKey, b"x")
+            .unwrap();
+    assert_eq!(
+        e.provision_secret(&other_key),
+        Err(Error::ProvisioningBlob { reason: BlobRejection::Forged })
+    );
+    let garbage_key = wrap_secret(
+        &ProvisioningKey::from_bytes(PROV_KEY),
+        TenantId(5),
+        SecretKind::RsaPrivateKey,
+        b"not a key",
+    )
+    .unwrap();
     assert!(matches!(e.provision_secret(&garbage_key), Err(Error::BadPrivateKey { .. })));
     let h = provision(&mut e, SecretKind::PreSharedKey, b"psk");
     assert_eq!(e.secret_kind(h), Ok(SecretKind::PreSharedKey));
@@ -519,7 +605,8 @@ fn errors_and_debug_output_carry_no_key_bytes() {
     let h = provision(&mut p.i, SecretKind::PreSharedKey, secret);
     let dbg = format!("{:?} {:?}", p.i, h);
     assert!(!dbg.contains("TOPSECRET"));
-    let err = p.i.auth_verify(p.ike_i, PeerCredential::SharedKey(h), 2, &[0; 32], &auth_input(b"m", b"n", b"i"));
+    let err =
+        p.i.auth_verify(p.ike_i, PeerCredential::SharedKey(h), 2, &[0; 32], &auth_input(b"m", b"n", b"i"));
     let text = format!("{:?} {}", err, err.as_ref().unwrap_err());
     assert!(!text.contains("TOPSECRET"));
 }
@@ -532,7 +619,12 @@ fn memory_report_counts_per_sa_state() {
     let _ = child(&mut p, Suite::cbc(Cipher::AesCbc256, Integ::HmacSha256_128), false, None);
     let m = p.i.memory_report();
     assert_eq!((m.ike_sas, m.esp_sas), (1, 4));
-    eprintln!("per IKE SA {} bytes, per ESP SA {} bytes, fixed {} bytes", m.per_ike_sa(), m.per_esp_sa(), m.fixed_bytes);
+    eprintln!(
+        "per IKE SA {} bytes, per ESP SA {} bytes, fixed {} bytes",
+        m.per_ike_sa(),
+        m.per_esp_sa(),
+        m.fixed_bytes
+    );
     p.i.clear_and_seal(p.ike_i).unwrap();
     eprintln!("per IKE SA after clear-and-seal {} bytes", p.i.memory_report().per_ike_sa());
     assert!(m.per_ike_sa() <= 1024, "goal: 1 MB per 1000 IKE SAs");
@@ -547,7 +639,8 @@ fn attestation_evidence_verifies_with_the_platform_key() {
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();
-    let att = SoftwareAttestation::new(&platform, CodeIdentity::CurrentExecutable, &config.measured_bytes()).unwrap();
+    let att = SoftwareAttestation::new(&platform, CodeIdentity::CurrentExecutable, &config.measured_bytes())
+        .unwrap();
     let anchor = att.platform_public_key().to_vec();
     let expected = cloister_enclave::attest::AttestationProvider::measurement(&att);
     let mut e = InlineEnclave::start(config, Box::new(att)).unwrap();

@@ -77,6 +77,9 @@ mod tests {
 
     #[test]
     fn displays_as_parsed() {
-        assert_eq!(TestAddr::parse("2001:db8::2/64").map(|a| a.to_string()).ok().as_deref(), Some("2001:db8::2/64"));
+        assert_eq!(
+            TestAddr::parse("2001:db8::2/64").map(|a| a.to_string()).ok().as_deref(),
+            Some("2001:db8::2/64")
+        );
     }
 }

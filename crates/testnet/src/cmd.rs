@@ -22,9 +22,8 @@ pub struct Output {
 /// Output is read on helper threads so a chatty command cannot block on a full pipe.
 pub fn run(argv: &[&str], limit: Duration) -> Result<Output> {
     let line = argv.join(" ");
-    let (prog, args) = argv
-        .split_first()
-        .ok_or_else(|| Error::Invalid { what: "command", value: String::new() })?;
+    let (prog, args) =
+        argv.split_first().ok_or_else(|| Error::Invalid { what: "command", value: String::new() })?;
     let mut child = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())

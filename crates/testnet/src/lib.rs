@@ -31,5 +31,6 @@ pub type Result<T> = core::result::Result<T, Error>;
 /// Tests call this first and print a notice instead of failing where it is false, so a
 /// developer's unprivileged `cargo test` still runs everything else.
 pub fn can_create_namespaces() -> bool {
-    process::is_root() && cmd::run(&["ip", "netns", "list"], std::time::Duration::from_secs(5)).is_ok_and(|o| o.success)
+    process::is_root()
+        && cmd::run(&["ip", "netns", "list"], std::time::Duration::from_secs(5)).is_ok_and(|o| o.success)
 }

@@ -35,14 +35,18 @@ impl Netns {
     /// `tag` is a short word saying the namespace's role (`site`, `gw`, …), at most 8
     /// characters of `[a-z0-9]`. Stale namespaces of killed earlier runs are swept first.
     pub fn new(tag: &str) -> Result<Self> {
-        if tag.is_empty() || tag.len() > 8 || !tag.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        if tag.is_empty()
+            || tag.len() > 8
+            || !tag.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
             return Err(Error::Invalid { what: "namespace tag", value: tag.to_owned() });
         }
         sweep_stale();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("{PREFIX}{tag}-{}-{n}", std::process::id());
         let dir = std::env::temp_dir().join(format!("cloister-testnet/{name}"));
-        std::fs::create_dir_all(&dir).map_err(|source| Error::Io { what: format!("create {}", dir.display()), source })?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| Error::Io { what: format!("create {}", dir.display()), source })?;
         run_ok(&["ip", "netns", "add", &name], IP_LIMIT)?;
         let ns = Self { name, dir };
         ns.ip(&["link", "set", "lo", "up"])?;
@@ -95,7 +99,8 @@ impl Netns {
         if dest != "default" {
             TestAddr::parse(dest)?;
         }
-        let gw: std::net::IpAddr = gateway.parse().map_err(|_| Error::Invalid { what: "gateway", value: gateway.to_owned() })?;
+        let gw: std::net::IpAddr =
+            gateway.parse().map_err(|_| Error::Invalid { what: "gateway", value: gateway.to_owned() })?;
         crate::addr::check_test_addr(gw)?;
         let family = if gw.is_ipv6() { "-6" } else { "-4" };
         self.ip(&[family, "route", "add", dest, "via", gateway])?;
@@ -126,7 +131,8 @@ impl Netns {
     pub fn spawn_env(&self, label: &str, argv: &[&str], env: &[(&str, &str)]) -> Result<Process> {
         use std::os::unix::process::CommandExt;
         let log = self.dir.join(format!("{label}.log"));
-        let file = std::fs::File::create(&log).map_err(|source| Error::Io { what: format!("create {}", log.display()), source })?;
+        let file = std::fs::File::create(&log)
+            .map_err(|source| Error::Io { what: format!("create {}", log.display()), source })?;
         let err = file.try_clone().map_err(|source| Error::Io { what: "dup log".to_owned(), source })?;
         let full = self.wrap(argv);
         let mut cmd = Command::new(full[0]);
@@ -142,9 +148,11 @@ impl Netns {
     pub fn write_file(&self, rel: &str, contents: &str) -> Result<PathBuf> {
         let path = self.dir.join(rel);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| Error::Io { what: format!("create {}", parent.display()), source })?;
+            std::fs::create_dir_all(parent)
+                .map_err(|source| Error::Io { what: format!("create {}", parent.display()), source })?;
         }
-        std::fs::write(&path, contents).map_err(|source| Error::Io { what: format!("write {}", path.display()), source })?;
+        std::fs::write(&path, contents)
+            .map_err(|source| Error::Io { what: format!("write {}", path.display()), source })?;
         Ok(path)
     }
 
@@ -185,7 +193,10 @@ impl Veth {
     /// unique there and never collide with parallel tests in the root namespace.
     pub fn connect(a: &Netns, a_dev: &str, b: &Netns, b_dev: &str) -> Result<Self> {
         for d in [a_dev, b_dev] {
-            if d.is_empty() || d.len() > 15 || !d.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_') {
+            if d.is_empty()
+                || d.len() > 15
+                || !d.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+            {
                 return Err(Error::Invalid { what: "interface name", value: d.to_owned() });
             }
         }

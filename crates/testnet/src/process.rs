@@ -61,7 +61,10 @@ impl Process {
                 });
             }
             if start.elapsed() >= limit {
-                return Err(Error::Timeout { command: format!("{}: wait for {needle:?}", self.label), limit });
+                return Err(Error::Timeout {
+                    command: format!("{}: wait for {needle:?}", self.label),
+                    limit,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -77,7 +80,10 @@ impl Process {
         if rc == 0 {
             Ok(())
         } else {
-            Err(Error::Io { what: format!("signal {signal} to {}", self.label), source: std::io::Error::last_os_error() })
+            Err(Error::Io {
+                what: format!("signal {signal} to {}", self.label),
+                source: std::io::Error::last_os_error(),
+            })
         }
     }
 

@@ -97,8 +97,7 @@ impl<T: AsRef<[u8]>> EspPacket<T> {
     /// them with at least the two trailer bytes of ciphertext (RFC 4303 §2.4–2.6).
     fn layout(&self, iv_len: usize, icv_len: usize) -> Result<[Range<usize>; 3]> {
         let have = self.buffer.as_ref().len();
-        let need =
-            HEADER_LEN.saturating_add(iv_len).saturating_add(TRAILER_LEN).saturating_add(icv_len);
+        let need = HEADER_LEN.saturating_add(iv_len).saturating_add(TRAILER_LEN).saturating_add(icv_len);
         if have < need {
             return Err(Error::Truncated { what: "ESP packet", need, have });
         }

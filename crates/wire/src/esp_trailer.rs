@@ -36,11 +36,7 @@ impl EspTrailer {
     /// inspect the Padding field").
     pub fn parse(plaintext: &[u8]) -> Result<(&[u8], Self)> {
         let [rest @ .., pad_len, next_header] = plaintext else {
-            return Err(Error::Truncated {
-                what: "ESP trailer",
-                need: TRAILER_LEN,
-                have: plaintext.len(),
-            });
+            return Err(Error::Truncated { what: "ESP trailer", need: TRAILER_LEN, have: plaintext.len() });
         };
         let (pad_len, next_header) = (*pad_len, IpProtocol(*next_header));
         let Some(payload_len) = rest.len().checked_sub(usize::from(pad_len)) else {
@@ -64,10 +60,7 @@ impl EspTrailer {
     /// `block_size` (a power of two; values below [`MIN_ALIGN`] mean 4-byte alignment).
     pub fn new(payload_len: usize, block_size: usize, next_header: IpProtocol) -> Result<Self> {
         if !block_size.is_power_of_two() || block_size > MAX_ALIGN {
-            return Err(Error::BadValue {
-                what: "ESP padding alignment",
-                value: block_size as u64,
-            });
+            return Err(Error::BadValue { what: "ESP padding alignment", value: block_size as u64 });
         }
         let align = block_size.max(MIN_ALIGN);
         let unaligned = payload_len
@@ -75,10 +68,8 @@ impl EspTrailer {
             .ok_or(Error::TooLong { what: "ESP payload", len: payload_len })?
             % align;
         // `align` is at most 256, so the padding is at most 255 and always fits.
-        let pad_len = u8::try_from((align - unaligned) % align).map_err(|_| Error::BadValue {
-            what: "ESP padding alignment",
-            value: block_size as u64,
-        })?;
+        let pad_len = u8::try_from((align - unaligned) % align)
+            .map_err(|_| Error::BadValue { what: "ESP padding alignment", value: block_size as u64 })?;
         Ok(Self { pad_len, next_header })
     }
 
@@ -131,8 +122,7 @@ mod tests {
         assert_eq!(trailer.pad_len, 9);
         assert_eq!(trailer.buffer_len(5), 16);
         let mut plaintext = [0xa5; 16];
-        trailer
-            .emit(&mut plaintext, 5, |payload| payload.copy_from_slice(&hex!("4500 0014 00")))?;
+        trailer.emit(&mut plaintext, 5, |payload| payload.copy_from_slice(&hex!("4500 0014 00")))?;
         assert_eq!(plaintext, PLAINTEXT);
         Ok(())
     }
@@ -166,10 +156,7 @@ mod tests {
     fn parse_rejects_wrong_padding() {
         let mut plaintext = PLAINTEXT;
         plaintext[9] = 0;
-        assert_eq!(
-            EspTrailer::parse(&plaintext),
-            Err(Error::BadValue { what: "ESP padding", value: 0 })
-        );
+        assert_eq!(EspTrailer::parse(&plaintext), Err(Error::BadValue { what: "ESP padding", value: 0 }));
     }
 
     #[test]

@@ -8,8 +8,8 @@
 use core::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::{
-    EspPacket, EspRepr, EspTrailer, Icmpv4Packet, Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, IpPair,
-    IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpEncapPayload, UdpPacket, UdpRepr,
+    EspPacket, EspRepr, EspTrailer, Icmpv4Packet, Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, IpPair, IpProtocol,
+    Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpEncapPayload, UdpPacket, UdpRepr,
 };
 
 const SRC_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -60,11 +60,7 @@ fn ipv4(data: &[u8]) {
     emitted.payload_mut().copy_from_slice(packet.payload());
     let reparsed = Ipv4Packet::new_checked(&out[..]).and_then(|p| Ipv4Repr::parse(&p));
     assert_eq!(reparsed, Ok(repr));
-    transport(
-        packet.payload(),
-        repr.protocol,
-        &IpPair::V4 { src: repr.src_addr, dst: repr.dst_addr },
-    );
+    transport(packet.payload(), repr.protocol, &IpPair::V4 { src: repr.src_addr, dst: repr.dst_addr });
 }
 
 fn ipv6(data: &[u8]) {
@@ -81,8 +77,7 @@ fn ipv6(data: &[u8]) {
     let reparsed = Ipv6Packet::new_checked(&out[..]).and_then(|p| Ipv6Repr::parse(&p));
     assert_eq!(reparsed, Ok(repr));
     let Ok((protocol, offset)) = packet.upper_layer() else { return };
-    let upper =
-        offset.checked_sub(crate::ipv6::HEADER_LEN).and_then(|start| packet.payload().get(start..));
+    let upper = offset.checked_sub(crate::ipv6::HEADER_LEN).and_then(|start| packet.payload().get(start..));
     assert!(upper.is_some(), "upper-layer offset {offset} outside the payload");
     if let Some(upper) = upper {
         transport(upper, protocol, &IpPair::V6 { src: repr.src_addr, dst: repr.dst_addr });
@@ -98,10 +93,9 @@ fn udp(data: &[u8], addrs: &IpPair) {
     let Ok(repr) = UdpRepr::parse(&packet, addrs) else { return };
     let payload = packet.payload();
     let mut out = vec![0; repr.buffer_len(payload.len())];
-    let emitted =
-        repr.emit(&mut UdpPacket::new_unchecked(&mut out[..]), addrs, payload.len(), |p| {
-            p.copy_from_slice(payload)
-        });
+    let emitted = repr.emit(&mut UdpPacket::new_unchecked(&mut out[..]), addrs, payload.len(), |p| {
+        p.copy_from_slice(payload)
+    });
     assert_eq!(emitted, Ok(()));
     let reparsed = UdpPacket::new_checked(&out[..]);
     assert_eq!(reparsed.as_ref().map(UdpPacket::payload), Ok(payload));
@@ -145,10 +139,7 @@ fn esp(data: &[u8]) {
             assert_eq!((parts.iv.len(), parts.icv.len()), (iv_len, icv_len));
             let header_len = crate::esp::HEADER_LEN;
             assert_eq!(header_len + iv_len + parts.ciphertext.len() + icv_len, data.len());
-            assert_eq!(
-                packet.authenticated(iv_len, icv_len).map(<[u8]>::len),
-                Ok(data.len() - icv_len)
-            );
+            assert_eq!(packet.authenticated(iv_len, icv_len).map(<[u8]>::len), Ok(data.len() - icv_len));
         }
     }
     let Ok(repr) = EspRepr::parse(&packet) else { return };

@@ -225,10 +225,7 @@ impl<'a> Icmpv4Repr<'a> {
     /// Reads a checked message, verifying its checksum; other types and codes are errors.
     pub fn parse<T: AsRef<[u8]>>(packet: &'a Icmpv4Packet<T>) -> Result<Self> {
         if !packet.verify_checksum() {
-            return Err(Error::BadValue {
-                what: "ICMPv4 checksum",
-                value: u64::from(packet.checksum()),
-            });
+            return Err(Error::BadValue { what: "ICMPv4 checksum", value: u64::from(packet.checksum()) });
         }
         let code = packet.msg_code();
         match (packet.msg_type(), code) {
@@ -242,14 +239,12 @@ impl<'a> Icmpv4Repr<'a> {
                 seq_no: packet.echo_seq_no(),
                 data: packet.data(),
             }),
-            (Icmpv4Type::DEST_UNREACHABLE, CODE_FRAG_NEEDED) => Ok(Self::FragNeeded {
-                next_hop_mtu: packet.next_hop_mtu(),
-                invoking: packet.data(),
-            }),
-            (
-                Icmpv4Type::ECHO_REQUEST | Icmpv4Type::ECHO_REPLY | Icmpv4Type::DEST_UNREACHABLE,
-                _,
-            ) => Err(Error::BadValue { what: "ICMPv4 message code", value: u64::from(code) }),
+            (Icmpv4Type::DEST_UNREACHABLE, CODE_FRAG_NEEDED) => {
+                Ok(Self::FragNeeded { next_hop_mtu: packet.next_hop_mtu(), invoking: packet.data() })
+            }
+            (Icmpv4Type::ECHO_REQUEST | Icmpv4Type::ECHO_REPLY | Icmpv4Type::DEST_UNREACHABLE, _) => {
+                Err(Error::BadValue { what: "ICMPv4 message code", value: u64::from(code) })
+            }
             (msg_type, _) => {
                 Err(Error::BadValue { what: "ICMPv4 message type", value: u64::from(msg_type.0) })
             }
@@ -303,8 +298,7 @@ mod tests {
     static ECHO_BYTES: [u8; 12] = hex!("0800 2104 1234 0001 6162 6364");
 
     /// The first 28 bytes of a DF-set datagram from 198.18.0.1 to 198.19.0.1.
-    static INVOKING: [u8; 28] =
-        hex!("4500 001d 1c46 4000 4011 9262 c612 0001 c613 0001 1194 1194 0009 0000");
+    static INVOKING: [u8; 28] = hex!("4500 001d 1c46 4000 4011 9262 c612 0001 c613 0001 1194 1194 0009 0000");
 
     static FRAG_NEEDED_BYTES: [u8; 36] = hex!(
         "0304 d452 0000 0578"
@@ -370,8 +364,7 @@ mod tests {
         ECHO_REPR.emit(&mut Icmpv4Packet::new_unchecked(&mut bytes[..]))?;
         assert_eq!(bytes, ECHO_BYTES);
         let mut bytes = [0xa5; 36];
-        Icmpv4Repr::frag_needed(1400, &INVOKING)
-            .emit(&mut Icmpv4Packet::new_unchecked(&mut bytes[..]))?;
+        Icmpv4Repr::frag_needed(1400, &INVOKING).emit(&mut Icmpv4Packet::new_unchecked(&mut bytes[..]))?;
         assert_eq!(bytes, FRAG_NEEDED_BYTES);
         Ok(())
     }

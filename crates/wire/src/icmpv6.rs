@@ -238,16 +238,9 @@ impl<'a> Icmpv6Repr<'a> {
 
     /// Reads a checked message sent from `src` to `dst`, verifying its checksum; other
     /// types, and echo codes other than zero, are errors.
-    pub fn parse<T: AsRef<[u8]>>(
-        packet: &'a Icmpv6Packet<T>,
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-    ) -> Result<Self> {
+    pub fn parse<T: AsRef<[u8]>>(packet: &'a Icmpv6Packet<T>, src: Ipv6Addr, dst: Ipv6Addr) -> Result<Self> {
         if !packet.verify_checksum(src, dst) {
-            return Err(Error::BadValue {
-                what: "ICMPv6 checksum",
-                value: u64::from(packet.checksum()),
-            });
+            return Err(Error::BadValue { what: "ICMPv6 checksum", value: u64::from(packet.checksum()) });
         }
         let code = packet.msg_code();
         match (packet.msg_type(), code) {

@@ -200,8 +200,7 @@ mod tests {
 
     #[test]
     fn pseudo_header_sums_match_hand_computation() {
-        let v4 =
-            IpPair::V4 { src: Ipv4Addr::new(198, 18, 0, 1), dst: Ipv4Addr::new(198, 19, 0, 1) };
+        let v4 = IpPair::V4 { src: Ipv4Addr::new(198, 18, 0, 1), dst: Ipv4Addr::new(198, 19, 0, 1) };
         // c612 + 0001 + c613 + 0001 + 0011 (UDP) + 0010 (length 16) = 18c48 -> 8c49
         assert_eq!(v4.pseudo_header_sum(IpProtocol::UDP, 16), 0x8c49);
         assert!(!v4.is_ipv6());

@@ -378,10 +378,7 @@ impl Ipv4Repr {
             return Err(Error::BadValue { what: "IPv4 DSCP", value: u64::from(self.dscp) });
         }
         if !self.frag_offset.is_multiple_of(8) {
-            return Err(Error::BadValue {
-                what: "IPv4 fragment offset",
-                value: u64::from(self.frag_offset),
-            });
+            return Err(Error::BadValue { what: "IPv4 fragment offset", value: u64::from(self.frag_offset) });
         }
         ensure_room("IPv4 packet", packet.buffer.as_ref().len(), self.buffer_len())?;
         // The buffer holds at least HEADER_LEN bytes, so the setters below are in bounds.
@@ -581,10 +578,7 @@ mod tests {
         let mut bytes = PACKET_BYTES;
         bytes[0] = 0x65;
         let packet = Ipv4Packet::new_checked(&bytes[..])?;
-        assert_eq!(
-            Ipv4Repr::parse(&packet),
-            Err(Error::BadVersion { what: "IPv4 header", version: 6 })
-        );
+        assert_eq!(Ipv4Repr::parse(&packet), Err(Error::BadVersion { what: "IPv4 header", version: 6 }));
         let mut bytes = PACKET_BYTES;
         bytes[8] = 63;
         let packet = Ipv4Packet::new_checked(&bytes[..])?;

@@ -265,10 +265,7 @@ impl Ipv6Repr {
             return Err(Error::BadValue { what: "IPv6 DSCP", value: u64::from(self.dscp) });
         }
         if self.flow_label > FLOW_LABEL_MAX {
-            return Err(Error::BadValue {
-                what: "IPv6 flow label",
-                value: u64::from(self.flow_label),
-            });
+            return Err(Error::BadValue { what: "IPv6 flow label", value: u64::from(self.flow_label) });
         }
         ensure_room("IPv6 packet", packet.buffer.as_ref().len(), self.buffer_len())?;
         // The buffer holds at least HEADER_LEN bytes, so the setters below are in bounds.
@@ -396,10 +393,7 @@ mod tests {
         let mut bytes = PACKET_BYTES;
         bytes[0] = 0x4b;
         let packet = Ipv6Packet::new_checked(&bytes[..])?;
-        assert_eq!(
-            Ipv6Repr::parse(&packet),
-            Err(Error::BadVersion { what: "IPv6 header", version: 4 })
-        );
+        assert_eq!(Ipv6Repr::parse(&packet), Err(Error::BadVersion { what: "IPv6 header", version: 4 }));
         Ok(())
     }
 

@@ -40,9 +40,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                         value: (HEADER_LEN + offset) as u64,
                     })
                 }
-                IpProtocol::HOP_BY_HOP
-                | IpProtocol::IPV6_ROUTING
-                | IpProtocol::IPV6_DESTINATION_OPTIONS => {
+                IpProtocol::HOP_BY_HOP | IpProtocol::IPV6_ROUTING | IpProtocol::IPV6_DESTINATION_OPTIONS => {
                     let hdr_ext_len = payload.get(offset + 1).ok_or(Error::Truncated {
                         what: "IPv6 extension header",
                         need: HEADER_LEN + offset + 2,
@@ -62,9 +60,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             }
             // `get` fails when the header runs past the payload length. Every extension
             // header is at least 8 bytes, so the pattern matches whenever `get` succeeds.
-            let Some(&[next_header, _, offset_hi, offset_lo, ..]) =
-                payload.get(offset..offset + len)
-            else {
+            let Some(&[next_header, _, offset_hi, offset_lo, ..]) = payload.get(offset..offset + len) else {
                 return Err(Error::Truncated {
                     what: "IPv6 extension header",
                     need: HEADER_LEN + offset + len,
@@ -72,9 +68,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                 });
             };
             // A non-first fragment carries no upper-layer header (RFC 8200 §4.5).
-            if next == IpProtocol::IPV6_FRAGMENT
-                && u16::from_be_bytes([offset_hi, offset_lo]) >> 3 != 0
-            {
+            if next == IpProtocol::IPV6_FRAGMENT && u16::from_be_bytes([offset_hi, offset_lo]) >> 3 != 0 {
                 return Ok((next, HEADER_LEN + offset));
             }
             next = IpProtocol(next_header);
@@ -141,8 +135,7 @@ mod tests {
 
     #[test]
     fn ah_and_no_next_header_end_the_walk() -> Result<()> {
-        let ah =
-            packet(0x33, &hex!("3204 0000 0000 1001 0000 0001 0000 0000 0000 0000 0000 0000"))?;
+        let ah = packet(0x33, &hex!("3204 0000 0000 1001 0000 0001 0000 0000 0000 0000 0000 0000"))?;
         assert_eq!(walk(&ah)?, (IpProtocol::AH, 40));
         let none = packet(0x3c, &hex!("3b00 0104 0000 0000"))?;
         assert_eq!(walk(&none)?, (IpProtocol::IPV6_NO_NEXT_HEADER, 48));
@@ -194,10 +187,7 @@ mod tests {
         assert_eq!(walk(&at_limit)?, (IpProtocol::UDP, 40 + 8 * MAX_EXT_HEADERS));
         payload.splice(0..0, hex!("3c00 0104 0000 0000"));
         let over = packet(0x3c, &payload)?;
-        assert!(matches!(
-            walk(&over),
-            Err(Error::BadLength { what: "IPv6 extension header chain", .. })
-        ));
+        assert!(matches!(walk(&over), Err(Error::BadLength { what: "IPv6 extension header chain", .. })));
         Ok(())
     }
 }

@@ -20,6 +20,8 @@ mod bytes;
 pub mod checksum;
 pub mod esp;
 pub mod esp_trailer;
+#[cfg(fuzzing)]
+pub mod fuzzing_views;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ip;
@@ -28,8 +30,6 @@ pub mod ipv6;
 pub mod ipv6_ext;
 pub mod udp;
 pub mod udp_encap;
-#[cfg(fuzzing)]
-pub mod fuzzing_views;
 
 pub use esp::{EspPacket, EspParts, EspPartsMut, EspRepr};
 pub use esp_trailer::EspTrailer;

@@ -47,11 +47,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         }
         let len = usize::from(self.datagram_len());
         if len < HEADER_LEN {
-            return Err(Error::BadLength {
-                what: "UDP length",
-                len,
-                why: "shorter than the header",
-            });
+            return Err(Error::BadLength { what: "UDP length", len, why: "shorter than the header" });
         }
         if have < len {
             return Err(Error::Truncated { what: "UDP datagram", need: len, have });
@@ -172,10 +168,7 @@ impl UdpRepr {
             return Err(Error::BadValue { what: "UDP destination port", value: 0 });
         }
         if !packet.verify_checksum(addrs) {
-            return Err(Error::BadValue {
-                what: "UDP checksum",
-                value: u64::from(packet.checksum()),
-            });
+            return Err(Error::BadValue { what: "UDP checksum", value: u64::from(packet.checksum()) });
         }
         Ok(Self { src_port: packet.src_port(), dst_port: packet.dst_port() })
     }
@@ -201,8 +194,7 @@ impl UdpRepr {
         payload_len: usize,
     ) -> Result<()> {
         let len = self.buffer_len(payload_len);
-        let len_field =
-            u16::try_from(len).map_err(|_| Error::TooLong { what: "UDP datagram", len })?;
+        let len_field = u16::try_from(len).map_err(|_| Error::TooLong { what: "UDP datagram", len })?;
         ensure_room("UDP datagram", packet.buffer.as_ref().len(), len)?;
         // The buffer holds the whole datagram, so the setters and `payload_mut` are in bounds.
         packet.set_src_port(self.src_port);
@@ -238,8 +230,7 @@ mod tests {
     use core::net::{Ipv4Addr, Ipv6Addr};
     use hex_literal::hex;
 
-    const V4: IpPair =
-        IpPair::V4 { src: Ipv4Addr::new(198, 18, 0, 1), dst: Ipv4Addr::new(198, 19, 0, 1) };
+    const V4: IpPair = IpPair::V4 { src: Ipv4Addr::new(198, 18, 0, 1), dst: Ipv4Addr::new(198, 19, 0, 1) };
     const V6: IpPair = IpPair::V6 {
         src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
         dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),

@@ -112,10 +112,7 @@ mod tests {
 
     #[test]
     fn classifies_ike_after_the_marker() {
-        assert_eq!(
-            UdpEncapPayload::classify(&IKE_BYTES),
-            Ok(UdpEncapPayload::Ike(&IKE_BYTES[4..]))
-        );
+        assert_eq!(UdpEncapPayload::classify(&IKE_BYTES), Ok(UdpEncapPayload::Ike(&IKE_BYTES[4..])));
     }
 
     #[test]
@@ -144,10 +141,7 @@ mod tests {
             UdpEncapPayload::classify(&[]),
             Err(Error::Truncated { what: "UDP-encapsulated payload", need: 4, have: 0 })
         );
-        assert_eq!(
-            UdpEncapPayload::classify(&[0]),
-            Err(Error::BadValue { what: "NAT-keepalive", value: 0 })
-        );
+        assert_eq!(UdpEncapPayload::classify(&[0]), Err(Error::BadValue { what: "NAT-keepalive", value: 0 }));
         for len in 2..4 {
             assert!(matches!(
                 UdpEncapPayload::classify(&ESP_BYTES[..len]),

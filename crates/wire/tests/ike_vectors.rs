@@ -20,7 +20,11 @@ fn ike_vectors() -> Vec<PathBuf> {
         })
         .collect();
     files.sort();
-    assert!(files.len() >= 16, "only {} tests/vectors/ike-*.bin: the tests would pass vacuously", files.len());
+    assert!(
+        files.len() >= 16,
+        "only {} tests/vectors/ike-*.bin: the tests would pass vacuously",
+        files.len()
+    );
     files
 }
 
@@ -31,9 +35,7 @@ fn captured_ike_messages_decode_and_encode_byte_exact() {
         let name = path.display();
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{name}: {e}"));
         let message = Message::decode(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let encoded = message
-            .to_vec()
-            .unwrap_or_else(|e| panic!("{name}: encode: {e}"));
+        let encoded = message.to_vec().unwrap_or_else(|e| panic!("{name}: encode: {e}"));
         assert_eq!(encoded, bytes, "{name}: re-encoding is not byte-exact");
     }
 }
@@ -49,10 +51,7 @@ fn captured_messages_have_the_expected_payload_shapes() {
             // IKE_SA_INIT travels in the clear: SA, KE and Nonce are all visible.
             let types: Vec<_> = message.payloads().map(Payload::ty).collect();
             for ty in [0x21, 0x22, 0x28] {
-                assert!(
-                    types.iter().any(|t| t.0 == ty),
-                    "{name}: no payload {ty:#x}"
-                );
+                assert!(types.iter().any(|t| t.0 == ty), "{name}: no payload {ty:#x}");
             }
         } else {
             // Every later exchange is protected: one SK payload, last.

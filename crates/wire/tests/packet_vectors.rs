@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use cloister_wire::ike::Message;
 use cloister_wire::{
-    EspPacket, EspRepr, IpPair, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpEncapPayload, UdpPacket,
-    UdpRepr,
+    EspPacket, EspRepr, IpPair, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpEncapPayload,
+    UdpPacket, UdpRepr,
 };
 
 fn vectors(prefix: &str) -> Vec<(String, Vec<u8>)> {
@@ -34,8 +34,10 @@ fn check_udp(name: &str, datagram: &[u8], addrs: &IpPair) -> (u16, Vec<u8>) {
     let repr = UdpRepr::parse(&udp, addrs).unwrap();
     let payload = udp.payload().to_vec();
     let mut out = vec![0u8; datagram.len()];
-    repr.emit(&mut UdpPacket::new_unchecked(&mut out[..]), addrs, payload.len(), |p| p.copy_from_slice(&payload))
-        .unwrap();
+    repr.emit(&mut UdpPacket::new_unchecked(&mut out[..]), addrs, payload.len(), |p| {
+        p.copy_from_slice(&payload)
+    })
+    .unwrap();
     assert_eq!(out, datagram, "{name}: UDP re-emit");
     (udp.dst_port(), payload)
 }

@@ -6,9 +6,9 @@
 use core::net::{Ipv4Addr, Ipv6Addr};
 
 use cloister_wire::{
-    checksum, ipv6_ext::MAX_EXT_HEADERS, Ecn, EspPacket, EspRepr, EspTrailer, Icmpv4Packet,
-    Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, IpPair, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet,
-    Ipv6Repr, UdpEncapPayload, UdpPacket, UdpRepr,
+    checksum, ipv6_ext::MAX_EXT_HEADERS, Ecn, EspPacket, EspRepr, EspTrailer, Icmpv4Packet, Icmpv4Repr,
+    Icmpv6Packet, Icmpv6Repr, IpPair, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr,
+    UdpEncapPayload, UdpPacket, UdpRepr,
 };
 use proptest::prelude::*;
 
@@ -25,21 +25,19 @@ fn ipv4_repr() -> impl Strategy<Value = Ipv4Repr> {
         (any::<u32>(), any::<u32>(), any::<u8>(), payload_len(), any::<u8>()),
         (0u8..64, ecn(), any::<u16>(), any::<bool>(), any::<bool>(), 0u16..8192),
     )
-        .prop_map(
-            |((src, dst, protocol, payload_len, ttl), (dscp, ecn, ident, df, mf, off))| Ipv4Repr {
-                src_addr: Ipv4Addr::from(src),
-                dst_addr: Ipv4Addr::from(dst),
-                protocol: IpProtocol(protocol),
-                payload_len,
-                ttl,
-                dscp,
-                ecn,
-                ident,
-                dont_frag: df,
-                more_frags: mf,
-                frag_offset: off * 8,
-            },
-        )
+        .prop_map(|((src, dst, protocol, payload_len, ttl), (dscp, ecn, ident, df, mf, off))| Ipv4Repr {
+            src_addr: Ipv4Addr::from(src),
+            dst_addr: Ipv4Addr::from(dst),
+            protocol: IpProtocol(protocol),
+            payload_len,
+            ttl,
+            dscp,
+            ecn,
+            ident,
+            dont_frag: df,
+            more_frags: mf,
+            frag_offset: off * 8,
+        })
 }
 
 fn ipv6_repr() -> impl Strategy<Value = Ipv6Repr> {
@@ -47,17 +45,15 @@ fn ipv6_repr() -> impl Strategy<Value = Ipv6Repr> {
         (any::<u128>(), any::<u128>(), any::<u8>(), prop_oneof![0usize..1500, Just(65_535)]),
         (any::<u8>(), 0u8..64, ecn(), 0u32..=0xf_ffff),
     )
-        .prop_map(|((src, dst, next_header, payload_len), (hop_limit, dscp, ecn, flow))| {
-            Ipv6Repr {
-                src_addr: Ipv6Addr::from(src),
-                dst_addr: Ipv6Addr::from(dst),
-                next_header: IpProtocol(next_header),
-                payload_len,
-                hop_limit,
-                dscp,
-                ecn,
-                flow_label: flow,
-            }
+        .prop_map(|((src, dst, next_header, payload_len), (hop_limit, dscp, ecn, flow))| Ipv6Repr {
+            src_addr: Ipv6Addr::from(src),
+            dst_addr: Ipv6Addr::from(dst),
+            next_header: IpProtocol(next_header),
+            payload_len,
+            hop_limit,
+            dscp,
+            ecn,
+            flow_label: flow,
         })
 }
 

@@ -56,7 +56,9 @@ enum Kind {
 fn describe(bytes: &[u8], args: &Args) -> anyhow::Result<(Kind, String)> {
     match bytes.first().map(|b| b >> 4) {
         Some(4) | Some(6) if looks_like_ip(bytes) => Ok((Kind::Ip, ip(bytes, args)?)),
-        _ if bytes.get(17).is_some_and(|v| v >> 4 == 2) && bytes.len() >= 28 => Ok((Kind::Ike, ike(bytes, args)?)),
+        _ if bytes.get(17).is_some_and(|v| v >> 4 == 2) && bytes.len() >= 28 => {
+            Ok((Kind::Ike, ike(bytes, args)?))
+        }
         _ => Ok((Kind::Esp, esp(bytes)?)),
     }
 }
@@ -110,27 +112,29 @@ fn esp(bytes: &[u8]) -> anyhow::Result<String> {
 }
 
 fn ip(bytes: &[u8], args: &Args) -> anyhow::Result<String> {
-    let (src, dst, proto, payload, pair): (IpAddr, IpAddr, IpProtocol, &[u8], IpPair) = match bytes.first().map(|b| b >> 4) {
-        Some(4) => {
-            let p = Ipv4Packet::new_checked(bytes)?;
-            if !p.verify_checksum() {
-                bail!("IPv4 header checksum is wrong");
+    let (src, dst, proto, payload, pair): (IpAddr, IpAddr, IpProtocol, &[u8], IpPair) =
+        match bytes.first().map(|b| b >> 4) {
+            Some(4) => {
+                let p = Ipv4Packet::new_checked(bytes)?;
+                if !p.verify_checksum() {
+                    bail!("IPv4 header checksum is wrong");
+                }
+                let (s, d) = (p.src_addr(), p.dst_addr());
+                // new_checked verified header_len <= total_len <= bytes.len().
+                let payload =
+                    bytes.get(usize::from(p.header_len())..usize::from(p.total_len())).unwrap_or_default();
+                (s.into(), d.into(), p.protocol(), payload, IpPair::V4 { src: s, dst: d })
             }
-            let (s, d) = (p.src_addr(), p.dst_addr());
-            // new_checked verified header_len <= total_len <= bytes.len().
-            let payload = bytes.get(usize::from(p.header_len())..usize::from(p.total_len())).unwrap_or_default();
-            (s.into(), d.into(), p.protocol(), payload, IpPair::V4 { src: s, dst: d })
-        }
-        _ => {
-            let p = Ipv6Packet::new_checked(bytes)?;
-            let (proto, off) = p.upper_layer()?;
-            let (s, d) = (p.src_addr(), p.dst_addr());
-            // `off` counts from the start of the packet, past any extension headers.
-            let end = 40 + usize::from(p.payload_len());
-            let payload = bytes.get(off..end).unwrap_or_default();
-            (s.into(), d.into(), proto, payload, IpPair::V6 { src: s, dst: d })
-        }
-    };
+            _ => {
+                let p = Ipv6Packet::new_checked(bytes)?;
+                let (proto, off) = p.upper_layer()?;
+                let (s, d) = (p.src_addr(), p.dst_addr());
+                // `off` counts from the start of the packet, past any extension headers.
+                let end = 40 + usize::from(p.payload_len());
+                let payload = bytes.get(off..end).unwrap_or_default();
+                (s.into(), d.into(), proto, payload, IpPair::V6 { src: s, dst: d })
+            }
+        };
     if proto != IpProtocol::UDP {
         return Ok(format!("IP {src} -> {dst} {proto:?}, {} bytes", bytes.len()));
     }

@@ -440,7 +440,9 @@ mod tests {
 
     #[test]
     fn ids_round_trip() {
-        for g in [DhGroup::Modp2048, DhGroup::Modp3072, DhGroup::EcpP256, DhGroup::EcpP384, DhGroup::Curve25519] {
+        for g in
+            [DhGroup::Modp2048, DhGroup::Modp3072, DhGroup::EcpP256, DhGroup::EcpP384, DhGroup::Curve25519]
+        {
             assert_eq!(DhGroup::from_id(g.id()), Some(g));
         }
         assert_eq!(Cipher::from_id(20, 256), Some(Cipher::AesGcm16_256));

@@ -16,8 +16,8 @@ use core::ops::Range;
 use esp::{BatchSummary, EspDescriptor, EspStatus};
 use handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams,
-    PeerCredential, SealedBlob,
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
+    SealedBlob,
 };
 use report::{Counters, MemoryReport};
 

@@ -31,13 +31,17 @@ impl Secret {
         let s = match kind {
             SecretKind::PreSharedKey => {
                 if bytes.is_empty() || bytes.len() > MAX_PSK {
-                    return Err(Error::BadLength { what: "PSK", len: bytes.len(), why: "must be 1..=1024 bytes" });
+                    return Err(Error::BadLength {
+                        what: "PSK",
+                        len: bytes.len(),
+                        why: "must be 1..=1024 bytes",
+                    });
                 }
                 return Ok(Self::Psk(Zeroizing::new(bytes.to_vec())));
             }
-            SecretKind::RsaPrivateKey => {
-                Self::Rsa(RsaKeyPair::from_pkcs8(bytes).map_err(|_| bad("not an RSA PKCS#8 key ring accepts"))?)
-            }
+            SecretKind::RsaPrivateKey => Self::Rsa(
+                RsaKeyPair::from_pkcs8(bytes).map_err(|_| bad("not an RSA PKCS#8 key ring accepts"))?,
+            ),
             SecretKind::EcdsaP256PrivateKey => Self::EcdsaP256(
                 EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, bytes, rng)
                     .map_err(|_| bad("not a P-256 PKCS#8 key"))?,
@@ -78,7 +82,9 @@ impl Secret {
     pub(crate) fn public_key(&self) -> Option<PublicKey> {
         match self {
             Self::Psk(_) => None,
-            Self::Rsa(k) => Some(PublicKey { kind: PublicKeyKind::Rsa, bytes: k.public_key().as_ref().to_vec() }),
+            Self::Rsa(k) => {
+                Some(PublicKey { kind: PublicKeyKind::Rsa, bytes: k.public_key().as_ref().to_vec() })
+            }
             Self::EcdsaP256(k) => {
                 Some(PublicKey { kind: PublicKeyKind::EcdsaP256, bytes: k.public_key().as_ref().to_vec() })
             }
@@ -127,7 +133,12 @@ impl Secret {
 }
 
 /// Verifies a signature of `scheme` (ECDSA: DER) by `public` over `msg`.
-pub(crate) fn verify_signature(scheme: SignatureScheme, public: &PublicKey, msg: &[u8], sig: &[u8]) -> Result<()> {
+pub(crate) fn verify_signature(
+    scheme: SignatureScheme,
+    public: &PublicKey,
+    msg: &[u8],
+    sig: &[u8],
+) -> Result<()> {
     use SignatureScheme as S;
     let alg: &dyn signature::VerificationAlgorithm = match (public.kind, scheme) {
         (PublicKeyKind::Rsa, S::RsaPkcs1Sha256) => &signature::RSA_PKCS1_2048_8192_SHA256,
@@ -271,7 +282,8 @@ pub(crate) fn verify(
     input: &AuthInput<'_>,
 ) -> Result<AuthVerified> {
     let octets = signed_octets(sa, other(sa.role), input)?;
-    let m = AuthMethod::from_id(method).ok_or(Error::Unsupported { what: "Auth Method", value: u16::from(method) })?;
+    let m = AuthMethod::from_id(method)
+        .ok_or(Error::Unsupported { what: "Auth Method", value: u16::from(method) })?;
     let failed = Error::AuthenticationFailed { method };
     match (m, peer) {
         (AuthMethod::SharedKey, PeerKey::Psk(psk)) => {
@@ -286,7 +298,10 @@ pub(crate) fn verify(
         (AuthMethod::EcdsaSha256P256 | AuthMethod::EcdsaSha384P384, PeerKey::Public(pk)) => {
             let got = verify_ecdsa_fixed(pk, &octets, data)?;
             if got != m {
-                return Err(Error::Unsupported { what: "Auth Method for this public key", value: u16::from(method) });
+                return Err(Error::Unsupported {
+                    what: "Auth Method for this public key",
+                    value: u16::from(method),
+                });
             }
             Ok(AuthVerified { method: m, scheme: None })
         }

@@ -289,7 +289,9 @@ mod tests {
 
     #[test]
     fn every_group_agrees_with_itself() {
-        for g in [DhGroup::EcpP256, DhGroup::EcpP384, DhGroup::Curve25519, DhGroup::Modp2048, DhGroup::Modp3072] {
+        for g in
+            [DhGroup::EcpP256, DhGroup::EcpP384, DhGroup::Curve25519, DhGroup::Modp2048, DhGroup::Modp3072]
+        {
             pair(g);
         }
     }

@@ -155,7 +155,11 @@ fn cbc_icv(mac: &hmac::Key, authenticated: &[u8], seq: u64, esn: bool) -> hmac::
 }
 
 /// Lengths of one packet's parts: (IV, payload, ICV), or `BadLength`.
-fn split_lengths(suite: &Suite, len: usize, encrypt: bool) -> core::result::Result<(usize, usize, usize), EspStatus> {
+fn split_lengths(
+    suite: &Suite,
+    len: usize,
+    encrypt: bool,
+) -> core::result::Result<(usize, usize, usize), EspStatus> {
     let iv = suite.cipher.iv_len();
     let icv = suite.icv_len();
     let payload = len.checked_sub(HDR + iv + icv).ok_or(EspStatus::BadLength)?;
@@ -191,7 +195,11 @@ fn encrypt_one(sa: &mut EspSa, pkt: &mut [u8], seq: u64) -> EspStatus {
             let iv = seq.to_be_bytes();
             ivb.copy_from_slice(&iv);
             let (aad, n) = aead_aad(hdr, seq, sa.esn);
-            match key.seal_in_place_separate_tag(nonce(salt, &iv), Aad::from(aad.get(..n).unwrap_or(&[])), body) {
+            match key.seal_in_place_separate_tag(
+                nonce(salt, &iv),
+                Aad::from(aad.get(..n).unwrap_or(&[])),
+                body,
+            ) {
                 Ok(tag) => {
                     icv.copy_from_slice(tag.as_ref());
                     true
@@ -230,7 +238,11 @@ fn encrypt_one(sa: &mut EspSa, pkt: &mut [u8], seq: u64) -> EspStatus {
 }
 
 /// Header checks common to both decrypt modes.
-fn check_inbound_header(sa: &EspSa, pkt: &[u8], seq: u64) -> core::result::Result<(usize, usize, usize), EspStatus> {
+fn check_inbound_header(
+    sa: &EspSa,
+    pkt: &[u8],
+    seq: u64,
+) -> core::result::Result<(usize, usize, usize), EspStatus> {
     let lens = split_lengths(&sa.suite, pkt.len(), false)?;
     if pkt.get(..4) != Some(&sa.spi.to_be_bytes()[..]) {
         return Err(EspStatus::SpiMismatch);
@@ -565,9 +577,7 @@ mod tests {
             }
             !u16::try_from(s).unwrap()
         }
-        let mut h = [
-            0x45, 0, 0, 0x54, 0, 0, 0x40, 0, 0x40, 0x32, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2,
-        ];
+        let mut h = [0x45, 0, 0, 0x54, 0, 0, 0x40, 0, 0x40, 0x32, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2];
         let c = full(&h);
         h[10..12].copy_from_slice(&c.to_be_bytes());
         let new = [198, 19, 7, 9];

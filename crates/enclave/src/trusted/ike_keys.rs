@@ -227,7 +227,9 @@ mod tests {
     fn short_nonces_and_inconsistent_suites_are_refused() {
         let g = SharedSecret::from_slice(&[7; 32]).unwrap();
         let short = [1u8; 15];
-        assert!(derive_ike_sa(SkeyseedSource::Initial, &g, &params(Role::Initiator, &short, &[2; 16])).is_err());
+        assert!(
+            derive_ike_sa(SkeyseedSource::Initial, &g, &params(Role::Initiator, &short, &[2; 16])).is_err()
+        );
         let mut p = params(Role::Initiator, &[1; 16], &[2; 16]);
         p.suite = Suite { cipher: Cipher::AesGcm16_128, integ: Some(Integ::HmacSha256_128) };
         assert!(matches!(

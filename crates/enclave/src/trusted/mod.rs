@@ -13,9 +13,9 @@ pub(crate) mod prf;
 pub(crate) mod seal;
 pub(crate) mod selftest;
 pub(crate) mod sk;
-pub(crate) mod table;
 #[cfg(test)]
 mod strongswan_kat;
+pub(crate) mod table;
 #[cfg(test)]
 mod vectors;
 
@@ -241,12 +241,23 @@ impl TrustedCore {
         auth::verify(sa, key, method, auth_data, input)
     }
 
-    pub(crate) fn sk_encrypt(&mut self, ike: IkeSaHandle, msg: &mut [u8], aad_len: usize, pt_len: usize) -> Result<()> {
+    pub(crate) fn sk_encrypt(
+        &mut self,
+        ike: IkeSaHandle,
+        msg: &mut [u8],
+        aad_len: usize,
+        pt_len: usize,
+    ) -> Result<()> {
         let sa = self.ike.get_mut(ike.0)?;
         sk::encrypt(sa, &self.rng, msg, aad_len, pt_len)
     }
 
-    pub(crate) fn sk_decrypt(&mut self, ike: IkeSaHandle, msg: &mut [u8], aad_len: usize) -> Result<Range<usize>> {
+    pub(crate) fn sk_decrypt(
+        &mut self,
+        ike: IkeSaHandle,
+        msg: &mut [u8],
+        aad_len: usize,
+    ) -> Result<Range<usize>> {
         let sa = self.ike.get(ike.0)?;
         sk::decrypt(sa, msg, aad_len)
     }
@@ -270,8 +281,8 @@ impl TrustedCore {
             Some(x) => Some(self.agree(x)?),
             None => None,
         };
-        let (inbound, outbound) =
-            self.with_sk_d(ike, sealed, |sa, sk_d| ike_keys::derive_child_keys(sa.prf, sk_d, g_ir.as_ref(), p))?;
+        let (inbound, outbound) = self
+            .with_sk_d(ike, sealed, |sa, sk_d| ike_keys::derive_child_keys(sa.prf, sk_d, g_ir.as_ref(), p))?;
         let sa_in = EspSa::new(p.spi_inbound, Direction::Inbound, p.esn, p.suite, inbound)?;
         let sa_out = EspSa::new(p.spi_outbound, Direction::Outbound, p.esn, p.suite, outbound)?;
         let h_in = self.esp.insert(sa_in)?;

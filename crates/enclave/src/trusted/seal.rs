@@ -103,8 +103,9 @@ pub(crate) fn wrap_provisioning(
     kind: SecretKind,
     secret: &[u8],
 ) -> Result<Vec<u8>> {
-    let mut key =
-        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, provisioning_key).map_err(|_| Error::Internal { what: "wrap" })?);
+    let mut key = LessSafeKey::new(
+        UnboundKey::new(&AES_256_GCM, provisioning_key).map_err(|_| Error::Internal { what: "wrap" })?,
+    );
     let mut out = Vec::with_capacity(PROVISION_HEADER_LEN + NONCE_LEN + secret.len() + TAG_LEN);
     out.extend_from_slice(PROVISION_MAGIC);
     out.extend_from_slice(&[FORMAT_VERSION, kind.code(), 0, 0]);
@@ -253,8 +254,14 @@ mod tests {
         let other_sa = SealBinding { spi_r: 3, ..binding() };
         assert_eq!(unseal_sk_d(&keys, &other_sa, 5, 0, &blob).map(|_| ()), err(BlobRejection::WrongSa));
         let other_tenant = RootKeys::new(&[9; 32], TenantId(8)).unwrap();
-        assert_eq!(unseal_sk_d(&other_tenant, &binding(), 5, 0, &blob).map(|_| ()), err(BlobRejection::Forged));
-        assert_eq!(unseal_sk_d(&keys, &binding(), 5, 0, &blob[..20]).map(|_| ()), err(BlobRejection::Malformed));
+        assert_eq!(
+            unseal_sk_d(&other_tenant, &binding(), 5, 0, &blob).map(|_| ()),
+            err(BlobRejection::Forged)
+        );
+        assert_eq!(
+            unseal_sk_d(&keys, &binding(), 5, 0, &blob[..20]).map(|_| ()),
+            err(BlobRejection::Malformed)
+        );
     }
 
     #[test]
@@ -265,13 +272,19 @@ mod tests {
         let (kind, s) = open_provisioning(&keys, TenantId(1), &blob).unwrap();
         assert_eq!((kind, &s[..]), (SecretKind::PreSharedKey, &b"secret"[..]));
         let reject = |reason| Err(Error::ProvisioningBlob { reason });
-        assert_eq!(open_provisioning(&keys, TenantId(2), &blob).map(|_| ()), reject(BlobRejection::WrongTenant));
+        assert_eq!(
+            open_provisioning(&keys, TenantId(2), &blob).map(|_| ()),
+            reject(BlobRejection::WrongTenant)
+        );
         let mut t = blob.clone();
         t[5] = SecretKind::RsaPrivateKey.code();
         assert_eq!(open_provisioning(&keys, TenantId(1), &t).map(|_| ()), reject(BlobRejection::Forged));
         let mut t = blob.clone();
         t[5] = 99;
         assert_eq!(open_provisioning(&keys, TenantId(1), &t).map(|_| ()), reject(BlobRejection::Malformed));
-        assert_eq!(open_provisioning(&keys, TenantId(1), &blob[..30]).map(|_| ()), reject(BlobRejection::Malformed));
+        assert_eq!(
+            open_provisioning(&keys, TenantId(1), &blob[..30]).map(|_| ()),
+            reject(BlobRejection::Malformed)
+        );
     }
 }

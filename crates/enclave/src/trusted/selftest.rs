@@ -51,7 +51,8 @@ fn aes_gcm() -> Outcome {
         "5bc94fbc3221a5db94fae95ae7121a47"
     );
     let (key, salt) = aead_key(Cipher::AesGcm16_128, &keymat).map_err(|_| NAME)?;
-    let tag = key.seal_in_place_separate_tag(nonce(&salt, &iv), Aad::from(&aad), &mut buf).map_err(|_| NAME)?;
+    let tag =
+        key.seal_in_place_separate_tag(nonce(&salt, &iv), Aad::from(&aad), &mut buf).map_err(|_| NAME)?;
     check(buf[..] == expect[..60] && tag.as_ref() == &expect[60..], NAME)
 }
 
@@ -130,7 +131,8 @@ fn ecp256() -> Outcome {
         "D12DFB5289C8D4F81208B70270398C342296970A0BCCB74C736FC7554494BF63"
         "56FBF3CA366CC23E8157854C13C58D6AAC23F046ADA30F8353E74F33039872AB"
     );
-    let z = DhSecret::from_known_private(DhGroup::EcpP256, &i).and_then(|s| s.agree(&gr)).map_err(|_| NAME)?;
+    let z =
+        DhSecret::from_known_private(DhGroup::EcpP256, &i).and_then(|s| s.agree(&gr)).map_err(|_| NAME)?;
     check(z.as_slice() == hex!("D6840F6B42F6EDAFD13116E0E12565202FEF8E9ECE7DCE03812464D04B9442DE"), NAME)
 }
 

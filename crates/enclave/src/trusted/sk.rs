@@ -57,9 +57,8 @@ pub(crate) fn encrypt(
 ) -> Result<()> {
     let suite: Suite = sa.suite;
     let layout = suite.sk_layout(plaintext_len);
-    let expected = aad_len
-        .checked_add(layout.body_len(plaintext_len))
-        .ok_or(bad_len(msg.len(), "length overflow"))?;
+    let expected =
+        aad_len.checked_add(layout.body_len(plaintext_len)).ok_or(bad_len(msg.len(), "length overflow"))?;
     if msg.len() != expected || aad_len < 28 + 4 {
         return Err(bad_len(msg.len(), "must be aad_len + IV + inner payloads + padding + ICV"));
     }

@@ -46,10 +46,7 @@ impl<T> Table<T> {
                 i
             }
         };
-        let slot = self
-            .slots
-            .get_mut(usize::from(index))
-            .ok_or(Error::Internal { what: "slot table" })?;
+        let slot = self.slots.get_mut(usize::from(index)).ok_or(Error::Internal { what: "slot table" })?;
         slot.entry = Some(Box::new(value));
         let generation = slot.generation;
         self.live += 1;

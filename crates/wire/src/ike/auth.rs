@@ -83,11 +83,7 @@ pub struct Authentication {
 impl Authentication {
     /// An AUTH payload with zero RESERVED octets.
     pub fn new(method: AuthMethod, data: Vec<u8>) -> Self {
-        Self {
-            method,
-            reserved: [0; 3],
-            data,
-        }
+        Self { method, reserved: [0; 3], data }
     }
 }
 
@@ -139,10 +135,8 @@ mod tests {
     #[test]
     fn psk_auth_round_trips() {
         let bytes = hex!("00 00 0010 02 000000 0011223344556677");
-        let expected = Payload::Auth(Authentication::new(
-            AuthMethod::SHARED_KEY_MIC,
-            hex!("0011223344556677").to_vec(),
-        ));
+        let expected =
+            Payload::Auth(Authentication::new(AuthMethod::SHARED_KEY_MIC, hex!("0011223344556677").to_vec()));
         assert_round_trip(PayloadType::AUTH, &bytes, &expected);
     }
 

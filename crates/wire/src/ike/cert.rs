@@ -91,8 +91,7 @@ impl CertificateRequest {
     /// encoding differs or the length is not a multiple of 20.
     pub fn sha1_key_hashes(&self) -> Option<impl Iterator<Item = &[u8]>> {
         let whole = self.authorities.len().is_multiple_of(20);
-        (self.encoding == CertEncoding::X509_SIGNATURE && whole)
-            .then(|| self.authorities.chunks_exact(20))
+        (self.encoding == CertEncoding::X509_SIGNATURE && whole).then(|| self.authorities.chunks_exact(20))
     }
 }
 
@@ -100,10 +99,7 @@ impl Body for Certificate {
     const WHAT: &'static str = "CERT payload";
 
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        Ok(Self {
-            encoding: CertEncoding(r.u8(Self::WHAT)?),
-            data: r.rest().to_vec(),
-        })
+        Ok(Self { encoding: CertEncoding(r.u8(Self::WHAT)?), data: r.rest().to_vec() })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -117,10 +113,7 @@ impl Body for CertificateRequest {
     const WHAT: &'static str = "CERTREQ payload";
 
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        Ok(Self {
-            encoding: CertEncoding(r.u8(Self::WHAT)?),
-            authorities: r.rest().to_vec(),
-        })
+        Ok(Self { encoding: CertEncoding(r.u8(Self::WHAT)?), authorities: r.rest().to_vec() })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -156,23 +149,11 @@ mod tests {
             "a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4"
             "c1c2c3c4c5c6c7c8"
         );
-        let request = CertificateRequest {
-            encoding: CertEncoding::X509_SIGNATURE,
-            authorities: bytes[5..].to_vec(),
-        };
-        assert!(
-            request.sha1_key_hashes().is_none(),
-            "48 octets are not whole hashes"
-        );
-        assert_round_trip(
-            PayloadType::CERTREQ,
-            &bytes,
-            &Payload::CertificateRequest(request.clone()),
-        );
-        let whole = CertificateRequest {
-            authorities: bytes[5..45].to_vec(),
-            ..request
-        };
+        let request =
+            CertificateRequest { encoding: CertEncoding::X509_SIGNATURE, authorities: bytes[5..].to_vec() };
+        assert!(request.sha1_key_hashes().is_none(), "48 octets are not whole hashes");
+        assert_round_trip(PayloadType::CERTREQ, &bytes, &Payload::CertificateRequest(request.clone()));
+        let whole = CertificateRequest { authorities: bytes[5..45].to_vec(), ..request };
         let hashes: Vec<_> = whole.sha1_key_hashes().into_iter().flatten().collect();
         assert_eq!(hashes, [&bytes[5..25], &bytes[25..45]]);
     }
@@ -181,10 +162,7 @@ mod tests {
     fn missing_encoding_octet_is_truncated() {
         assert!(matches!(
             decode_one(PayloadType::CERT, &hex!("00 00 0004")),
-            Err(Error::Truncated {
-                what: "CERT payload",
-                ..
-            })
+            Err(Error::Truncated { what: "CERT payload", .. })
         ));
     }
 }

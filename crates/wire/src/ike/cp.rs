@@ -102,11 +102,7 @@ pub struct Configuration {
 impl Configuration {
     /// A CP payload with zero RESERVED octets.
     pub fn new(cfg_type: CfgType, attributes: Vec<ConfigAttribute>) -> Self {
-        Self {
-            cfg_type,
-            reserved: [0; 3],
-            attributes,
-        }
+        Self { cfg_type, reserved: [0; 3], attributes }
     }
 }
 
@@ -138,11 +134,7 @@ pub struct ConfigAttribute {
 impl ConfigAttribute {
     /// An attribute with the R bit clear.
     pub fn new(ty: ConfigAttributeType, value: Vec<u8>) -> Self {
-        Self {
-            reserved_bit: false,
-            ty,
-            value,
-        }
+        Self { reserved_bit: false, ty, value }
     }
 }
 
@@ -167,11 +159,7 @@ impl Body for Configuration {
                 value: r.take(len, ATTRIBUTE)?.to_vec(),
             });
         }
-        Ok(Self {
-            cfg_type,
-            reserved,
-            attributes,
-        })
+        Ok(Self { cfg_type, reserved, attributes })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -227,10 +215,7 @@ mod tests {
         let expected = Payload::Configuration(Configuration::new(
             CfgType::REPLY,
             vec![
-                ConfigAttribute::new(
-                    ConfigAttributeType::INTERNAL_IP4_ADDRESS,
-                    hex!("c6120064").to_vec(),
-                ),
+                ConfigAttribute::new(ConfigAttributeType::INTERNAL_IP4_ADDRESS, hex!("c6120064").to_vec()),
                 ConfigAttribute {
                     reserved_bit: true,
                     ..ConfigAttribute::new(ConfigAttributeType::INTERNAL_IP4_DNS, vec![])
@@ -243,26 +228,15 @@ mod tests {
     #[test]
     fn attribute_length_past_the_payload_is_truncated() {
         assert!(matches!(
-            decode_one(
-                PayloadType::CP,
-                &hex!("00 00 000e 01 000000 0001 0004 c612")
-            ),
-            Err(Error::Truncated {
-                what: ATTRIBUTE,
-                ..
-            })
+            decode_one(PayloadType::CP, &hex!("00 00 000e 01 000000 0001 0004 c612")),
+            Err(Error::Truncated { what: ATTRIBUTE, .. })
         ));
     }
 
     #[test]
     fn attribute_type_with_the_reserved_bit_cannot_be_encoded() {
-        let cp = Configuration::new(
-            CfgType::SET,
-            vec![ConfigAttribute::new(ConfigAttributeType(0x8001), vec![])],
-        );
-        assert!(matches!(
-            encode_one(Payload::Configuration(cp)),
-            Err(Error::BadValue { .. })
-        ));
+        let cp =
+            Configuration::new(CfgType::SET, vec![ConfigAttribute::new(ConfigAttributeType(0x8001), vec![])]);
+        assert!(matches!(encode_one(Payload::Configuration(cp)), Err(Error::BadValue { .. })));
     }
 }

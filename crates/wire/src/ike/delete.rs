@@ -39,28 +39,17 @@ pub struct Delete {
 impl Delete {
     /// A Delete of the IKE SA this message belongs to.
     pub fn ike() -> Self {
-        Self {
-            protocol: ProtocolId::IKE,
-            spi_size: 0,
-            spis: Vec::new(),
-        }
+        Self { protocol: ProtocolId::IKE, spi_size: 0, spis: Vec::new() }
     }
 
     /// A Delete of ESP or AH SAs by their four-octet SPIs.
     pub fn child(protocol: ProtocolId, spis: &[u32]) -> Self {
-        Self {
-            protocol,
-            spi_size: 4,
-            spis: spis.iter().map(|s| s.to_be_bytes().to_vec()).collect(),
-        }
+        Self { protocol, spi_size: 4, spis: spis.iter().map(|s| s.to_be_bytes().to_vec()).collect() }
     }
 
     /// The four-octet SPIs as numbers (none if the SPI size is not four).
     pub fn child_spis(&self) -> impl Iterator<Item = u32> + '_ {
-        self.spis
-            .iter()
-            .filter_map(|s| <[u8; 4]>::try_from(s.as_slice()).ok())
-            .map(u32::from_be_bytes)
+        self.spis.iter().filter_map(|s| <[u8; 4]>::try_from(s.as_slice()).ok()).map(u32::from_be_bytes)
     }
 
     /// Fails unless the SPI size fits the protocol and the count (§3.11).
@@ -91,11 +80,8 @@ impl Body for Delete {
     const WHAT: &'static str = "Delete payload";
 
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        let mut delete = Self {
-            protocol: ProtocolId(r.u8(Self::WHAT)?),
-            spi_size: r.u8(Self::WHAT)?,
-            spis: Vec::new(),
-        };
+        let mut delete =
+            Self { protocol: ProtocolId(r.u8(Self::WHAT)?), spi_size: r.u8(Self::WHAT)?, spis: Vec::new() };
         let count = usize::from(r.u16(Self::WHAT)?);
         delete.check(count)?;
         // Grows only as SPIs are actually read, so a large count cannot allocate ahead.
@@ -143,26 +129,18 @@ mod tests {
     fn esp_delete_round_trips() {
         let bytes = hex!("00 00 0010 03 04 0002 c0ffee01 c0ffee02");
         let delete = Delete::child(ProtocolId::ESP, &[0xc0ff_ee01, 0xc0ff_ee02]);
-        assert_eq!(
-            delete.child_spis().collect::<Vec<_>>(),
-            [0xc0ff_ee01, 0xc0ff_ee02]
-        );
+        assert_eq!(delete.child_spis().collect::<Vec<_>>(), [0xc0ff_ee01, 0xc0ff_ee02]);
         assert_round_trip(PayloadType::DELETE, &bytes, &Payload::Delete(delete));
         assert_rejects_extra_octet(PayloadType::DELETE, &bytes);
     }
 
     #[test]
     fn spi_sizes_must_fit_the_protocol() {
-        for bytes in [
-            hex!("00 00 0008 01 08 0000"),
-            hex!("00 00 0008 03 08 0000"),
-            hex!("00 00 0008 02 00 0000"),
-        ] {
+        for bytes in
+            [hex!("00 00 0008 01 08 0000"), hex!("00 00 0008 03 08 0000"), hex!("00 00 0008 02 00 0000")]
+        {
             assert!(
-                matches!(
-                    decode_one(PayloadType::DELETE, &bytes),
-                    Err(Error::BadLength { .. })
-                ),
+                matches!(decode_one(PayloadType::DELETE, &bytes), Err(Error::BadLength { .. })),
                 "{bytes:02x?}"
             );
         }
@@ -172,17 +150,11 @@ mod tests {
     fn zero_size_spis_with_a_count_are_rejected() {
         assert_eq!(
             decode_one(PayloadType::DELETE, &hex!("00 00 0008 07 00 ffff")),
-            Err(Error::BadValue {
-                what: "Delete SPI count",
-                value: 0xffff
-            })
+            Err(Error::BadValue { what: "Delete SPI count", value: 0xffff })
         );
         assert_eq!(
             decode_one(PayloadType::DELETE, &hex!("00 00 0008 01 00 0001")),
-            Err(Error::BadValue {
-                what: "Delete SPI count",
-                value: 1
-            })
+            Err(Error::BadValue { what: "Delete SPI count", value: 1 })
         );
     }
 
@@ -190,25 +162,16 @@ mod tests {
     fn count_beyond_the_payload_is_truncated() {
         assert!(matches!(
             decode_one(PayloadType::DELETE, &hex!("00 00 000c 03 04 0002 c0ffee01")),
-            Err(Error::Truncated {
-                what: "Delete SPI",
-                ..
-            })
+            Err(Error::Truncated { what: "Delete SPI", .. })
         ));
     }
 
     #[test]
     fn spi_of_the_wrong_size_cannot_be_encoded() {
-        let delete = Delete {
-            spis: vec![vec![1, 2, 3]],
-            ..Delete::child(ProtocolId::ESP, &[])
-        };
+        let delete = Delete { spis: vec![vec![1, 2, 3]], ..Delete::child(ProtocolId::ESP, &[]) };
         assert!(matches!(
             encode_one(Payload::Delete(delete)),
-            Err(Error::BadLength {
-                what: "Delete SPI",
-                ..
-            })
+            Err(Error::BadLength { what: "Delete SPI", .. })
         ));
     }
 }

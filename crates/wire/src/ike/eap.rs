@@ -128,17 +128,8 @@ impl Body for Eap {
                 why: "differs from the EAP payload length",
             });
         }
-        let ty = if r.is_empty() {
-            None
-        } else {
-            Some(EapType(r.u8(Self::WHAT)?))
-        };
-        let eap = Self {
-            code,
-            identifier,
-            ty,
-            data: r.rest().to_vec(),
-        };
+        let ty = if r.is_empty() { None } else { Some(EapType(r.u8(Self::WHAT)?)) };
+        let eap = Self { code, identifier, ty, data: r.rest().to_vec() };
         eap.check()?;
         Ok(eap)
     }
@@ -191,12 +182,7 @@ mod tests {
     #[test]
     fn success_round_trips_without_type() {
         let bytes = hex!("00 00 0008 03 08 0004");
-        let expected = Payload::Eap(Eap {
-            code: EapCode::SUCCESS,
-            identifier: 8,
-            ty: None,
-            data: vec![],
-        });
+        let expected = Payload::Eap(Eap { code: EapCode::SUCCESS, identifier: 8, ty: None, data: vec![] });
         assert_round_trip(PayloadType::EAP, &bytes, &expected);
     }
 
@@ -204,11 +190,7 @@ mod tests {
     fn eap_length_must_match_the_payload() {
         assert_eq!(
             decode_one(PayloadType::EAP, &hex!("00 00 0009 01 07 0006 01")),
-            Err(Error::BadLength {
-                what: "EAP message",
-                len: 6,
-                why: "differs from the EAP payload length"
-            })
+            Err(Error::BadLength { what: "EAP message", len: 6, why: "differs from the EAP payload length" })
         );
     }
 
@@ -223,12 +205,7 @@ mod tests {
             decode_one(PayloadType::EAP, &hex!("00 00 0009 03 07 0005 01")),
             Err(Error::BadLength { .. })
         ));
-        let no_type_with_data = Eap {
-            code: EapCode(9),
-            identifier: 0,
-            ty: None,
-            data: vec![1],
-        };
+        let no_type_with_data = Eap { code: EapCode(9), identifier: 0, ty: None, data: vec![1] };
         assert!(encode_one(Payload::Eap(no_type_with_data)).is_err());
     }
 }

@@ -85,10 +85,7 @@ impl EncryptedFragment {
     /// Fails with `BadValue` unless `1 <= number <= total`.
     fn check(&self) -> Result<()> {
         if self.number == 0 || self.number > self.total {
-            return Err(Error::BadValue {
-                what: "SKF fragment number",
-                value: self.number.into(),
-            });
+            return Err(Error::BadValue { what: "SKF fragment number", value: self.number.into() });
         }
         Ok(())
     }
@@ -99,10 +96,7 @@ impl Body for Encrypted {
 
     /// Reads the opaque body; the chain reader fills in `first_inner`.
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        Ok(Self {
-            first_inner: PayloadType::NONE,
-            data: r.rest().to_vec(),
-        })
+        Ok(Self { first_inner: PayloadType::NONE, data: r.rest().to_vec() })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -180,21 +174,10 @@ mod tests {
             let mut bytes = hex!("00 00 0008 0000 0000");
             bytes[4..6].copy_from_slice(&u16::to_be_bytes(number));
             bytes[6..8].copy_from_slice(&u16::to_be_bytes(total));
-            let expected = Error::BadValue {
-                what: "SKF fragment number",
-                value: number.into(),
-            };
+            let expected = Error::BadValue { what: "SKF fragment number", value: number.into() };
             assert_eq!(decode_one(PayloadType::SKF, &bytes), Err(expected.clone()));
-            let fragment = EncryptedFragment {
-                first_inner: PayloadType::NONE,
-                number,
-                total,
-                data: vec![],
-            };
-            assert_eq!(
-                encode_one(Payload::EncryptedFragment(fragment)),
-                Err(expected)
-            );
+            let fragment = EncryptedFragment { first_inner: PayloadType::NONE, number, total, data: vec![] };
+            assert_eq!(encode_one(Payload::EncryptedFragment(fragment)), Err(expected));
         }
     }
 }

@@ -14,11 +14,7 @@ pub fn ike_message(data: &[u8]) {
             panic!("decoded message does not encode: {error}");
         }
         assert_eq!(out, data, "re-encoding is not byte-exact");
-        assert_eq!(
-            Message::decode(&out).as_ref(),
-            Ok(&message),
-            "decode is not stable"
-        );
+        assert_eq!(Message::decode(&out).as_ref(), Ok(&message), "decode is not stable");
     }
     if let Some((first, plaintext)) = data.split_first() {
         if let Ok(chain) = decode_chain(PayloadType(*first), plaintext) {

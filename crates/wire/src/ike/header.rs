@@ -138,14 +138,7 @@ impl IkeHeader {
         flags: HeaderFlags,
         message_id: u32,
     ) -> Self {
-        Self {
-            initiator_spi,
-            responder_spi,
-            version: Self::VERSION_2_0,
-            exchange_type,
-            flags,
-            message_id,
-        }
+        Self { initiator_spi, responder_spi, version: Self::VERSION_2_0, exchange_type, flags, message_id }
     }
 
     /// The major version (high four bits of the Version octet).
@@ -179,14 +172,7 @@ impl IkeHeader {
         let length = h.u32(WHAT)?;
         h.finish(WHAT)?;
         Ok(PeekedHeader {
-            header: Self {
-                initiator_spi,
-                responder_spi,
-                version,
-                exchange_type,
-                flags,
-                message_id,
-            },
+            header: Self { initiator_spi, responder_spi, version, exchange_type, flags, message_id },
             next_payload,
             length,
         })
@@ -197,9 +183,7 @@ impl IkeHeader {
         if self.major_version() == Self::MAJOR_VERSION {
             Ok(())
         } else {
-            Err(Error::InvalidMajorVersion {
-                version: self.major_version(),
-            })
+            Err(Error::InvalidMajorVersion { version: self.major_version() })
         }
     }
 
@@ -222,8 +206,7 @@ mod tests {
     use super::*;
     use hex_literal::hex;
 
-    const HEADER: [u8; 28] =
-        hex!("0011223344556677 8899aabbccddeeff 21 20 22 08 00000000 0000001c");
+    const HEADER: [u8; 28] = hex!("0011223344556677 8899aabbccddeeff 21 20 22 08 00000000 0000001c");
 
     #[test]
     fn exchange_types_carry_the_rfc_values() {
@@ -272,13 +255,7 @@ mod tests {
     #[test]
     fn every_truncation_is_an_error() {
         for len in 0..HEADER.len() {
-            assert!(
-                matches!(
-                    IkeHeader::peek(&HEADER[..len]),
-                    Err(Error::Truncated { .. })
-                ),
-                "{len}"
-            );
+            assert!(matches!(IkeHeader::peek(&HEADER[..len]), Err(Error::Truncated { .. })), "{len}");
         }
     }
 

@@ -65,11 +65,7 @@ pub struct Identification {
 impl Identification {
     /// An identity with zero RESERVED octets.
     pub fn new(ty: IdType, data: Vec<u8>) -> Self {
-        Self {
-            ty,
-            reserved: [0; 3],
-            data,
-        }
+        Self { ty, reserved: [0; 3], data }
     }
 
     /// An ID_IPV4_ADDR or ID_IPV6_ADDR identity.
@@ -83,12 +79,12 @@ impl Identification {
     /// The address of an ID_IPV4_ADDR or ID_IPV6_ADDR identity.
     pub fn ip(&self) -> Option<IpAddr> {
         match self.ty {
-            IdType::IPV4_ADDR => <[u8; 4]>::try_from(self.data.as_slice())
-                .ok()
-                .map(|o| IpAddr::V4(Ipv4Addr::from(o))),
-            IdType::IPV6_ADDR => <[u8; 16]>::try_from(self.data.as_slice())
-                .ok()
-                .map(|o| IpAddr::V6(Ipv6Addr::from(o))),
+            IdType::IPV4_ADDR => {
+                <[u8; 4]>::try_from(self.data.as_slice()).ok().map(|o| IpAddr::V4(Ipv4Addr::from(o)))
+            }
+            IdType::IPV6_ADDR => {
+                <[u8; 16]>::try_from(self.data.as_slice()).ok().map(|o| IpAddr::V6(Ipv6Addr::from(o)))
+            }
             _ => None,
         }
     }
@@ -126,11 +122,8 @@ impl Body for Identification {
     const WHAT: &'static str = "ID payload";
 
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        let id = Self {
-            ty: IdType(r.u8(Self::WHAT)?),
-            reserved: r.array(Self::WHAT)?,
-            data: r.rest().to_vec(),
-        };
+        let id =
+            Self { ty: IdType(r.u8(Self::WHAT)?), reserved: r.array(Self::WHAT)?, data: r.rest().to_vec() };
         id.check()?;
         Ok(id)
     }
@@ -171,8 +164,7 @@ mod tests {
     #[test]
     fn fqdn_initiator_id_round_trips() {
         let bytes = hex!("00 00 0014 02 000000 6d6f6f6e2e6578616d706c65"); // "moon.example"
-        let expected =
-            Payload::IdInitiator(Identification::new(IdType::FQDN, b"moon.example".to_vec()));
+        let expected = Payload::IdInitiator(Identification::new(IdType::FQDN, b"moon.example".to_vec()));
         assert_round_trip(PayloadType::IDI, &bytes, &expected);
     }
 
@@ -206,11 +198,7 @@ mod tests {
     #[test]
     fn reserved_octets_are_kept_for_the_signed_octets() {
         let bytes = hex!("00 00 0009 0b 010203 ff");
-        let id = Identification {
-            ty: IdType::KEY_ID,
-            reserved: [1, 2, 3],
-            data: vec![0xff],
-        };
+        let id = Identification { ty: IdType::KEY_ID, reserved: [1, 2, 3], data: vec![0xff] };
         assert_eq!(id.body_bytes(), bytes[4..]);
         assert_round_trip(PayloadType::IDI, &bytes, &Payload::IdInitiator(id));
     }

@@ -37,11 +37,7 @@ pub struct KeyExchange {
 impl KeyExchange {
     /// A KE payload with a zero RESERVED field.
     pub fn new(group: DhGroup, data: Vec<u8>) -> Self {
-        Self {
-            group,
-            reserved: 0,
-            data,
-        }
+        Self { group, reserved: 0, data }
     }
 }
 
@@ -49,11 +45,7 @@ impl Body for KeyExchange {
     const WHAT: &'static str = "KE payload";
 
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        Ok(Self {
-            group: DhGroup(r.u16(Self::WHAT)?),
-            reserved: r.u16(Self::WHAT)?,
-            data: r.rest().to_vec(),
-        })
+        Ok(Self { group: DhGroup(r.u16(Self::WHAT)?), reserved: r.u16(Self::WHAT)?, data: r.rest().to_vec() })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -74,21 +66,16 @@ mod tests {
     #[test]
     fn key_exchange_round_trips() {
         let bytes = hex!("00 00 0010 0013 0000 0102030405060708");
-        let expected = Payload::KeyExchange(KeyExchange::new(
-            DhGroup::ECP_256,
-            hex!("0102030405060708").to_vec(),
-        ));
+        let expected =
+            Payload::KeyExchange(KeyExchange::new(DhGroup::ECP_256, hex!("0102030405060708").to_vec()));
         assert_round_trip(PayloadType::KE, &bytes, &expected);
     }
 
     #[test]
     fn reserved_field_is_kept() {
         let bytes = hex!("00 00 0008 001f abcd");
-        let expected = Payload::KeyExchange(KeyExchange {
-            group: DhGroup::CURVE25519,
-            reserved: 0xabcd,
-            data: vec![],
-        });
+        let expected =
+            Payload::KeyExchange(KeyExchange { group: DhGroup::CURVE25519, reserved: 0xabcd, data: vec![] });
         assert_round_trip(PayloadType::KE, &bytes, &expected);
     }
 }

@@ -28,10 +28,7 @@ const WHAT: &str = "IKE message";
 impl Message {
     /// A message of these payloads, with zero generic-header flags.
     pub fn new(header: IkeHeader, payloads: impl IntoIterator<Item = Payload>) -> Self {
-        Self {
-            header,
-            chain: payloads.into_iter().map(PayloadEntry::from).collect(),
-        }
+        Self { header, chain: payloads.into_iter().map(PayloadEntry::from).collect() }
     }
 
     /// Decodes a datagram.
@@ -44,32 +41,17 @@ impl Message {
     /// names its first inner payload); nothing may follow it.
     pub fn decode(datagram: &[u8]) -> Result<Self> {
         let mut r = Reader::new(datagram);
-        let PeekedHeader {
-            header,
-            next_payload,
-            length,
-        } = IkeHeader::read(&mut r)?;
+        let PeekedHeader { header, next_payload, length } = IkeHeader::read(&mut r)?;
         header.check_version()?;
         let length = usize::try_from(length).unwrap_or(usize::MAX);
         if length < IkeHeader::LEN {
-            return Err(Error::BadLength {
-                what: WHAT,
-                len: length,
-                why: "shorter than the IKE header",
-            });
+            return Err(Error::BadLength { what: WHAT, len: length, why: "shorter than the IKE header" });
         }
         if length > datagram.len() {
-            return Err(Error::Truncated {
-                what: WHAT,
-                need: length,
-                have: datagram.len(),
-            });
+            return Err(Error::Truncated { what: WHAT, need: length, have: datagram.len() });
         }
         if length < datagram.len() {
-            return Err(Error::TrailingBytes {
-                what: WHAT,
-                count: datagram.len() - length,
-            });
+            return Err(Error::TrailingBytes { what: WHAT, count: datagram.len() - length });
         }
         let chain = read_chain(next_payload, &mut r, Chain::Outer)?;
         r.finish(WHAT)?;
@@ -195,22 +177,14 @@ mod tests {
             }],
         };
         Message::new(
-            IkeHeader::new(
-                0xa1b2_c3d4_e5f6_0718,
-                0,
-                ExchangeType::IKE_SA_INIT,
-                HeaderFlags::INITIATOR,
-                0,
-            ),
+            IkeHeader::new(0xa1b2_c3d4_e5f6_0718, 0, ExchangeType::IKE_SA_INIT, HeaderFlags::INITIATOR, 0),
             [
                 Payload::Sa(sa),
                 Payload::KeyExchange(KeyExchange::new(
                     DhGroup::ECP_256,
                     SA_INIT_REQUEST[0x4c..0x8c].to_vec(),
                 )),
-                Payload::Nonce(Nonce {
-                    data: (0..32).collect(),
-                }),
+                Payload::Nonce(Nonce { data: (0..32).collect() }),
                 Payload::Notify(Notify::new(
                     NotifyType::NAT_DETECTION_SOURCE_IP,
                     hex!("3bd5f0d3a1b2c3d4e5f60718293a4b5c6d7e8f90").to_vec(),
@@ -219,10 +193,7 @@ mod tests {
                     NotifyType::NAT_DETECTION_DESTINATION_IP,
                     hex!("0f1e2d3c4b5a69788796a5b4c3d2e1f000112233").to_vec(),
                 )),
-                Payload::Notify(Notify::new(
-                    NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
-                    vec![],
-                )),
+                Payload::Notify(Notify::new(NotifyType::IKEV2_FRAGMENTATION_SUPPORTED, vec![])),
                 Payload::Notify(Notify::signature_hash_algorithms(&[
                     HashAlgorithm::SHA2_256,
                     HashAlgorithm::SHA2_384,
@@ -237,9 +208,7 @@ mod tests {
     fn sa_init_request_deconstructs() -> Result<()> {
         let message = Message::decode(&SA_INIT_REQUEST)?;
         assert_eq!(message, expected_sa_init());
-        assert!(message
-            .notify(NotifyType::IKEV2_FRAGMENTATION_SUPPORTED)
-            .is_some());
+        assert!(message.notify(NotifyType::IKEV2_FRAGMENTATION_SUPPORTED).is_some());
         assert_eq!(message.notifies().count(), 4);
         assert_eq!(message.encrypted(), None);
         Ok(())
@@ -265,34 +234,16 @@ mod tests {
     fn length_must_equal_the_datagram() {
         let mut longer = SA_INIT_REQUEST.to_vec();
         longer.push(0);
-        assert_eq!(
-            Message::decode(&longer),
-            Err(Error::TrailingBytes {
-                what: WHAT,
-                count: 1
-            })
-        );
+        assert_eq!(Message::decode(&longer), Err(Error::TrailingBytes { what: WHAT, count: 1 }));
         let mut short_field = SA_INIT_REQUEST;
         short_field[24..28].copy_from_slice(&hex!("000000ff"));
-        assert_eq!(
-            Message::decode(&short_field),
-            Err(Error::TrailingBytes {
-                what: WHAT,
-                count: 1
-            })
-        );
+        assert_eq!(Message::decode(&short_field), Err(Error::TrailingBytes { what: WHAT, count: 1 }));
         let mut tiny = SA_INIT_REQUEST;
         tiny[24..28].copy_from_slice(&hex!("0000001b"));
-        assert!(matches!(
-            Message::decode(&tiny),
-            Err(Error::BadLength { len: 27, .. })
-        ));
+        assert!(matches!(Message::decode(&tiny), Err(Error::BadLength { len: 27, .. })));
         let mut long_field = SA_INIT_REQUEST;
         long_field[24..28].copy_from_slice(&hex!("00000101"));
-        assert!(matches!(
-            Message::decode(&long_field),
-            Err(Error::Truncated { need: 257, .. })
-        ));
+        assert!(matches!(Message::decode(&long_field), Err(Error::Truncated { need: 257, .. })));
     }
 
     #[test]
@@ -300,13 +251,7 @@ mod tests {
         // The fragmentation notify claims to end the chain, but another payload follows.
         let mut bytes = SA_INIT_REQUEST;
         bytes[0xe8] = 0;
-        assert_eq!(
-            Message::decode(&bytes),
-            Err(Error::TrailingBytes {
-                what: WHAT,
-                count: 16
-            })
-        );
+        assert_eq!(Message::decode(&bytes), Err(Error::TrailingBytes { what: WHAT, count: 16 }));
     }
 
     #[test]
@@ -333,10 +278,7 @@ mod tests {
         bytes[0xe8] = 0xfe;
         bytes[0xf1] = 0x80;
         let error = Message::decode(&bytes);
-        assert_eq!(
-            error,
-            Err(Error::UnsupportedCriticalPayload { payload_type: 0xfe })
-        );
+        assert_eq!(error, Err(Error::UnsupportedCriticalPayload { payload_type: 0xfe }));
         // Without the critical bit it is kept and re-encoded unchanged.
         bytes[0xf1] = 0x00;
         let Ok(message) = Message::decode(&bytes) else {
@@ -370,28 +312,16 @@ mod tests {
         let mut longer = bytes.to_vec();
         longer.extend_from_slice(&hex!("00 00 0004"));
         longer[27] = 0x2c;
-        assert_eq!(
-            Message::decode(&longer),
-            Err(Error::TrailingBytes {
-                what: WHAT,
-                count: 4
-            })
-        );
+        assert_eq!(Message::decode(&longer), Err(Error::TrailingBytes { what: WHAT, count: 4 }));
         Ok(())
     }
 
     #[test]
     fn sk_must_be_last_when_encoding() {
         let mut message = expected_sa_init();
-        message.chain.insert(
-            0,
-            PayloadEntry::from(Payload::Encrypted(Encrypted::default())),
-        );
+        message.chain.insert(0, PayloadEntry::from(Payload::Encrypted(Encrypted::default())));
         let mut out = vec![1, 2];
-        assert_eq!(
-            message.encode(&mut out),
-            Err(Error::MisplacedEncrypted { payload_type: 46 })
-        );
+        assert_eq!(message.encode(&mut out), Err(Error::MisplacedEncrypted { payload_type: 46 }));
         assert_eq!(out, [1, 2]);
     }
 

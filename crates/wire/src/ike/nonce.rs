@@ -39,11 +39,7 @@ impl Nonce {
         if (Self::MIN_LEN..=Self::MAX_LEN).contains(&len) {
             Ok(())
         } else {
-            Err(Error::BadLength {
-                what: Self::WHAT,
-                len,
-                why: "nonce data must be 16 to 256 octets",
-            })
+            Err(Error::BadLength { what: Self::WHAT, len, why: "nonce data must be 16 to 256 octets" })
         }
     }
 }
@@ -54,9 +50,7 @@ impl Body for Nonce {
     fn read(r: &mut Reader<'_>) -> Result<Self> {
         let data = r.rest();
         Self::check_len(data.len())?;
-        Ok(Self {
-            data: data.to_vec(),
-        })
+        Ok(Self { data: data.to_vec() })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -76,9 +70,7 @@ mod tests {
     #[test]
     fn nonce_round_trips() {
         let bytes = hex!("00 00 0014 00112233445566778899aabbccddeeff");
-        let expected = Payload::Nonce(Nonce {
-            data: hex!("00112233445566778899aabbccddeeff").to_vec(),
-        });
+        let expected = Payload::Nonce(Nonce { data: hex!("00112233445566778899aabbccddeeff").to_vec() });
         assert_round_trip(PayloadType::NONCE, &bytes, &expected);
     }
 
@@ -98,18 +90,10 @@ mod tests {
             let mut bytes = vec![0, 0];
             bytes.extend_from_slice(&u16::try_from(len + 4).unwrap_or(0).to_be_bytes());
             bytes.resize(len + 4, 0x5a);
-            let expected = Error::BadLength {
-                what: "Nonce payload",
-                len,
-                why: "nonce data must be 16 to 256 octets",
-            };
-            assert_eq!(
-                decode_one(PayloadType::NONCE, &bytes),
-                Err(expected.clone())
-            );
-            let nonce = Payload::Nonce(Nonce {
-                data: vec![0x5a; len],
-            });
+            let expected =
+                Error::BadLength { what: "Nonce payload", len, why: "nonce data must be 16 to 256 octets" };
+            assert_eq!(decode_one(PayloadType::NONCE, &bytes), Err(expected.clone()));
+            let nonce = Payload::Nonce(Nonce { data: vec![0x5a; len] });
             assert_eq!(encode_one(nonce), Err(expected));
         }
     }

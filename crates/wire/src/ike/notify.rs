@@ -243,29 +243,17 @@ pub struct Notify {
 impl Notify {
     /// A notification about no particular SA.
     pub fn new(ty: NotifyType, data: Vec<u8>) -> Self {
-        Self {
-            protocol: ProtocolId::NONE,
-            spi: Vec::new(),
-            ty,
-            data,
-        }
+        Self { protocol: ProtocolId::NONE, spi: Vec::new(), ty, data }
     }
 
     /// A notification about a Child SA, e.g. REKEY_SA or INVALID_SELECTORS (§3.10.1).
     pub fn for_child(protocol: ProtocolId, spi: u32, ty: NotifyType, data: Vec<u8>) -> Self {
-        Self {
-            protocol,
-            spi: spi.to_be_bytes().to_vec(),
-            ty,
-            data,
-        }
+        Self { protocol, spi: spi.to_be_bytes().to_vec(), ty, data }
     }
 
     /// The four-octet SPI of a Child SA notification as a number.
     pub fn child_spi(&self) -> Option<u32> {
-        <[u8; 4]>::try_from(self.spi.as_slice())
-            .ok()
-            .map(u32::from_be_bytes)
+        <[u8; 4]>::try_from(self.spi.as_slice()).ok().map(u32::from_be_bytes)
     }
 
     /// The notification the peer gets for a message this codec rejected (§2.5, §2.21):
@@ -274,13 +262,10 @@ impl Notify {
     /// dropped (e.g. before the IKE SA is authenticated, §2.21) is the engine's decision.
     pub fn for_decode_error(error: &Error) -> Self {
         match error {
-            Error::UnsupportedCriticalPayload { payload_type } => Self::new(
-                NotifyType::UNSUPPORTED_CRITICAL_PAYLOAD,
-                vec![*payload_type],
-            ),
-            Error::InvalidMajorVersion { .. } => {
-                Self::new(NotifyType::INVALID_MAJOR_VERSION, Vec::new())
+            Error::UnsupportedCriticalPayload { payload_type } => {
+                Self::new(NotifyType::UNSUPPORTED_CRITICAL_PAYLOAD, vec![*payload_type])
             }
+            Error::InvalidMajorVersion { .. } => Self::new(NotifyType::INVALID_MAJOR_VERSION, Vec::new()),
             _ => Self::new(NotifyType::INVALID_SYNTAX, Vec::new()),
         }
     }
@@ -291,15 +276,8 @@ impl Notify {
         if self.ty != NotifyType::SIGNATURE_HASH_ALGORITHMS || !self.data.len().is_multiple_of(2) {
             return None;
         }
-        let pairs = self
-            .data
-            .chunks_exact(2)
-            .filter_map(|p| <[u8; 2]>::try_from(p).ok());
-        Some(
-            pairs
-                .map(|p| HashAlgorithm(u16::from_be_bytes(p)))
-                .collect(),
-        )
+        let pairs = self.data.chunks_exact(2).filter_map(|p| <[u8; 2]>::try_from(p).ok());
+        Some(pairs.map(|p| HashAlgorithm(u16::from_be_bytes(p))).collect())
     }
 
     /// A SIGNATURE_HASH_ALGORITHMS notification listing `algorithms` (RFC 7427 §4).
@@ -317,12 +295,7 @@ impl Body for Notify {
         let spi_size = usize::from(r.u8(Self::WHAT)?);
         let ty = NotifyType(r.u16(Self::WHAT)?);
         let spi = r.take(spi_size, "Notify SPI")?.to_vec();
-        Ok(Self {
-            protocol,
-            spi,
-            ty,
-            data: r.rest().to_vec(),
-        })
+        Ok(Self { protocol, spi, ty, data: r.rest().to_vec() })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -389,10 +362,7 @@ mod tests {
             assert_eq!(ty.0, value, "{ty:?}");
             assert!(!ty.is_error());
         }
-        assert_eq!(
-            format!("{:?}", NotifyType(16388)),
-            "NAT_DETECTION_SOURCE_IP"
-        );
+        assert_eq!(format!("{:?}", NotifyType(16388)), "NAT_DETECTION_SOURCE_IP");
         assert_eq!(format!("{:?}", NotifyType(0x7fff)), "Unknown(0x7fff)");
     }
 
@@ -415,35 +385,22 @@ mod tests {
     fn spi_running_past_the_payload_is_truncated() {
         assert!(matches!(
             decode_one(PayloadType::NOTIFY, &hex!("00 00 000a 03 04 4009 c0ff")),
-            Err(Error::Truncated {
-                what: "Notify SPI",
-                ..
-            })
+            Err(Error::Truncated { what: "Notify SPI", .. })
         ));
     }
 
     #[test]
     fn oversized_spi_cannot_be_encoded() {
-        let notify = Notify {
-            spi: vec![0; 256],
-            ..Notify::new(NotifyType::INVALID_SELECTORS, vec![])
-        };
+        let notify = Notify { spi: vec![0; 256], ..Notify::new(NotifyType::INVALID_SELECTORS, vec![]) };
         assert!(matches!(
             encode_one(Payload::Notify(notify)),
-            Err(Error::TooLong {
-                what: "Notify SPI",
-                len: 256
-            })
+            Err(Error::TooLong { what: "Notify SPI", len: 256 })
         ));
     }
 
     #[test]
     fn signature_hash_algorithms_decode_and_build() {
-        let algorithms = [
-            HashAlgorithm::SHA2_256,
-            HashAlgorithm::SHA2_384,
-            HashAlgorithm(0x99),
-        ];
+        let algorithms = [HashAlgorithm::SHA2_256, HashAlgorithm::SHA2_384, HashAlgorithm(0x99)];
         let notify = Notify::signature_hash_algorithms(&algorithms);
         assert_eq!(notify.data, hex!("0002 0003 0099"));
         assert_eq!(notify.hash_algorithms(), Some(algorithms.to_vec()));
@@ -459,17 +416,8 @@ mod tests {
             Notify::new(NotifyType::UNSUPPORTED_CRITICAL_PAYLOAD, vec![0x99])
         );
         let version = Error::InvalidMajorVersion { version: 3 };
-        assert_eq!(
-            Notify::for_decode_error(&version).ty,
-            NotifyType::INVALID_MAJOR_VERSION
-        );
-        let syntax = Error::TrailingBytes {
-            what: "x",
-            count: 1,
-        };
-        assert_eq!(
-            Notify::for_decode_error(&syntax).ty,
-            NotifyType::INVALID_SYNTAX
-        );
+        assert_eq!(Notify::for_decode_error(&version).ty, NotifyType::INVALID_MAJOR_VERSION);
+        let syntax = Error::TrailingBytes { what: "x", count: 1 };
+        assert_eq!(Notify::for_decode_error(&syntax).ty, NotifyType::INVALID_SYNTAX);
     }
 }

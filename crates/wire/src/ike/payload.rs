@@ -200,10 +200,7 @@ pub struct PayloadEntry {
 
 impl From<Payload> for PayloadEntry {
     fn from(payload: Payload) -> Self {
-        Self {
-            flags: PayloadFlags::default(),
-            payload,
-        }
+        Self { flags: PayloadFlags::default(), payload }
     }
 }
 
@@ -262,20 +259,14 @@ pub fn encode_chain(chain: &[PayloadEntry], out: &mut Vec<u8>) -> Result<Payload
 
 /// The type the Next Payload field before the chain must name.
 pub(crate) fn first_type(chain: &[PayloadEntry]) -> PayloadType {
-    chain
-        .first()
-        .map_or(PayloadType::NONE, |entry| entry.payload.ty())
+    chain.first().map_or(PayloadType::NONE, |entry| entry.payload.ty())
 }
 
 /// Reads payloads while the Next Payload fields name one; an SK or SKF payload ends the
 /// chain since its Next Payload field names the first payload inside it. The caller
 /// decides what may follow. Iterative, and every payload consumes at least four bytes, so
 /// the work is bounded by the input length.
-pub(crate) fn read_chain(
-    first: PayloadType,
-    r: &mut Reader<'_>,
-    chain: Chain,
-) -> Result<Vec<PayloadEntry>> {
+pub(crate) fn read_chain(first: PayloadType, r: &mut Reader<'_>, chain: Chain) -> Result<Vec<PayloadEntry>> {
     let mut entries = Vec::new();
     let mut ty = first;
     while ty != PayloadType::NONE {
@@ -290,10 +281,7 @@ pub(crate) fn read_chain(
         let mut body = r.sub(body_len, what(ty))?;
         let payload = read_payload(ty, flags, next, &mut body, chain)?;
         body.finish(what(ty))?;
-        let ends_chain = matches!(
-            payload,
-            Payload::Encrypted(_) | Payload::EncryptedFragment(_)
-        );
+        let ends_chain = matches!(payload, Payload::Encrypted(_) | Payload::EncryptedFragment(_));
         entries.push(PayloadEntry { flags, payload });
         ty = if ends_chain { PayloadType::NONE } else { next };
     }
@@ -327,10 +315,7 @@ fn read_payload(
         PayloadType::SK | PayloadType::SKF if chain == Chain::Inner => {
             return Err(Error::MisplacedEncrypted { payload_type: ty.0 });
         }
-        PayloadType::SK => Payload::Encrypted(Encrypted {
-            first_inner: next,
-            ..Encrypted::read(body)?
-        }),
+        PayloadType::SK => Payload::Encrypted(Encrypted { first_inner: next, ..Encrypted::read(body)? }),
         PayloadType::SKF => Payload::EncryptedFragment(EncryptedFragment {
             first_inner: next,
             ..EncryptedFragment::read(body)?
@@ -338,20 +323,13 @@ fn read_payload(
         _ if flags.critical() => {
             return Err(Error::UnsupportedCriticalPayload { payload_type: ty.0 });
         }
-        _ => Payload::Unknown {
-            ty,
-            data: body.rest().to_vec(),
-        },
+        _ => Payload::Unknown { ty, data: body.rest().to_vec() },
     })
 }
 
 /// Writes a chain; each Next Payload field names the following entry, except that an SK or
 /// SKF payload names its first inner payload and must therefore be last.
-pub(crate) fn write_chain(
-    entries: &[PayloadEntry],
-    w: &mut Writer<'_>,
-    chain: Chain,
-) -> Result<()> {
+pub(crate) fn write_chain(entries: &[PayloadEntry], w: &mut Writer<'_>, chain: Chain) -> Result<()> {
     for (index, entry) in entries.iter().enumerate() {
         let following = entries.get(index + 1).map(|e| e.payload.ty());
         let payload = &entry.payload;
@@ -359,9 +337,7 @@ pub(crate) fn write_chain(
             Payload::Encrypted(Encrypted { first_inner, .. })
             | Payload::EncryptedFragment(EncryptedFragment { first_inner, .. }) => {
                 if chain == Chain::Inner || following.is_some() {
-                    return Err(Error::MisplacedEncrypted {
-                        payload_type: payload.ty().0,
-                    });
+                    return Err(Error::MisplacedEncrypted { payload_type: payload.ty().0 });
                 }
                 *first_inner
             }
@@ -398,10 +374,7 @@ fn write_payload(payload: &Payload, w: &mut Writer<'_>) -> Result<()> {
         Payload::Unknown { ty, data } => {
             // An `Unknown` of a decoded type (or NONE) would decode as something else.
             if ty.is_decoded() || *ty == PayloadType::NONE {
-                return Err(Error::BadValue {
-                    what: "unknown payload type",
-                    value: ty.0.into(),
-                });
+                return Err(Error::BadValue { what: "unknown payload type", value: ty.0.into() });
             }
             w.bytes(data);
             Ok(())
@@ -451,13 +424,8 @@ mod tests {
         assert_eq!(PayloadType::SKF.0, 53);
         assert_eq!(format!("{:?}", PayloadType::TSR), "TSR");
         assert_eq!(format!("{:?}", PayloadType(0x80)), "Unknown(0x80)");
-        let decoded: Vec<_> = (0..=u8::MAX)
-            .filter(|t| PayloadType(*t).is_decoded())
-            .collect();
-        assert_eq!(
-            decoded,
-            [33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 53]
-        );
+        let decoded: Vec<_> = (0..=u8::MAX).filter(|t| PayloadType(*t).is_decoded()).collect();
+        assert_eq!(decoded, [33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 53]);
     }
 
     #[test]
@@ -467,16 +435,9 @@ mod tests {
         assert_eq!(
             payloads,
             vec![
-                Payload::Nonce(Nonce {
-                    data: hex!("000102030405060708090a0b0c0d0e0f").to_vec()
-                }),
-                Payload::VendorId(VendorId {
-                    data: hex!("deadbeef").to_vec()
-                }),
-                Payload::Unknown {
-                    ty: PayloadType(0x80),
-                    data: hex!("0102030405060708").to_vec()
-                },
+                Payload::Nonce(Nonce { data: hex!("000102030405060708090a0b0c0d0e0f").to_vec() }),
+                Payload::VendorId(VendorId { data: hex!("deadbeef").to_vec() }),
+                Payload::Unknown { ty: PayloadType(0x80), data: hex!("0102030405060708").to_vec() },
             ]
         );
         let mut out = vec![0xaa];
@@ -511,10 +472,7 @@ mod tests {
     #[test]
     fn every_truncation_is_an_error() {
         for len in 0..CHAIN.len() {
-            assert!(
-                decode_chain(PayloadType::NONCE, &CHAIN[..len]).is_err(),
-                "{len}"
-            );
+            assert!(decode_chain(PayloadType::NONCE, &CHAIN[..len]).is_err(), "{len}");
         }
     }
 
@@ -524,10 +482,7 @@ mod tests {
         bytes.push(0);
         assert_eq!(
             decode_chain(PayloadType::NONCE, &bytes),
-            Err(Error::TrailingBytes {
-                what: "payload chain",
-                count: 1
-            })
+            Err(Error::TrailingBytes { what: "payload chain", count: 1 })
         );
     }
 
@@ -535,11 +490,7 @@ mod tests {
     fn payload_length_below_the_header_is_rejected() {
         assert_eq!(
             decode_chain(PayloadType::VENDOR_ID, &hex!("00 00 0003")),
-            Err(Error::BadLength {
-                what: GENERIC,
-                len: 3,
-                why: "shorter than the generic payload header"
-            })
+            Err(Error::BadLength { what: GENERIC, len: 3, why: "shorter than the generic payload header" })
         );
     }
 
@@ -547,11 +498,7 @@ mod tests {
     fn payload_length_past_the_chain_is_truncated() {
         assert_eq!(
             decode_chain(PayloadType::VENDOR_ID, &hex!("00 00 0009 01020304")),
-            Err(Error::Truncated {
-                what: "Vendor ID payload",
-                need: 5,
-                have: 4
-            })
+            Err(Error::Truncated { what: "Vendor ID payload", need: 5, have: 4 })
         );
     }
 
@@ -566,10 +513,7 @@ mod tests {
             data: vec![1, 2, 3],
         }));
         let mut out = vec![7];
-        assert_eq!(
-            encode_chain(&[sk], &mut out),
-            Err(Error::MisplacedEncrypted { payload_type: 46 })
-        );
+        assert_eq!(encode_chain(&[sk], &mut out), Err(Error::MisplacedEncrypted { payload_type: 46 }));
         assert_eq!(out, [7], "a failed encode leaves the output as it was");
     }
 
@@ -578,10 +522,7 @@ mod tests {
         for ty in [PayloadType::NONE, PayloadType::NONCE, PayloadType::SKF] {
             let entry = PayloadEntry::from(Payload::Unknown { ty, data: vec![] });
             let mut out = Vec::new();
-            assert!(matches!(
-                encode_chain(&[entry], &mut out),
-                Err(Error::BadValue { .. })
-            ));
+            assert!(matches!(encode_chain(&[entry], &mut out), Err(Error::BadValue { .. })));
         }
     }
 
@@ -635,11 +576,7 @@ mod tests {
                 "0000001801000000070000100000ffffc6130201c6130201"
             ),
         ),
-        (
-            "INFORMATIONAL delete request",
-            PayloadType::DELETE,
-            &hex!("0000000c0304000161db13e9"),
-        ),
+        ("INFORMATIONAL delete request", PayloadType::DELETE, &hex!("0000000c0304000161db13e9")),
     ];
 
     #[test]

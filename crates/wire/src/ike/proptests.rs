@@ -18,28 +18,19 @@ fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn attribute() -> impl Strategy<Value = TransformAttribute> {
-    let value = prop_oneof![
-        any::<u16>().prop_map(AttributeValue::Short),
-        bytes(8).prop_map(AttributeValue::Long),
-    ];
-    (0..0x8000u16, value).prop_map(|(ty, value)| TransformAttribute {
-        ty: AttributeType(ty),
-        value,
-    })
+    let value =
+        prop_oneof![any::<u16>().prop_map(AttributeValue::Short), bytes(8).prop_map(AttributeValue::Long),];
+    (0..0x8000u16, value).prop_map(|(ty, value)| TransformAttribute { ty: AttributeType(ty), value })
 }
 
 fn transform() -> impl Strategy<Value = Transform> {
-    (
-        any::<u8>(),
-        any::<u16>(),
-        any::<[u8; 2]>(),
-        vec(attribute(), 0..3),
-    )
-        .prop_map(|(ty, id, reserved, attributes)| Transform {
+    (any::<u8>(), any::<u16>(), any::<[u8; 2]>(), vec(attribute(), 0..3)).prop_map(
+        |(ty, id, reserved, attributes)| Transform {
             id: TransformId::from_wire(TransformType(ty), id),
             reserved,
             attributes,
-        })
+        },
+    )
 }
 
 /// A protocol with an SPI of a size it allows.
@@ -56,13 +47,7 @@ fn protocol_and_spi() -> impl Strategy<Value = (ProtocolId, Vec<u8>)> {
 /// A proposal numbered later by [`sa`].
 fn proposal() -> impl Strategy<Value = Proposal> {
     (protocol_and_spi(), any::<u8>(), vec(transform(), 0..5)).prop_map(
-        |((protocol, spi), reserved, transforms)| Proposal {
-            number: 1,
-            protocol,
-            reserved,
-            spi,
-            transforms,
-        },
+        |((protocol, spi), reserved, transforms)| Proposal { number: 1, protocol, reserved, spi, transforms },
     )
 }
 
@@ -87,17 +72,10 @@ fn identification() -> impl Strategy<Value = Identification> {
     let data = prop_oneof![
         vec(any::<u8>(), 4).prop_map(|d| (IdType::IPV4_ADDR, d)),
         vec(any::<u8>(), 16).prop_map(|d| (IdType::IPV6_ADDR, d)),
-        (
-            any::<u8>().prop_filter("address types", |t| *t != 1 && *t != 5),
-            bytes(32)
-        )
+        (any::<u8>().prop_filter("address types", |t| *t != 1 && *t != 5), bytes(32))
             .prop_map(|(t, d)| (IdType(t), d)),
     ];
-    (data, any::<[u8; 3]>()).prop_map(|((ty, data), reserved)| Identification {
-        ty,
-        reserved,
-        data,
-    })
+    (data, any::<[u8; 3]>()).prop_map(|((ty, data), reserved)| Identification { ty, reserved, data })
 }
 
 fn notify() -> impl Strategy<Value = Notify> {
@@ -112,10 +90,7 @@ fn notify() -> impl Strategy<Value = Notify> {
 fn delete() -> impl Strategy<Value = Delete> {
     prop_oneof![
         Just(Delete::ike()),
-        (
-            prop_oneof![Just(ProtocolId::ESP), Just(ProtocolId::AH)],
-            vec(any::<u32>(), 0..4)
-        )
+        (prop_oneof![Just(ProtocolId::ESP), Just(ProtocolId::AH)], vec(any::<u32>(), 0..4))
             .prop_map(|(p, spis)| Delete::child(p, &spis)),
         (4..=u8::MAX, 1..=8u8, 0..4usize).prop_flat_map(|(protocol, size, count)| {
             vec(vec(any::<u8>(), usize::from(size)), count).prop_map(move |spis| Delete {
@@ -153,42 +128,26 @@ fn traffic_selector() -> impl Strategy<Value = TrafficSelector> {
                 end: Ipv6Addr::from_bits(e),
             })
         }),
-        (
-            any::<u8>().prop_filter("range types", |t| *t != 7 && *t != 8),
-            any::<u8>(),
-            bytes(16)
-        )
-            .prop_map(|(ty, second_octet, data)| TrafficSelector::Unknown {
-                ty: TsType(ty),
-                second_octet,
-                data,
-            }),
+        (any::<u8>().prop_filter("range types", |t| *t != 7 && *t != 8), any::<u8>(), bytes(16)).prop_map(
+            |(ty, second_octet, data)| TrafficSelector::Unknown { ty: TsType(ty), second_octet, data }
+        ),
     ]
 }
 
 fn traffic_selectors() -> impl Strategy<Value = TrafficSelectors> {
-    (any::<[u8; 3]>(), vec(traffic_selector(), 0..4)).prop_map(|(reserved, selectors)| {
-        TrafficSelectors {
-            reserved,
-            selectors,
-        }
-    })
+    (any::<[u8; 3]>(), vec(traffic_selector(), 0..4))
+        .prop_map(|(reserved, selectors)| TrafficSelectors { reserved, selectors })
 }
 
 fn configuration() -> impl Strategy<Value = Configuration> {
-    let attribute =
-        (any::<bool>(), 0..0x8000u16, bytes(16)).prop_map(|(r, ty, value)| ConfigAttribute {
-            reserved_bit: r,
-            ty: ConfigAttributeType(ty),
-            value,
-        });
-    (any::<u8>(), any::<[u8; 3]>(), vec(attribute, 0..4)).prop_map(
-        |(cfg_type, reserved, attributes)| Configuration {
-            cfg_type: CfgType(cfg_type),
-            reserved,
-            attributes,
-        },
-    )
+    let attribute = (any::<bool>(), 0..0x8000u16, bytes(16)).prop_map(|(r, ty, value)| ConfigAttribute {
+        reserved_bit: r,
+        ty: ConfigAttributeType(ty),
+        value,
+    });
+    (any::<u8>(), any::<[u8; 3]>(), vec(attribute, 0..4)).prop_map(|(cfg_type, reserved, attributes)| {
+        Configuration { cfg_type: CfgType(cfg_type), reserved, attributes }
+    })
 }
 
 fn eap() -> impl Strategy<Value = Eap> {
@@ -208,9 +167,7 @@ fn eap() -> impl Strategy<Value = Eap> {
 
 /// A payload type this codec does not decode.
 fn unknown_type() -> impl Strategy<Value = PayloadType> {
-    (1..=u8::MAX)
-        .prop_map(PayloadType)
-        .prop_filter("decoded types", |t| !t.is_decoded())
+    (1..=u8::MAX).prop_map(PayloadType).prop_filter("decoded types", |t| !t.is_decoded())
 }
 
 /// Any payload that may appear anywhere in a chain (everything but SK and SKF), with flags:
@@ -219,33 +176,19 @@ fn inner_entry() -> impl Strategy<Value = PayloadEntry> {
     let known = prop_oneof![
         sa().prop_map(Payload::Sa),
         (any::<u16>(), any::<u16>(), bytes(64)).prop_map(|(g, reserved, data)| {
-            Payload::KeyExchange(KeyExchange {
-                group: DhGroup(g),
-                reserved,
-                data,
-            })
+            Payload::KeyExchange(KeyExchange { group: DhGroup(g), reserved, data })
         }),
         identification().prop_map(Payload::IdInitiator),
         identification().prop_map(Payload::IdResponder),
-        (any::<u8>(), bytes(32)).prop_map(|(e, data)| Payload::Certificate(Certificate {
-            encoding: CertEncoding(e),
-            data
-        })),
+        (any::<u8>(), bytes(32))
+            .prop_map(|(e, data)| Payload::Certificate(Certificate { encoding: CertEncoding(e), data })),
         (any::<u8>(), bytes(40)).prop_map(|(e, authorities)| {
-            Payload::CertificateRequest(CertificateRequest {
-                encoding: CertEncoding(e),
-                authorities,
-            })
+            Payload::CertificateRequest(CertificateRequest { encoding: CertEncoding(e), authorities })
         }),
         (any::<u8>(), any::<[u8; 3]>(), bytes(32)).prop_map(|(m, reserved, data)| {
-            Payload::Auth(Authentication {
-                method: AuthMethod(m),
-                reserved,
-                data,
-            })
+            Payload::Auth(Authentication { method: AuthMethod(m), reserved, data })
         }),
-        vec(any::<u8>(), Nonce::MIN_LEN..=Nonce::MAX_LEN)
-            .prop_map(|data| Payload::Nonce(Nonce { data })),
+        vec(any::<u8>(), Nonce::MIN_LEN..=Nonce::MAX_LEN).prop_map(|data| Payload::Nonce(Nonce { data })),
         notify().prop_map(Payload::Notify),
         delete().prop_map(Payload::Delete),
         bytes(32).prop_map(|data| Payload::VendorId(VendorId { data })),
@@ -254,11 +197,10 @@ fn inner_entry() -> impl Strategy<Value = PayloadEntry> {
         configuration().prop_map(Payload::Configuration),
         eap().prop_map(Payload::Eap),
     ];
-    let unknown =
-        (unknown_type(), bytes(32), 0..0x80u8).prop_map(|(ty, data, flags)| PayloadEntry {
-            flags: PayloadFlags(flags),
-            payload: Payload::Unknown { ty, data },
-        });
+    let unknown = (unknown_type(), bytes(32), 0..0x80u8).prop_map(|(ty, data, flags)| PayloadEntry {
+        flags: PayloadFlags(flags),
+        payload: Payload::Unknown { ty, data },
+    });
     prop_oneof![
         6 => (known, any::<u8>()).prop_map(|(payload, flags)| PayloadEntry {
             flags: PayloadFlags(flags),
@@ -270,12 +212,8 @@ fn inner_entry() -> impl Strategy<Value = PayloadEntry> {
 
 /// An SK or SKF payload to end an outer chain.
 fn encrypted_entry() -> impl Strategy<Value = PayloadEntry> {
-    let sk = (any::<u8>(), bytes(64)).prop_map(|(first, data)| {
-        Payload::Encrypted(Encrypted {
-            first_inner: PayloadType(first),
-            data,
-        })
-    });
+    let sk = (any::<u8>(), bytes(64))
+        .prop_map(|(first, data)| Payload::Encrypted(Encrypted { first_inner: PayloadType(first), data }));
     let skf = (any::<u8>(), 1..=u16::MAX, bytes(64)).prop_flat_map(|(first, total, data)| {
         (1..=total).prop_map(move |number| {
             Payload::EncryptedFragment(EncryptedFragment {
@@ -286,43 +224,30 @@ fn encrypted_entry() -> impl Strategy<Value = PayloadEntry> {
             })
         })
     });
-    (prop_oneof![sk, skf], any::<u8>()).prop_map(|(payload, flags)| PayloadEntry {
-        flags: PayloadFlags(flags),
-        payload,
-    })
+    (prop_oneof![sk, skf], any::<u8>())
+        .prop_map(|(payload, flags)| PayloadEntry { flags: PayloadFlags(flags), payload })
 }
 
 fn header() -> impl Strategy<Value = IkeHeader> {
-    (
-        any::<u64>(),
-        any::<u64>(),
-        0x20..=0x2fu8,
-        any::<u8>(),
-        any::<u8>(),
-        any::<u32>(),
+    (any::<u64>(), any::<u64>(), 0x20..=0x2fu8, any::<u8>(), any::<u8>(), any::<u32>()).prop_map(
+        |(initiator_spi, responder_spi, version, exchange, flags, message_id)| IkeHeader {
+            initiator_spi,
+            responder_spi,
+            version,
+            exchange_type: ExchangeType(exchange),
+            flags: HeaderFlags(flags),
+            message_id,
+        },
     )
-        .prop_map(
-            |(initiator_spi, responder_spi, version, exchange, flags, message_id)| IkeHeader {
-                initiator_spi,
-                responder_spi,
-                version,
-                exchange_type: ExchangeType(exchange),
-                flags: HeaderFlags(flags),
-                message_id,
-            },
-        )
 }
 
 fn message() -> impl Strategy<Value = Message> {
-    (
-        header(),
-        vec(inner_entry(), 0..6),
-        proptest::option::of(encrypted_entry()),
-    )
-        .prop_map(|(header, mut chain, encrypted)| {
+    (header(), vec(inner_entry(), 0..6), proptest::option::of(encrypted_entry())).prop_map(
+        |(header, mut chain, encrypted)| {
             chain.extend(encrypted);
             Message { header, chain }
-        })
+        },
+    )
 }
 
 proptest! {

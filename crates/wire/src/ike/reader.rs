@@ -39,11 +39,7 @@ impl<'a> Reader<'a> {
                 self.rest = tail;
                 Ok(head)
             }
-            None => Err(Error::Truncated {
-                what,
-                need: len,
-                have: self.rest.len(),
-            }),
+            None => Err(Error::Truncated { what, need: len, have: self.rest.len() }),
         }
     }
 
@@ -62,13 +58,7 @@ impl<'a> Reader<'a> {
         let have = self.left();
         // `take(N)` returns exactly N bytes, so the conversion cannot fail; map it anyway
         // rather than unwrap, to keep this path free of panics.
-        self.take(N, what)?
-            .try_into()
-            .map_err(|_| Error::Truncated {
-                what,
-                need: N,
-                have,
-            })
+        self.take(N, what)?.try_into().map_err(|_| Error::Truncated { what, need: N, have })
     }
 
     /// One octet.
@@ -96,10 +86,7 @@ impl<'a> Reader<'a> {
         if self.rest.is_empty() {
             Ok(())
         } else {
-            Err(Error::TrailingBytes {
-                what,
-                count: self.rest.len(),
-            })
+            Err(Error::TrailingBytes { what, count: self.rest.len() })
         }
     }
 }
@@ -125,14 +112,7 @@ mod tests {
     fn short_read_is_truncated_and_names_the_field() {
         let mut r = Reader::new(&hex!("0102 03"));
         assert_eq!(r.u16("first"), Ok(0x0102));
-        assert_eq!(
-            r.u16("second"),
-            Err(Error::Truncated {
-                what: "second",
-                need: 2,
-                have: 1
-            })
-        );
+        assert_eq!(r.u16("second"), Err(Error::Truncated { what: "second", need: 2, have: 1 }));
         // A failed read consumes nothing.
         assert_eq!(r.left(), 1);
     }
@@ -143,13 +123,7 @@ mod tests {
         let mut sub = r.sub(3, "sub")?;
         assert_eq!(sub.u16("x"), Ok(0xaabb));
         assert!(matches!(sub.u16("y"), Err(Error::Truncated { .. })));
-        assert_eq!(
-            sub.finish("sub"),
-            Err(Error::TrailingBytes {
-                what: "sub",
-                count: 1
-            })
-        );
+        assert_eq!(sub.finish("sub"), Err(Error::TrailingBytes { what: "sub", count: 1 }));
         assert_eq!(r.rest(), &hex!("dd"));
         assert!(r.is_empty());
         Ok(())
@@ -158,13 +132,6 @@ mod tests {
     #[test]
     fn sub_longer_than_the_rest_is_truncated() {
         let mut r = Reader::new(&hex!("0102"));
-        assert_eq!(
-            r.sub(3, "body").map(|_| ()),
-            Err(Error::Truncated {
-                what: "body",
-                need: 3,
-                have: 2
-            })
-        );
+        assert_eq!(r.sub(3, "body").map(|_| ()), Err(Error::Truncated { what: "body", need: 3, have: 2 }));
     }
 }

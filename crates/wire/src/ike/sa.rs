@@ -109,19 +109,12 @@ pub struct Transform {
 impl Transform {
     /// A transform without attributes.
     pub fn new(id: TransformId) -> Self {
-        Self {
-            id,
-            reserved: [0; 2],
-            attributes: Vec::new(),
-        }
+        Self { id, reserved: [0; 2], attributes: Vec::new() }
     }
 
     /// A transform with a Key Length attribute, in bits (§3.3.5).
     pub fn with_key_length(id: TransformId, bits: u16) -> Self {
-        Self {
-            attributes: vec![TransformAttribute::key_length(bits)],
-            ..Self::new(id)
-        }
+        Self { attributes: vec![TransformAttribute::key_length(bits)], ..Self::new(id) }
     }
 
     /// The Key Length attribute's value in bits, if the transform has one in TV format.
@@ -136,16 +129,12 @@ impl Transform {
 impl Proposal {
     /// The SPI of an ESP or AH proposal as a number (four octets, §3.3.1).
     pub fn child_spi(&self) -> Option<u32> {
-        <[u8; 4]>::try_from(self.spi.as_slice())
-            .ok()
-            .map(u32::from_be_bytes)
+        <[u8; 4]>::try_from(self.spi.as_slice()).ok().map(u32::from_be_bytes)
     }
 
     /// The SPI of an IKE rekey proposal as a number (eight octets, §3.3.1).
     pub fn ike_spi(&self) -> Option<u64> {
-        <[u8; 8]>::try_from(self.spi.as_slice())
-            .ok()
-            .map(u64::from_be_bytes)
+        <[u8; 8]>::try_from(self.spi.as_slice()).ok().map(u64::from_be_bytes)
     }
 
     /// The transforms of one type, in order.
@@ -176,11 +165,7 @@ pub(crate) fn check_spi_size(protocol: ProtocolId, size: usize, what: &'static s
     if fits {
         Ok(())
     } else {
-        Err(Error::BadLength {
-            what,
-            len: size,
-            why: "SPI size does not match the protocol",
-        })
+        Err(Error::BadLength { what, len: size, why: "SPI size does not match the protocol" })
     }
 }
 
@@ -190,10 +175,7 @@ fn check_last(found: u8, more_follow: bool, more: u8, what: &'static str) -> Res
     if found == expected {
         Ok(())
     } else {
-        Err(Error::BadValue {
-            what,
-            value: found.into(),
-        })
+        Err(Error::BadValue { what, value: found.into() })
     }
 }
 
@@ -210,16 +192,9 @@ fn check_numbering(proposals: &[Proposal]) -> Result<()> {
     let single = proposals.len() == 1;
     for (index, proposal) in proposals.iter().enumerate() {
         let number = usize::from(proposal.number);
-        let fits = if single {
-            number >= 1
-        } else {
-            number == index + 1
-        };
+        let fits = if single { number >= 1 } else { number == index + 1 };
         if !fits {
-            return Err(Error::BadValue {
-                what: "proposal number",
-                value: proposal.number.into(),
-            });
+            return Err(Error::BadValue { what: "proposal number", value: proposal.number.into() });
         }
     }
     Ok(())
@@ -237,18 +212,9 @@ impl Body for Sa {
             let body_len = len
                 .checked_sub(4)
                 .filter(|_| len >= PROPOSAL_HEADER_LEN)
-                .ok_or(Error::BadLength {
-                    what: "proposal",
-                    len,
-                    why: "shorter than the proposal header",
-                })?;
+                .ok_or(Error::BadLength { what: "proposal", len, why: "shorter than the proposal header" })?;
             let mut p = r.sub(body_len, "proposal")?;
-            check_last(
-                last,
-                !r.is_empty(),
-                MORE_PROPOSALS,
-                "proposal last substructure",
-            )?;
+            check_last(last, !r.is_empty(), MORE_PROPOSALS, "proposal last substructure")?;
             proposals.push(read_proposal(&mut p, reserved)?);
             p.finish("proposal")?;
         }
@@ -282,18 +248,9 @@ fn read_proposal(p: &mut Reader<'_>, reserved: u8) -> Result<Proposal> {
         let body_len = len
             .checked_sub(4)
             .filter(|_| len >= TRANSFORM_HEADER_LEN)
-            .ok_or(Error::BadLength {
-                what: "transform",
-                len,
-                why: "shorter than the transform header",
-            })?;
+            .ok_or(Error::BadLength { what: "transform", len, why: "shorter than the transform header" })?;
         let mut t = p.sub(body_len, "transform")?;
-        check_last(
-            last,
-            !p.is_empty(),
-            MORE_TRANSFORMS,
-            "transform last substructure",
-        )?;
+        check_last(last, !p.is_empty(), MORE_TRANSFORMS, "transform last substructure")?;
         let ty = TransformType(t.u8("transform")?);
         let reserved_5 = t.u8("transform")?;
         let id = TransformId::from_wire(ty, t.u16("transform")?);
@@ -301,25 +258,12 @@ fn read_proposal(p: &mut Reader<'_>, reserved: u8) -> Result<Proposal> {
         while !t.is_empty() {
             attributes.push(read_attribute(&mut t)?);
         }
-        transforms.push(Transform {
-            id,
-            reserved: [reserved_1, reserved_5],
-            attributes,
-        });
+        transforms.push(Transform { id, reserved: [reserved_1, reserved_5], attributes });
     }
     if transforms.len() != usize::from(transform_count) {
-        return Err(Error::BadValue {
-            what: "proposal transform count",
-            value: transform_count.into(),
-        });
+        return Err(Error::BadValue { what: "proposal transform count", value: transform_count.into() });
     }
-    Ok(Proposal {
-        number,
-        protocol,
-        reserved,
-        spi,
-        transforms,
-    })
+    Ok(Proposal { number, protocol, reserved, spi, transforms })
 }
 
 /// Writes one proposal; `more` says whether another follows.
@@ -337,11 +281,7 @@ fn write_proposal(proposal: &Proposal, more: bool, w: &mut Writer<'_>) -> Result
     let count = proposal.transforms.len();
     for (index, transform) in proposal.transforms.iter().enumerate() {
         let start = w.position();
-        w.u8(if index + 1 < count {
-            MORE_TRANSFORMS
-        } else {
-            LAST
-        });
+        w.u8(if index + 1 < count { MORE_TRANSFORMS } else { LAST });
         w.u8(transform.reserved[0]);
         let at = w.len16();
         w.u8(transform.id.ty().0);
@@ -379,10 +319,7 @@ mod tests {
 
     fn decode_sa(bytes: &[u8]) -> Result<Sa> {
         match decode_chain(PayloadType::SA, bytes)?.as_slice() {
-            [PayloadEntry {
-                payload: Payload::Sa(sa),
-                ..
-            }] => Ok(sa.clone()),
+            [PayloadEntry { payload: Payload::Sa(sa), .. }] => Ok(sa.clone()),
             other => panic!("not one SA payload: {other:?}"),
         }
     }
@@ -406,10 +343,7 @@ mod tests {
         let second = &sa.proposals[1];
         assert_eq!(second.number, 2);
         assert_eq!(
-            second
-                .transforms_of(TransformType::INTEG)
-                .map(|t| t.id)
-                .collect::<Vec<_>>(),
+            second.transforms_of(TransformType::INTEG).map(|t| t.id).collect::<Vec<_>>(),
             vec![TransformId::Integ(IntegId::HMAC_SHA2_256_128)]
         );
         Ok(())
@@ -459,10 +393,7 @@ mod tests {
     #[test]
     fn every_truncation_is_an_error() {
         for len in 0..TWO_PROPOSALS.len() {
-            assert!(
-                decode_chain(PayloadType::SA, &TWO_PROPOSALS[..len]).is_err(),
-                "{len}"
-            );
+            assert!(decode_chain(PayloadType::SA, &TWO_PROPOSALS[..len]).is_err(), "{len}");
         }
     }
 
@@ -471,36 +402,18 @@ mod tests {
         // First proposal marked last although a second follows.
         let mut bytes = TWO_PROPOSALS;
         bytes[4] = 0;
-        assert_eq!(
-            decode_sa(&bytes),
-            Err(Error::BadValue {
-                what: "proposal last substructure",
-                value: 0
-            })
-        );
+        assert_eq!(decode_sa(&bytes), Err(Error::BadValue { what: "proposal last substructure", value: 0 }));
         // Last transform of the first proposal marked "more".
         let mut bytes = TWO_PROPOSALS;
         bytes[32] = 3;
-        assert_eq!(
-            decode_sa(&bytes),
-            Err(Error::BadValue {
-                what: "transform last substructure",
-                value: 3
-            })
-        );
+        assert_eq!(decode_sa(&bytes), Err(Error::BadValue { what: "transform last substructure", value: 3 }));
     }
 
     #[test]
     fn proposal_numbers_must_count_from_one() {
         let mut bytes = TWO_PROPOSALS;
         bytes[44] = 3;
-        assert_eq!(
-            decode_sa(&bytes),
-            Err(Error::BadValue {
-                what: "proposal number",
-                value: 3
-            })
-        );
+        assert_eq!(decode_sa(&bytes), Err(Error::BadValue { what: "proposal number", value: 3 }));
         let mut bytes = TWO_PROPOSALS;
         bytes[8] = 0;
         assert!(decode_sa(&bytes).is_err());
@@ -510,13 +423,7 @@ mod tests {
     fn transform_count_must_match() {
         let mut bytes = TWO_PROPOSALS;
         bytes[11] = 4;
-        assert_eq!(
-            decode_sa(&bytes),
-            Err(Error::BadValue {
-                what: "proposal transform count",
-                value: 4
-            })
-        );
+        assert_eq!(decode_sa(&bytes), Err(Error::BadValue { what: "proposal transform count", value: 4 }));
     }
 
     #[test]
@@ -537,27 +444,12 @@ mod tests {
     fn bad_inner_lengths_are_rejected() {
         // Transform length 7 (below its header).
         let bytes = hex!("00 00 0014 00 00 0010 01 01 00 01 00 00 0007 02 00 0005");
-        assert!(matches!(
-            decode_sa(&bytes),
-            Err(Error::BadLength {
-                what: "transform",
-                ..
-            })
-        ));
+        assert!(matches!(decode_sa(&bytes), Err(Error::BadLength { what: "transform", .. })));
         // Proposal length running past the SA payload.
         let bytes = hex!("00 00 0014 00 00 0011 01 01 00 01 00 00 0008 02 00 0005");
-        assert!(matches!(
-            decode_sa(&bytes),
-            Err(Error::Truncated {
-                what: "proposal",
-                ..
-            })
-        ));
+        assert!(matches!(decode_sa(&bytes), Err(Error::Truncated { what: "proposal", .. })));
         // Empty SA payload.
-        assert!(matches!(
-            decode_sa(&hex!("00 00 0004")),
-            Err(Error::BadLength { .. })
-        ));
+        assert!(matches!(decode_sa(&hex!("00 00 0004")), Err(Error::BadLength { .. })));
     }
 
     #[test]

@@ -13,21 +13,14 @@ pub(crate) fn decode_one(ty: PayloadType, bytes: &[u8]) -> Result<Payload> {
     r.finish("test chain")?;
     match (chain.pop(), chain.is_empty()) {
         (Some(entry), true) => Ok(entry.payload),
-        _ => Err(Error::BadValue {
-            what: "test: not exactly one payload",
-            value: 0,
-        }),
+        _ => Err(Error::BadValue { what: "test: not exactly one payload", value: 0 }),
     }
 }
 
 /// Encodes one payload with a zero flags octet.
 pub(crate) fn encode_one(payload: Payload) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    write_chain(
-        &[PayloadEntry::from(payload)],
-        &mut Writer::new(&mut out),
-        Chain::Outer,
-    )?;
+    write_chain(&[PayloadEntry::from(payload)], &mut Writer::new(&mut out), Chain::Outer)?;
     Ok(out)
 }
 
@@ -37,10 +30,7 @@ pub(crate) fn assert_round_trip(ty: PayloadType, bytes: &[u8], expected: &Payloa
     assert_eq!(decode_one(ty, bytes).as_ref(), Ok(expected), "decode");
     assert_eq!(encode_one(expected.clone()).as_deref(), Ok(bytes), "encode");
     for len in 0..bytes.len() {
-        assert!(
-            decode_one(ty, &bytes[..len]).is_err(),
-            "prefix of {len} bytes decoded"
-        );
+        assert!(decode_one(ty, &bytes[..len]).is_err(), "prefix of {len} bytes decoded");
     }
 }
 
@@ -53,10 +43,7 @@ pub(crate) fn assert_rejects_extra_octet(ty: PayloadType, bytes: &[u8]) {
     longer[2..4].copy_from_slice(&len.to_be_bytes());
     let result = decode_one(ty, &longer);
     assert!(
-        matches!(
-            result,
-            Err(Error::TrailingBytes { .. } | Error::BadLength { .. } | Error::BadValue { .. })
-        ),
+        matches!(result, Err(Error::TrailingBytes { .. } | Error::BadLength { .. } | Error::BadValue { .. })),
         "{result:?}"
     );
 }

@@ -337,10 +337,7 @@ pub enum AttributeValue {
 impl TransformAttribute {
     /// The Key Length attribute (§3.3.5), in bits, in the TV format the RFC requires.
     pub fn key_length(bits: u16) -> Self {
-        Self {
-            ty: AttributeType::KEY_LENGTH,
-            value: AttributeValue::Short(bits),
-        }
+        Self { ty: AttributeType::KEY_LENGTH, value: AttributeValue::Short(bits) }
     }
 }
 
@@ -367,10 +364,7 @@ pub(crate) fn write_attribute(attribute: &TransformAttribute, w: &mut Writer<'_>
     let ty = attribute.ty.0;
     if ty & AF_TV != 0 {
         // The top bit is the format flag: a type above 0x7fff cannot be encoded.
-        return Err(Error::BadValue {
-            what: "transform attribute type",
-            value: ty.into(),
-        });
+        return Err(Error::BadValue { what: "transform attribute type", value: ty.into() });
     }
     match &attribute.value {
         AttributeValue::Short(value) => {
@@ -426,10 +420,7 @@ mod tests {
             let id = TransformId::from_wire(TransformType(ty), 0xabcd);
             assert_eq!((id.ty(), id.id()), (TransformType(ty), 0xabcd));
         }
-        assert_eq!(
-            TransformId::from_wire(TransformType::ENCR, 20),
-            TransformId::Encr(EncrId::AES_GCM_16)
-        );
+        assert_eq!(TransformId::from_wire(TransformType::ENCR, 20), TransformId::Encr(EncrId::AES_GCM_16));
     }
 
     #[test]
@@ -441,10 +432,7 @@ mod tests {
         let tlv = read_attribute(&mut r)?;
         assert_eq!(
             tlv,
-            TransformAttribute {
-                ty: AttributeType(7),
-                value: AttributeValue::Long(hex!("aabbcc").to_vec())
-            }
+            TransformAttribute { ty: AttributeType(7), value: AttributeValue::Long(hex!("aabbcc").to_vec()) }
         );
         r.finish("test")?;
         let mut out = Vec::new();
@@ -460,19 +448,13 @@ mod tests {
         let bytes = hex!("0007 0003 aabbcc");
         for len in 0..bytes.len() {
             let mut r = Reader::new(&bytes[..len]);
-            assert!(
-                matches!(read_attribute(&mut r), Err(Error::Truncated { .. })),
-                "{len}"
-            );
+            assert!(matches!(read_attribute(&mut r), Err(Error::Truncated { .. })), "{len}");
         }
     }
 
     #[test]
     fn attribute_type_with_the_format_bit_cannot_be_encoded() {
-        let attribute = TransformAttribute {
-            ty: AttributeType(0x8001),
-            value: AttributeValue::Short(1),
-        };
+        let attribute = TransformAttribute { ty: AttributeType(0x8001), value: AttributeValue::Short(1) };
         let mut out = Vec::new();
         assert!(matches!(
             write_attribute(&attribute, &mut Writer::new(&mut out)),

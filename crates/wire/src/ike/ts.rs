@@ -48,10 +48,7 @@ pub struct TrafficSelectors {
 impl TrafficSelectors {
     /// A payload of these selectors with zero RESERVED octets.
     pub fn new(selectors: Vec<TrafficSelector>) -> Self {
-        Self {
-            reserved: [0; 3],
-            selectors,
-        }
+        Self { reserved: [0; 3], selectors }
     }
 }
 
@@ -206,13 +203,11 @@ impl Body for TrafficSelectors {
             let ty = TsType(r.u8(SELECTOR)?);
             let second_octet = r.u8(SELECTOR)?;
             let len = usize::from(r.u16(SELECTOR)?);
-            let body_len = len
-                .checked_sub(SELECTOR_HEADER_LEN)
-                .ok_or(Error::BadLength {
-                    what: SELECTOR,
-                    len,
-                    why: "shorter than the selector header",
-                })?;
+            let body_len = len.checked_sub(SELECTOR_HEADER_LEN).ok_or(Error::BadLength {
+                what: SELECTOR,
+                len,
+                why: "shorter than the selector header",
+            })?;
             let mut s = r.sub(body_len, SELECTOR)?;
             let selector = match ty {
                 TsType::IPV4_ADDR_RANGE => {
@@ -223,25 +218,15 @@ impl Body for TrafficSelectors {
                     check_selector_len(len, IPV6_LEN)?;
                     TrafficSelector::Ipv6(read_range::<16, _>(&mut s, second_octet)?)
                 }
-                ty => TrafficSelector::Unknown {
-                    ty,
-                    second_octet,
-                    data: s.rest().to_vec(),
-                },
+                ty => TrafficSelector::Unknown { ty, second_octet, data: s.rest().to_vec() },
             };
             s.finish(SELECTOR)?;
             selectors.push(selector);
         }
         if selectors.len() != usize::from(count) {
-            return Err(Error::BadValue {
-                what: "TS payload selector count",
-                value: count.into(),
-            });
+            return Err(Error::BadValue { what: "TS payload selector count", value: count.into() });
         }
-        Ok(Self {
-            reserved,
-            selectors,
-        })
+        Ok(Self { reserved, selectors })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -269,11 +254,7 @@ impl Body for TrafficSelectors {
                     w.bytes(&range.end.octets());
                     w.patch_len16(start, at, SELECTOR)?;
                 }
-                TrafficSelector::Unknown {
-                    ty,
-                    second_octet,
-                    data,
-                } => {
+                TrafficSelector::Unknown { ty, second_octet, data } => {
                     // Written as a range type, the opaque bytes would not decode back.
                     if matches!(*ty, TsType::IPV4_ADDR_RANGE | TsType::IPV6_ADDR_RANGE) {
                         return Err(Error::BadValue {
@@ -320,9 +301,7 @@ mod tests {
                 start_port: 500,
                 end_port: 500,
                 start: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0),
-                end: Ipv6Addr::new(
-                    0x2001, 0xdb8, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff,
-                ),
+                end: Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff),
             }),
         ]));
         assert_round_trip(PayloadType::TSI, &bytes, &expected);
@@ -331,9 +310,8 @@ mod tests {
     #[test]
     fn any_selectors_encode_as_expected() {
         let bytes = hex!("00 00 0018 01 000000 07 00 0010 0000 ffff 00000000 ffffffff");
-        let expected = Payload::TsResponder(TrafficSelectors::new(vec![TrafficSelector::Ipv4(
-            AddressRange::IPV4_ANY,
-        )]));
+        let expected =
+            Payload::TsResponder(TrafficSelectors::new(vec![TrafficSelector::Ipv4(AddressRange::IPV4_ANY)]));
         assert_round_trip(PayloadType::TSR, &bytes, &expected);
         let any6 = AddressRange::IPV6_ANY;
         assert!(any6.addresses_ordered() && !any6.ports_opaque());
@@ -355,12 +333,11 @@ mod tests {
     #[test]
     fn security_label_selector_is_kept_opaque() {
         let bytes = hex!("00 00 0012 01 000000 0a 00 000a 73797374656d");
-        let expected =
-            Payload::TsInitiator(TrafficSelectors::new(vec![TrafficSelector::Unknown {
-                ty: TsType::SECLABEL,
-                second_octet: 0,
-                data: b"system".to_vec(),
-            }]));
+        let expected = Payload::TsInitiator(TrafficSelectors::new(vec![TrafficSelector::Unknown {
+            ty: TsType::SECLABEL,
+            second_octet: 0,
+            data: b"system".to_vec(),
+        }]));
         assert_round_trip(PayloadType::TSI, &bytes, &expected);
     }
 
@@ -369,10 +346,7 @@ mod tests {
         let bytes = hex!("00 00 0018 02 000000 07 00 0010 0000 ffff 00000000 ffffffff");
         assert_eq!(
             decode_one(PayloadType::TSI, &bytes),
-            Err(Error::BadValue {
-                what: "TS payload selector count",
-                value: 2
-            })
+            Err(Error::BadValue { what: "TS payload selector count", value: 2 })
         );
     }
 
@@ -382,20 +356,12 @@ mod tests {
         let bytes = hex!("00 00 001c 01 000000 07 00 0014 0000 ffff 00000000 ffffffff 00000000");
         assert!(matches!(
             decode_one(PayloadType::TSI, &bytes),
-            Err(Error::BadLength {
-                what: SELECTOR,
-                len: 20,
-                ..
-            })
+            Err(Error::BadLength { what: SELECTOR, len: 20, .. })
         ));
         let bytes = hex!("00 00 000c 01 000000 07 00 0003");
         assert!(matches!(
             decode_one(PayloadType::TSI, &bytes),
-            Err(Error::BadLength {
-                what: SELECTOR,
-                len: 3,
-                ..
-            })
+            Err(Error::BadLength { what: SELECTOR, len: 3, .. })
         ));
     }
 
@@ -406,9 +372,6 @@ mod tests {
             second_octet: 0,
             data: vec![],
         }]);
-        assert!(matches!(
-            encode_one(Payload::TsInitiator(ts)),
-            Err(Error::BadValue { .. })
-        ));
+        assert!(matches!(encode_one(Payload::TsInitiator(ts)), Err(Error::BadValue { .. })));
     }
 }

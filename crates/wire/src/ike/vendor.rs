@@ -29,9 +29,7 @@ impl Body for VendorId {
     const WHAT: &'static str = "Vendor ID payload";
 
     fn read(r: &mut Reader<'_>) -> Result<Self> {
-        Ok(Self {
-            data: r.rest().to_vec(),
-        })
+        Ok(Self { data: r.rest().to_vec() })
     }
 
     fn write(&self, w: &mut Writer<'_>) -> Result<()> {
@@ -51,9 +49,8 @@ mod tests {
     fn vendor_id_round_trips() {
         // strongSwan's vendor ID, MD5("strongSwan").
         let bytes = hex!("00 00 0014 882fe56d6fd20dbc2251613b2ebe5beb");
-        let expected = Payload::VendorId(VendorId {
-            data: hex!("882fe56d6fd20dbc2251613b2ebe5beb").to_vec(),
-        });
+        let expected =
+            Payload::VendorId(VendorId { data: hex!("882fe56d6fd20dbc2251613b2ebe5beb").to_vec() });
         assert_round_trip(PayloadType::VENDOR_ID, &bytes, &expected);
     }
 

@@ -64,24 +64,14 @@ impl<'a> Writer<'a> {
     }
 
     /// Writes into the 16-bit field at `at` the number of bytes emitted since `start`.
-    pub(crate) fn patch_len16(
-        &mut self,
-        start: usize,
-        at: usize,
-        what: &'static str,
-    ) -> Result<()> {
+    pub(crate) fn patch_len16(&mut self, start: usize, at: usize, what: &'static str) -> Result<()> {
         let len = self.position().saturating_sub(start);
         let value = u16::try_from(len).map_err(|_| Error::TooLong { what, len })?;
         self.patch(at, &value.to_be_bytes(), what)
     }
 
     /// Writes into the 32-bit field at `at` the number of bytes emitted since `start`.
-    pub(crate) fn patch_len32(
-        &mut self,
-        start: usize,
-        at: usize,
-        what: &'static str,
-    ) -> Result<()> {
+    pub(crate) fn patch_len32(&mut self, start: usize, at: usize, what: &'static str) -> Result<()> {
         let len = self.position().saturating_sub(start);
         let value = u32::try_from(len).map_err(|_| Error::TooLong { what, len })?;
         self.patch(at, &value.to_be_bytes(), what)
@@ -95,11 +85,7 @@ impl<'a> Writer<'a> {
         let field = at
             .checked_add(value.len())
             .and_then(|end| self.out.get_mut(at..end))
-            .ok_or(Error::BufferTooSmall {
-                what,
-                need: at.saturating_add(value.len()),
-                have,
-            })?;
+            .ok_or(Error::BufferTooSmall { what, need: at.saturating_add(value.len()), have })?;
         field.copy_from_slice(value);
         Ok(())
     }
@@ -147,20 +133,8 @@ mod tests {
         let mut w = Writer::new(&mut out);
         let at = w.len16();
         w.bytes(&[0; 0x1_0000]);
-        assert_eq!(
-            w.patch_len16(0, at, "big"),
-            Err(Error::TooLong {
-                what: "big",
-                len: 0x1_0002
-            })
-        );
-        assert_eq!(
-            fit::<u8>(256, "count"),
-            Err(Error::TooLong {
-                what: "count",
-                len: 256
-            })
-        );
+        assert_eq!(w.patch_len16(0, at, "big"), Err(Error::TooLong { what: "big", len: 0x1_0002 }));
+        assert_eq!(fit::<u8>(256, "count"), Err(Error::TooLong { what: "count", len: 256 }));
         assert_eq!(fit::<u8>(255, "count"), Ok(255));
     }
 }
