@@ -12,6 +12,9 @@ export CARGO_TERM_COLOR=never
 log=$(mktemp /tmp/cloister-test.XXXXXX)
 trap 'rm -f "$log"' EXIT
 
+echo "== rustfmt"
+cargo fmt --all --check
+
 echo "== clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
 
