@@ -24,11 +24,19 @@ enum Command {
     Simulate(cmd::simulate::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Decode(args) => cmd::decode::run(args),
         Command::EnclaveProcess(args) => cmd::enclave_process::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line with the chain of causes; a backtrace helps developers, not operators.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -54,17 +54,27 @@ enum Kind {
 }
 
 fn describe(bytes: &[u8], args: &Args) -> anyhow::Result<(Kind, String)> {
-    match bytes.first().map(|b| b >> 4) {
-        Some(4) | Some(6) if looks_like_ip(bytes) => Ok((Kind::Ip, ip(bytes, args)?)),
-        _ if bytes.get(17).is_some_and(|v| v >> 4 == 2) && bytes.len() >= 28 => {
-            Ok((Kind::Ike, ike(bytes, args)?))
-        }
-        _ => Ok((Kind::Esp, esp(bytes)?)),
+    // An IP packet is recognised by a valid header, an IKE message by decoding whole (its
+    // Length field must match the file); anything else is treated as ESP, whose body is
+    // opaque, so random ciphertext can never be mistaken for a message.
+    if looks_like_ip(bytes) {
+        return Ok((Kind::Ip, ip(bytes, args)?));
     }
+    if Message::decode(bytes).is_ok() {
+        return Ok((Kind::Ike, ike(bytes, args)?));
+    }
+    Ok((Kind::Esp, esp(bytes)?))
 }
 
 fn looks_like_ip(bytes: &[u8]) -> bool {
-    Ipv4Packet::new_checked(bytes).is_ok() || Ipv6Packet::new_checked(bytes).is_ok()
+    match bytes.first().map(|b| b >> 4) {
+        Some(4) => Ipv4Packet::new_checked(bytes).is_ok_and(|p| p.verify_checksum()),
+        // A file holds one whole packet, so the payload length must account for every byte.
+        Some(6) => {
+            Ipv6Packet::new_checked(bytes).is_ok_and(|p| 40 + usize::from(p.payload_len()) == bytes.len())
+        }
+        _ => false,
+    }
 }
 
 fn ike(bytes: &[u8], args: &Args) -> anyhow::Result<String> {
@@ -151,4 +161,44 @@ fn ip(bytes: &[u8], args: &Args) -> anyhow::Result<String> {
         _ => ike(udp.payload(), args)?,
     };
     Ok(format!("IP {src}:{} -> {dst}:{} UDP (checksum ok) | {inner}", udp.src_port(), udp.dst_port()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captured_files_are_classified_by_what_decodes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wire/tests/vectors");
+        let args = Args { files: Vec::new(), check: true, summary: true, verbose: false };
+        let mut counts = [0usize; 3];
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".bin") {
+                continue;
+            }
+            let bytes = std::fs::read(entry.path()).unwrap();
+            let (kind, _) = describe(&bytes, &args).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            let want = if name.starts_with("ike-") {
+                Kind::Ike
+            } else if name.starts_with("esp-") {
+                Kind::Esp
+            } else {
+                Kind::Ip
+            };
+            assert_eq!(kind as usize, want as usize, "{name}");
+            counts[kind as usize] += 1;
+        }
+        assert_eq!(counts, [36, 28, 12]);
+    }
+
+    #[test]
+    fn esp_whose_bytes_look_like_ipv6_or_ike_stays_esp() {
+        // SPI starting with nibble 6 and a small sequence number: an IPv6 header with
+        // payload length 0 would "fit"; byte 17 = 0x20 resembles an IKE version octet.
+        let mut esp = vec![0x60, 0x11, 0x22, 0x33, 0, 0, 0, 1];
+        esp.extend_from_slice(&[0x20; 40]);
+        let args = Args { files: Vec::new(), check: false, summary: true, verbose: false };
+        assert!(matches!(describe(&esp, &args), Ok((Kind::Esp, _))));
+    }
 }
