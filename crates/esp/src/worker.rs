@@ -496,15 +496,8 @@ impl Worker {
                     // IKE has its own integrity only after IKE_SA_INIT: check the UDP
                     // checksum here (zero is allowed over IPv4, RFC 768).
                     if let Some(udp) = bytes.get(udp_at..) {
-                        let pair = match (outer.remote, outer.local) {
-                            (core::net::IpAddr::V4(src), core::net::IpAddr::V4(dst)) => {
-                                wire::IpPair::V4 { src, dst }
-                            }
-                            (core::net::IpAddr::V6(src), core::net::IpAddr::V6(dst)) => {
-                                wire::IpPair::V6 { src, dst }
-                            }
-                            _ => return Err(no_sa(DropReason::Malformed)),
-                        };
+                        let pair = wire::IpPair::new(outer.remote, outer.local)
+                            .ok_or(no_sa(DropReason::Malformed))?;
                         let ok = wire::UdpPacket::new_checked(udp).is_ok_and(|u| u.verify_checksum(&pair));
                         if !ok {
                             return Err(no_sa(DropReason::Malformed));

@@ -151,6 +151,16 @@ pub enum IpPair {
 }
 
 impl IpPair {
+    /// The pair for a source and destination of one family; `None` when the families differ.
+    pub fn new(src: core::net::IpAddr, dst: core::net::IpAddr) -> Option<Self> {
+        use core::net::IpAddr;
+        match (src, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => Some(Self::V4 { src, dst }),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Some(Self::V6 { src, dst }),
+            _ => None,
+        }
+    }
+
     /// The folded one's-complement sum of the pseudo-header for `protocol` and an
     /// upper-layer message of `length` bytes (RFC 768 for IPv4, RFC 8200 §8.1 for IPv6).
     pub fn pseudo_header_sum(&self, protocol: IpProtocol, length: u32) -> u16 {
@@ -211,5 +221,17 @@ mod tests {
         // 2001+0db8+0001 + 2001+0db8+0002 + 003a (ICMPv6) + 0010 = 5bbf
         assert_eq!(v6.pseudo_header_sum(IpProtocol::ICMPV6, 16), 0x5bbf);
         assert!(v6.is_ipv6());
+    }
+
+    #[test]
+    fn pair_from_addresses_requires_one_family() {
+        let v4 = |d| core::net::IpAddr::V4(Ipv4Addr::new(198, 18, 0, d));
+        let v6 = core::net::IpAddr::V6("2001:db8::1".parse().unwrap());
+        assert_eq!(
+            IpPair::new(v4(1), v4(2)),
+            Some(IpPair::V4 { src: Ipv4Addr::new(198, 18, 0, 1), dst: Ipv4Addr::new(198, 18, 0, 2) })
+        );
+        assert!(matches!(IpPair::new(v6, v6), Some(IpPair::V6 { .. })));
+        assert_eq!(IpPair::new(v4(1), v6), None);
     }
 }
