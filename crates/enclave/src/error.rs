@@ -82,6 +82,10 @@ pub enum Error {
     /// SK_d is already sealed for this IKE SA.
     #[error("SK_d is already sealed")]
     AlreadySealed,
+    /// The IKE SA still holds SK_d or SK_p*: its state can be sealed only after
+    /// clear-and-seal.
+    #[error("IKE SA is not cleared and sealed yet (call clear_and_seal first)")]
+    NotSealed,
     /// A sealed blob was refused.
     #[error("sealed blob refused: {reason}")]
     SealedBlob {
@@ -218,7 +222,7 @@ pub enum ErrorKind {
     TableFull,
     /// Bad lengths, suites, public values, kinds, paddings: malformed input.
     BadInput,
-    /// [`Error::KeyCleared`], [`Error::AlreadySealed`].
+    /// [`Error::KeyCleared`], [`Error::AlreadySealed`], [`Error::NotSealed`].
     KeyState,
     /// [`Error::SealedBlob`] and [`Error::ProvisioningBlob`].
     BlobRejected,
@@ -251,7 +255,7 @@ impl Error {
             | Self::BadPublicKey { .. }
             | Self::BadPadding
             | Self::Unsupported { .. } => ErrorKind::BadInput,
-            Self::KeyCleared { .. } | Self::AlreadySealed => ErrorKind::KeyState,
+            Self::KeyCleared { .. } | Self::AlreadySealed | Self::NotSealed => ErrorKind::KeyState,
             Self::SealedBlob { .. } | Self::ProvisioningBlob { .. } => ErrorKind::BlobRejected,
             Self::IntegrityCheckFailed | Self::AuthenticationFailed { .. } => ErrorKind::VerifyFailed,
             Self::BatchTooLarge { .. } | Self::StatusLengthMismatch { .. } => ErrorKind::BadBatch,

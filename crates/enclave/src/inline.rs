@@ -217,6 +217,16 @@ impl Enclave for InlineEnclave {
         self.core.counted(r)
     }
 
+    fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        let r = self.core.ike_sa_seal_state(ike);
+        self.core.counted(r)
+    }
+
+    fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
+        let r = self.core.ike_sa_restore(state);
+        self.core.counted(r)
+    }
+
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
         let r = self.core.ike_sa_delete(ike);
         self.core.counted(r)

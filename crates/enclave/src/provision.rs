@@ -37,22 +37,28 @@ pub fn wrap_secret(
     crate::trusted::seal::wrap_provisioning(&key.0, tenant, kind, secret)
 }
 
-/// Sealed blobs (clear-and-seal of SK_d): their format, and what the counter protects.
+/// Sealed blobs (clear-and-seal of SK_d, and IKE SA state for restarts): their format, and
+/// what the counter protects.
 ///
 /// Format v1 (integers big-endian):
 ///
 /// ```text
 /// 0   "CLSB"   magic
 /// 4   1        version
-/// 5   1        kind: SK_d
+/// 5   kind     1: SK_d (clear_and_seal); 2: IKE SA state (ike_sa_seal_state)
 /// 6   prf      u16 IANA PRF ID of the IKE SA
 /// 8   counter  u64 version counter (also readable by the store: SealedBlob::counter)
 /// 16  tenant   u32
 /// 20  SPIi     u64 of the IKE SA
 /// 28  SPIr     u64
 /// 36  nonce    12 random bytes
-/// 48  ct||tag  AES-256-GCM(sealing key, nonce, AAD = bytes 0..36, SK_d)
+/// 48  ct||tag  AES-256-GCM(sealing key, nonce, AAD = bytes 0..36, body)
 /// ```
+///
+/// The body of kind 1 is SK_d. The body of kind 2 is role (u8), cipher ID and key bits
+/// (u16 each), integrity ID (u16, 0 for AEADs), the counter of the SA's SK_d blob (u64),
+/// then SK_ai, SK_ar, SK_ei, SK_er, each after a one-byte length. A state blob is accepted
+/// by `ike_sa_restore` in any instance of the same tenant whose trusted minimum it meets.
 ///
 /// The sealing key is HMAC-SHA-256(provisioning key, "cloister-seal-key-v1" || tenant).
 ///

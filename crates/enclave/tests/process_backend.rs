@@ -409,6 +409,98 @@ fn a_killed_enclave_is_reported_other_tenants_run_on_and_a_restart_serves_again(
     assert_eq!(&b2[16..80], &inn[..]);
 }
 
+/// Protects `inner` with `from`'s IKE SA and returns what `to` decrypts from it.
+fn sk_across(
+    from: &mut dyn Enclave,
+    fh: IkeSaHandle,
+    to: &mut dyn Enclave,
+    th: IkeSaHandle,
+) -> Result<Vec<u8>> {
+    let inner = b"INFORMATIONAL request after the restart";
+    let aad_len = 28 + 4;
+    let layout = SUITE.sk_layout(inner.len());
+    let mut msg = vec![0xAB; aad_len + layout.body_len(inner.len())];
+    msg[aad_len + layout.iv_len..][..inner.len()].copy_from_slice(inner);
+    from.sk_encrypt(fh, &mut msg, aad_len, inner.len())?;
+    let range = to.sk_decrypt(th, &mut msg, aad_len)?;
+    Ok(msg[range].to_vec())
+}
+
+#[test]
+fn a_restarted_enclave_restores_its_ike_sa_from_sealed_state_and_rekeys_children() {
+    let (mut a, pk) = start_process(1);
+    let mut peer = start_inline(1);
+    let t = tunnel(&mut a, &mut peer);
+    // Sealing the state needs clear-and-seal first: SK_p* must never be in a state blob.
+    assert_eq!(a.ike_sa_seal_state(t.ike_p), Err(Error::NotSealed));
+    let sk_d = a.clear_and_seal(t.ike_p).unwrap();
+    let peer_sk_d = peer.clear_and_seal(t.ike_i).unwrap();
+    let state = a.ike_sa_seal_state(t.ike_p).unwrap();
+    assert!(state.counter().unwrap() > sk_d.counter().unwrap());
+    assert!(!format!("{state:?}").is_empty());
+
+    let pid = a.pid().unwrap();
+    assert_eq!(unsafe_kill(pid), 0);
+    assert!(matches!(a.check(), Err(ProcessError::Died { .. })));
+    a.restart(config(1), &pk).unwrap();
+
+    // Forged, truncated and foreign blobs are refused; so is an SK_d blob offered as state.
+    let mut forged = state.clone();
+    let last = forged.0.len() - 1;
+    forged.0[last] ^= 1;
+    assert_eq!(a.ike_sa_restore(&forged), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
+    let cut = SealedBlob(state.0[..30].to_vec());
+    assert_eq!(a.ike_sa_restore(&cut), Err(Error::SealedBlob { reason: BlobRejection::Malformed }));
+    assert_eq!(a.ike_sa_restore(&sk_d), Err(Error::SealedBlob { reason: BlobRejection::Malformed }));
+    let mut other = start_inline(2);
+    assert_eq!(other.ike_sa_restore(&state), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
+
+    let ike = a.ike_sa_restore(&state).unwrap();
+    // SK payloads flow both ways again with the restored keys.
+    assert_eq!(
+        sk_across(&mut a, ike, &mut peer, t.ike_i).unwrap(),
+        b"INFORMATIONAL request after the restart"
+    );
+    assert_eq!(
+        sk_across(&mut peer, t.ike_i, &mut a, ike).unwrap(),
+        b"INFORMATIONAL request after the restart"
+    );
+    // The restored SA never authenticates again (SK_p* were cleared before sealing).
+    assert_eq!(a.ike_sa_seal_state(ike).map(|b| b.0.len()), Ok(state.0.len()));
+
+    // Child SAs are rekeyed through the restored SA, with SK_d from its sealed blob.
+    let (mut ni, mut nr) = (vec![0u8; 32], vec![0u8; 32]);
+    a.random_nonce(&mut ni).unwrap();
+    peer.random_nonce(&mut nr).unwrap();
+    let child = |role, spi_inbound, spi_outbound| ChildSaParams {
+        role,
+        suite: SUITE,
+        esn: false,
+        nonce_i: &ni,
+        nonce_r: &nr,
+        spi_inbound,
+        spi_outbound,
+    };
+    let ca = a.child_sa_create(ike, Some(&sk_d), None, &child(Role::Initiator, 0xd100, 0xd200)).unwrap();
+    let cp = peer
+        .child_sa_create(t.ike_i, Some(&peer_sk_d), None, &child(Role::Responder, 0xd200, 0xd100))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let inn = inner(3, 200);
+    let len = lay_out(&mut buf, 0, &inn);
+    let mut st = [EspStatus::NotProcessed];
+    a.esp_batch(&mut buf, &[EspDescriptor::encrypt(ca.outbound, 0, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok);
+    peer.esp_batch(&mut buf, &[EspDescriptor::decrypt(cp.inbound, 0, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok);
+    assert_eq!(&buf[16..216], &inn[..]);
+
+    // A store that keeps the trusted minimum current makes older blobs useless.
+    let floor = EnclaveConfig { trusted_min_seal_counter: state.counter().unwrap() + 1, ..config(1) };
+    a.restart(floor, &pk).unwrap();
+    assert_eq!(a.ike_sa_restore(&state), Err(Error::SealedBlob { reason: BlobRejection::Rollback }));
+}
+
 #[test]
 fn a_shutdown_is_clean_and_reported() {
     let (mut e, _) = start_process(3);

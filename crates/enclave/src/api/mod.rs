@@ -129,6 +129,17 @@ pub trait Enclave: Send {
     /// moves SK_d out of trusted memory into a sealed blob for later rekeys.
     fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob>;
 
+    /// Seals what a restarted enclave needs to bring back a cleared-and-sealed IKE SA
+    /// (SK_ai/SK_ar/SK_ei/SK_er and the counter of its SK_d blob; never SK_p*): store it
+    /// beside the SK_d blob. Refused with [`crate::Error::NotSealed`] before clear-and-seal.
+    fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob>;
+
+    /// Brings back an IKE SA from a state blob sealed by an earlier instance of this
+    /// tenant's enclave (same provisioning key). Its SK_d comes from the SK_d blob as before;
+    /// child SAs are not restored — rekey them through the restored IKE SA, since an
+    /// outbound ESP SA restored from a snapshot could reuse sequence numbers (AEAD IVs).
+    fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle>;
+
     /// Forgets an IKE SA; its sealed blob can no longer be used.
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()>;
 

@@ -57,6 +57,10 @@ pub mod op {
     pub const IKE_SA_DELETE: u16 = 18;
     /// [`crate::Enclave::esp_sa_delete`].
     pub const ESP_SA_DELETE: u16 = 19;
+    /// [`crate::Enclave::ike_sa_seal_state`].
+    pub const IKE_SA_SEAL_STATE: u16 = 20;
+    /// [`crate::Enclave::ike_sa_restore`].
+    pub const IKE_SA_RESTORE: u16 = 21;
 }
 
 /// A buffer does not decode: too short, a bad tag, or bytes left over.
@@ -579,6 +583,7 @@ pub fn put_error(w: &mut Writer, e: &Error) {
         Error::SelfTestFailed { test } => w.u8(23).str(test),
         Error::Attestation { why } => w.u8(24).str(why),
         Error::Internal { what } => w.u8(25).str(what),
+        Error::NotSealed => w.u8(26),
         // Variants added later, and transport errors (which the trusted core never
         // returns), cross as an internal failure rather than breaking the build.
         #[allow(unreachable_patterns)]
@@ -615,6 +620,7 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<Error, Malformed> {
         23 => Error::SelfTestFailed { test: s(r)? },
         24 => Error::Attestation { why: s(r)? },
         25 => Error::Internal { what: s(r)? },
+        26 => Error::NotSealed,
         _ => return Err(Malformed),
     })
 }
@@ -676,6 +682,7 @@ mod tests {
             Error::SelfTestFailed { test: "aes-gcm" },
             Error::Attestation { why: "z" },
             Error::Internal { what: "w" },
+            Error::NotSealed,
         ] {
             round_trip(e);
         }

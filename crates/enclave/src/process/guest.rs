@@ -495,6 +495,20 @@ pub fn dispatch<E: Enclave + ?Sized>(
                 w.bytes(&b.0);
             })
         }
+        op::IKE_SA_SEAL_STATE => {
+            let ike = codec::get_ike(&mut r)?;
+            r.finish()?;
+            e.ike_sa_seal_state(ike).map(|b| {
+                w.bytes(&b.0);
+            })
+        }
+        op::IKE_SA_RESTORE => {
+            let blob = SealedBlob(r.bytes()?.to_vec());
+            r.finish()?;
+            e.ike_sa_restore(&blob).map(|h| {
+                w.u32(h.0);
+            })
+        }
         op::IKE_SA_DELETE => {
             let ike = codec::get_ike(&mut r)?;
             r.finish()?;

@@ -1054,6 +1054,20 @@ impl Enclave for ProcessEnclave {
         decode(&res, |r| r.bytes().map(|b| SealedBlob(b.to_vec())))
     }
 
+    fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        let res = self.call(op::IKE_SA_SEAL_STATE, &w)?;
+        decode(&res, |r| r.bytes().map(|b| SealedBlob(b.to_vec())))
+    }
+
+    fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
+        let mut w = Writer::new();
+        w.bytes(&state.0);
+        let res = self.call(op::IKE_SA_RESTORE, &w)?;
+        decode(&res, |r| r.u32().map(IkeSaHandle))
+    }
+
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
         let mut w = Writer::new();
         w.u32(ike.0);

@@ -188,6 +188,12 @@ impl Enclave for MockEnclave {
     fn clear_and_seal(&mut self, _: IkeSaHandle) -> Result<SealedBlob> {
         unsupported()
     }
+    fn ike_sa_seal_state(&mut self, _: IkeSaHandle) -> Result<SealedBlob> {
+        unsupported()
+    }
+    fn ike_sa_restore(&mut self, _: &SealedBlob) -> Result<IkeSaHandle> {
+        unsupported()
+    }
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
         Err(Error::UnknownHandle { kind: HandleKind::IkeSa, handle: ike.0 })
     }

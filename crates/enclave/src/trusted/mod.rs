@@ -39,6 +39,22 @@ use seal::{RootKeys, SealBinding};
 use table::Table;
 use zeroize::Zeroizing;
 
+/// Bytes of stack [`scrub_stack`] overwrites.
+const STACK_SCRUB: usize = 64 * 1024;
+
+/// Overwrites the stack below the caller with zeros. Crypto libraries (ring's AES-GCM among
+/// them) leave copies of key schedules in the stack frames of their per-packet calls, which
+/// nothing zeroizes; deleting a key runs this from the same call depth as the ESP and IKE
+/// calls, so the frames those calls used are overwritten and no copy of a deleted key
+/// outlives it. Needs a thread stack larger than [`STACK_SCRUB`] (the default 8 MiB main
+/// stack and 2 MiB thread stacks are).
+#[inline(never)]
+pub(crate) fn scrub_stack() {
+    let mut area = [0u8; STACK_SCRUB];
+    zeroize::Zeroize::zeroize(&mut area[..]);
+    core::hint::black_box(&area);
+}
+
 /// The state of one enclave instance (one tenant).
 pub(crate) struct TrustedCore {
     tenant: TenantId,
@@ -148,7 +164,9 @@ impl TrustedCore {
     }
 
     pub(crate) fn delete_secret(&mut self, h: SecretHandle) -> Result<()> {
-        self.secrets.remove(h.0).map(drop)
+        self.secrets.remove(h.0).map(drop)?;
+        scrub_stack();
+        Ok(())
     }
 
     pub(crate) fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
@@ -296,7 +314,7 @@ impl TrustedCore {
     }
 
     pub(crate) fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
-        let counter = self.seal_counter.checked_add(1).ok_or(Error::Exhausted { what: "seal counter" })?;
+        let counter = self.next_seal_counter()?;
         let tenant = self.tenant;
         let sa = self.ike.get_mut(ike.0)?;
         let sk_d = sa.sk_d.as_ref().ok_or(Error::AlreadySealed)?;
@@ -310,8 +328,37 @@ impl TrustedCore {
         Ok(SealedBlob(blob))
     }
 
+    fn next_seal_counter(&self) -> Result<u64> {
+        self.seal_counter.checked_add(1).ok_or(Error::Exhausted { what: "seal counter" })
+    }
+
+    pub(crate) fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        let counter = self.next_seal_counter()?;
+        let sa = self.ike.get(ike.0)?;
+        let body = sa.state_body()?;
+        let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
+        let blob =
+            seal::seal_blob(&self.root, &self.rng, seal::SEAL_KIND_IKE_STATE, &binding, counter, &body)?;
+        self.seal_counter = counter;
+        Ok(SealedBlob(blob))
+    }
+
+    pub(crate) fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
+        let (h, body) = seal::open_ike_state(&self.root, self.tenant, self.trusted_min, &state.0)?;
+        let mut iv = [0u8; 8];
+        self.rng.fill(&mut iv).map_err(|_| Error::Random)?;
+        let b = h.binding;
+        let sa = IkeSa::from_state(b.prf, b.spi_i, b.spi_r, &body, u64::from_be_bytes(iv))?;
+        // Blobs sealed from now on must never reuse a counter an earlier instance issued.
+        let sk_d_counter = sa.sealed_counter.unwrap_or(0);
+        self.seal_counter = self.seal_counter.max(h.counter).max(sk_d_counter);
+        self.ike.insert(sa).map(IkeSaHandle)
+    }
+
     pub(crate) fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
-        self.ike.remove(ike.0).map(drop)
+        self.ike.remove(ike.0).map(drop)?;
+        scrub_stack();
+        Ok(())
     }
 
     pub(crate) fn esp_batch(
@@ -326,7 +373,9 @@ impl TrustedCore {
     }
 
     pub(crate) fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
-        self.esp.remove(sa.0).map(drop)
+        self.esp.remove(sa.0).map(drop)?;
+        scrub_stack();
+        Ok(())
     }
 
     // ---- static ESP SAs from raw keys (`test-keys`; added for crates/esp) -------------------

@@ -20,6 +20,8 @@ pub(crate) const SEAL_HEADER_LEN: usize = 36;
 const TAG_LEN: usize = 16;
 /// The kind octet of a sealed SK_d.
 pub(crate) const SEAL_KIND_SK_D: u8 = 1;
+/// The kind octet of a sealed IKE SA state (keys for restore after a restart).
+pub(crate) const SEAL_KIND_IKE_STATE: u8 = 2;
 
 /// The AEAD keys derived from the provisioning key.
 pub(crate) struct RootKeys {
@@ -136,11 +138,11 @@ pub(crate) struct SealBinding {
     pub(crate) spi_r: u64,
 }
 
-fn seal_header(b: &SealBinding, counter: u64) -> [u8; SEAL_HEADER_LEN] {
+fn seal_header(kind: u8, b: &SealBinding, counter: u64) -> [u8; SEAL_HEADER_LEN] {
     let mut h = [0u8; SEAL_HEADER_LEN];
     h[0..4].copy_from_slice(SEAL_MAGIC);
     h[4] = FORMAT_VERSION;
-    h[5] = SEAL_KIND_SK_D;
+    h[5] = kind;
     h[6..8].copy_from_slice(&b.prf.id().to_be_bytes());
     h[8..16].copy_from_slice(&counter.to_be_bytes());
     h[16..20].copy_from_slice(&b.tenant.0.to_be_bytes());
@@ -149,7 +151,42 @@ fn seal_header(b: &SealBinding, counter: u64) -> [u8; SEAL_HEADER_LEN] {
     h
 }
 
-/// Seals SK_d under the sealing key with a fresh random nonce.
+fn be_u64(b: &[u8]) -> u64 {
+    let mut c = [0u8; 8];
+    if let Some(src) = b.get(..8) {
+        c.copy_from_slice(src);
+    }
+    u64::from_be_bytes(c)
+}
+
+/// Seals `body` under the sealing key with a fresh random nonce; the header (kind, binding,
+/// counter) is the AAD.
+pub(crate) fn seal_blob(
+    keys: &RootKeys,
+    rng: &SystemRandom,
+    kind: u8,
+    binding: &SealBinding,
+    counter: u64,
+    body: &[u8],
+) -> Result<Vec<u8>> {
+    let header = seal_header(kind, binding, counter);
+    let mut nonce = [0u8; NONCE_LEN];
+    rng.fill(&mut nonce).map_err(|_| Error::Random)?;
+    let mut out = Vec::with_capacity(SEAL_HEADER_LEN + NONCE_LEN + body.len() + TAG_LEN);
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&nonce);
+    let start = out.len();
+    out.extend_from_slice(body);
+    let ct = out.get_mut(start..).ok_or(Error::Internal { what: "seal" })?;
+    let tag = keys
+        .sealing
+        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(&header), ct)
+        .map_err(|_| Error::Internal { what: "seal" })?;
+    out.extend_from_slice(tag.as_ref());
+    Ok(out)
+}
+
+/// Seals SK_d (kind SK_d).
 pub(crate) fn seal_sk_d(
     keys: &RootKeys,
     rng: &SystemRandom,
@@ -157,21 +194,57 @@ pub(crate) fn seal_sk_d(
     counter: u64,
     sk_d: &[u8],
 ) -> Result<Vec<u8>> {
-    let header = seal_header(binding, counter);
-    let mut nonce = [0u8; NONCE_LEN];
-    rng.fill(&mut nonce).map_err(|_| Error::Random)?;
-    let mut out = Vec::with_capacity(SEAL_HEADER_LEN + NONCE_LEN + sk_d.len() + TAG_LEN);
-    out.extend_from_slice(&header);
-    out.extend_from_slice(&nonce);
-    let start = out.len();
-    out.extend_from_slice(sk_d);
-    let body = out.get_mut(start..).ok_or(Error::Internal { what: "seal" })?;
-    let tag = keys
-        .sealing
-        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(&header), body)
-        .map_err(|_| Error::Internal { what: "seal" })?;
-    out.extend_from_slice(tag.as_ref());
-    Ok(out)
+    seal_blob(keys, rng, SEAL_KIND_SK_D, binding, counter, sk_d)
+}
+
+/// What an authenticated sealed header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpenedHeader {
+    pub(crate) binding: SealBinding,
+    pub(crate) counter: u64,
+}
+
+/// Authenticates and opens a blob of `kind` into `out` (which must be exactly as long as the
+/// plaintext); returns the header's fields. Refuses another tenant's blobs, forged ones,
+/// and those below `trusted_min`; the caller checks the SA binding and exact counter.
+fn open_blob(
+    keys: &RootKeys,
+    tenant: TenantId,
+    kind: u8,
+    trusted_min: u64,
+    blob: &[u8],
+    out: &mut [u8],
+) -> Result<OpenedHeader> {
+    let reject = |reason| Error::SealedBlob { reason };
+    if blob.len() != SEAL_HEADER_LEN + NONCE_LEN + out.len() + TAG_LEN {
+        return Err(reject(BlobRejection::Malformed));
+    }
+    let (header, rest) = blob.split_at(SEAL_HEADER_LEN);
+    if &header[0..4] != SEAL_MAGIC || header[4] != FORMAT_VERSION || header[5] != kind {
+        return Err(reject(BlobRejection::Malformed));
+    }
+    let (nonce, ct) = rest.split_at(NONCE_LEN);
+    let (ct, tag) = ct.split_at(out.len());
+    out.copy_from_slice(ct);
+    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| reject(BlobRejection::Malformed))?;
+    let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| reject(BlobRejection::Malformed))?;
+    // Authenticate first: only then do the header's fields mean anything.
+    keys.sealing
+        .open_in_place_separate_tag(nonce, Aad::from(header), ring::aead::Tag::from(tag), out, 0..)
+        .map_err(|_| reject(BlobRejection::Forged))?;
+    let mut t = [0u8; 4];
+    t.copy_from_slice(&header[16..20]);
+    if u32::from_be_bytes(t) != tenant.0 {
+        return Err(reject(BlobRejection::WrongTenant));
+    }
+    let prf =
+        Prf::from_id(u16::from_be_bytes([header[6], header[7]])).ok_or(reject(BlobRejection::Malformed))?;
+    let counter = be_u64(&header[8..16]);
+    if counter < trusted_min {
+        return Err(reject(BlobRejection::Rollback));
+    }
+    let binding = SealBinding { tenant, prf, spi_i: be_u64(&header[20..28]), spi_r: be_u64(&header[28..36]) };
+    Ok(OpenedHeader { binding, counter })
 }
 
 /// Unseals SK_d, refusing blobs for another tenant or SA, forged ones, and ones whose
@@ -185,40 +258,36 @@ pub(crate) fn unseal_sk_d(
     blob: &[u8],
 ) -> Result<KeyBuf<MAX_PRF_LEN>> {
     let reject = |reason| Error::SealedBlob { reason };
-    if blob.len() < SEAL_HEADER_LEN + NONCE_LEN + TAG_LEN {
-        return Err(reject(BlobRejection::Malformed));
-    }
-    let (header, rest) = blob.split_at(SEAL_HEADER_LEN);
-    if &header[0..4] != SEAL_MAGIC || header[4] != FORMAT_VERSION || header[5] != SEAL_KIND_SK_D {
-        return Err(reject(BlobRejection::Malformed));
-    }
-    let mut c = [0u8; 8];
-    c.copy_from_slice(&header[8..16]);
-    let counter = u64::from_be_bytes(c);
-    let (nonce, ct) = rest.split_at(NONCE_LEN);
-    // Authenticate first: only then do the header's fields mean anything.
-    let mut buf = Zeroizing::new([0u8; MAX_PRF_LEN + TAG_LEN]);
-    let body = buf.get_mut(..ct.len()).ok_or(reject(BlobRejection::Malformed))?;
-    body.copy_from_slice(ct);
-    let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| reject(BlobRejection::Malformed))?;
-    let plain = keys
-        .sealing
-        .open_in_place(nonce, Aad::from(header), body)
-        .map_err(|_| reject(BlobRejection::Forged))?;
-    let expect = seal_header(binding, counter);
-    if header[16..20] != expect[16..20] {
-        return Err(reject(BlobRejection::WrongTenant));
-    }
-    if header[6..8] != expect[6..8] || header[20..36] != expect[20..36] {
+    let mut buf = Zeroizing::new([0u8; MAX_PRF_LEN]);
+    let len = blob.len().saturating_sub(SEAL_HEADER_LEN + NONCE_LEN + TAG_LEN);
+    let out = buf.get_mut(..len).ok_or(reject(BlobRejection::Malformed))?;
+    let opened = open_blob(keys, binding.tenant, SEAL_KIND_SK_D, trusted_min, blob, out)?;
+    if opened.binding != *binding {
         return Err(reject(BlobRejection::WrongSa));
     }
-    if counter < trusted_min || counter != expected_counter {
+    if opened.counter != expected_counter {
         return Err(reject(BlobRejection::Rollback));
     }
-    if plain.len() != binding.prf.output_len() {
+    if out.len() != binding.prf.output_len() {
         return Err(reject(BlobRejection::Malformed));
     }
-    KeyBuf::from_slice(plain)
+    KeyBuf::from_slice(out)
+}
+
+/// Opens a sealed IKE SA state of exactly `body_len` bytes.
+pub(crate) fn open_ike_state(
+    keys: &RootKeys,
+    tenant: TenantId,
+    trusted_min: u64,
+    blob: &[u8],
+) -> Result<(OpenedHeader, Zeroizing<Vec<u8>>)> {
+    let len = blob
+        .len()
+        .checked_sub(SEAL_HEADER_LEN + NONCE_LEN + TAG_LEN)
+        .ok_or(Error::SealedBlob { reason: BlobRejection::Malformed })?;
+    let mut body = Zeroizing::new(vec![0u8; len]);
+    let opened = open_blob(keys, tenant, SEAL_KIND_IKE_STATE, trusted_min, blob, &mut body)?;
+    Ok((opened, body))
 }
 
 #[cfg(test)]
