@@ -1,0 +1,31 @@
+//! Enclave state migration with HSM-held keys (TEEnder §3.5, R_S5), the HSM side.
+//!
+//! A tenant enclave's state moves between gateway hosts as a package encrypted at memory speed
+//! under a fresh AES-256-GCM data key. Only the data key goes through the HSM, and only
+//! wrapped: the source enclave wraps it with the public half of an HSM key pair; the HSM
+//! unwraps it inside itself and wraps it again for the destination enclave once the
+//! destination's attested measurement matches the key's label. The untrusted gateway carries
+//! wrapped keys and ciphertext, never a clear key.
+//!
+//! - [`hsm`]: PKCS#11 access (any vendor's module): one-time migration keys, backup keys with
+//!   a security-officer step, public-key export, rewrap, deletion after restore.
+//! - [`audit`]: the hash-chained, append-only log every HSM operation writes to, and its
+//!   verifier.
+//! - [`label`]: key labels binding keys to enclave measurements.
+//!
+//! Not here yet: the enclave's package export and import (in `crates/enclave`), the migration
+//! agents and their attested channel, the live move and the benchmarks. See
+//! docs/migration.md for the design, the trust placed in the PIN holder, and what is left.
+#![forbid(unsafe_code)]
+
+pub mod audit;
+mod error;
+pub mod hsm;
+pub mod label;
+mod spki;
+
+pub use audit::{verify, AuditHead, AuditLog, Operation};
+pub use cryptoki::{context::Function, error::RvError};
+pub use error::{ChainFault, MigrateError, PublicKeyFault, Result};
+pub use hsm::{Hsm, HsmConfig, KeyInfo, OaepHash, Pin, DEFAULT_MODULE_PATH};
+pub use label::{BackupDate, KeyLabel, Measurement, MigrationId};
