@@ -1,0 +1,635 @@
+//! Connection configuration in TOML, with strongSwan's (swanctl.conf) vocabulary.
+//!
+//! ```toml
+//! [connections.site-b]
+//! local_addrs = ["198.18.0.1"]
+//! remote_addrs = ["198.18.0.2"]            # "%any": accept from anywhere (responder only)
+//! proposals = ["aes256gcm16-prfsha256-ecp256", "aes256-sha256-modp3072"]
+//! rekey_time = "4h"                        # IKE SA; strongSwan durations: 90, "90s", "30m", "4h", "1d"
+//! over_time = "24m"                        # hard IKE lifetime = rekey_time + over_time
+//! dpd_delay = "30s"                        # liveness check after this much silence; 0 = off
+//! encap = false                            # force UDP encapsulation (fake NAT detection)
+//!
+//! [connections.site-b.local]
+//! auth = "psk"
+//! id = "site-a.cloister.test"              # default: the first local address
+//! secret = "site-b-psk"                    # a secret's *name*; its value is never in this file
+//!
+//! [connections.site-b.remote]
+//! auth = "psk"
+//! id = "site-b.cloister.test"              # "%any" (the default) accepts any identity
+//!
+//! [connections.site-b.children.net]
+//! local_ts = ["198.18.1.0/24"]             # default "dynamic": our outer address
+//! remote_ts = ["198.18.2.0/24[tcp/443]"]
+//! esp_proposals = ["aes256gcm16-esn"]
+//! rekey_time = "1h"
+//! life_time = "66m"                        # default: rekey_time + 10 %
+//!
+//! [secrets.site-b-psk]
+//! file = "/etc/cloister/site-b.psk.wrapped"   # a provisioning blob, opened by the enclave only
+//! ```
+//!
+//! [`Config::from_toml`] checks everything a file can get wrong and names the connection,
+//! field and value in its error. Pre-shared keys never appear here: a connection names a
+//! secret, the secret is provisioned into the enclave as a wrapped blob, and the engine
+//! receives only its handle ([`crate::Endpoint::add_secret`]).
+
+use core::net::IpAddr;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use wire::ike::{IdType, Identification};
+
+use crate::error::{Error, Result};
+use crate::proposal::{EspProposal, IkeProposal};
+use crate::ts::TsSpec;
+
+/// A validated configuration: connections and the secrets they name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The connections, by name order.
+    pub connections: Vec<Connection>,
+    /// Declared secrets: name and where its wrapped blob lives.
+    pub secrets: Vec<SecretRef>,
+}
+
+/// A declared secret (never its value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    /// The name connections use.
+    pub name: String,
+    /// The wrapped provisioning blob's path, if given.
+    pub file: Option<String>,
+}
+
+/// One IKE connection to a peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// The connection's name.
+    pub name: String,
+    /// Our addresses; empty means any (responder only).
+    pub local_addrs: Vec<IpAddr>,
+    /// The peer's addresses; empty means `%any` (responder only).
+    pub remote_addrs: Vec<IpAddr>,
+    /// IKE proposals, most preferred first.
+    pub proposals: Vec<IkeProposal>,
+    /// When to rekey the IKE SA.
+    pub rekey_time: Duration,
+    /// How long past `rekey_time` the IKE SA may live (hard lifetime).
+    pub over_time: Duration,
+    /// Send a liveness check after this much silence from the peer; `None` disables it.
+    pub dpd_delay: Option<Duration>,
+    /// Force UDP encapsulation by faking NAT detection (strongSwan's `encap`).
+    pub encap: bool,
+    /// Our identity.
+    pub local_id: Identification,
+    /// The identity the peer must prove; `None` accepts any.
+    pub remote_id: Option<Identification>,
+    /// The name of the pre-shared key (a [`SecretRef`]).
+    pub secret: String,
+    /// Child SA configurations, by name order; the first is negotiated in IKE_AUTH.
+    pub children: Vec<ChildConfig>,
+}
+
+/// One child SA configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildConfig {
+    /// The child's name.
+    pub name: String,
+    /// Our side's selectors.
+    pub local_ts: Vec<TsSpec>,
+    /// The peer's side's selectors.
+    pub remote_ts: Vec<TsSpec>,
+    /// ESP proposals, most preferred first.
+    pub esp_proposals: Vec<EspProposal>,
+    /// When to rekey.
+    pub rekey_time: Duration,
+    /// Hard lifetime.
+    pub life_time: Duration,
+}
+
+/// How a side authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum AuthKind {
+    /// Pre-shared key (Shared Key MIC).
+    Psk,
+    /// Public key (certificates): not implemented yet.
+    Pubkey,
+}
+
+/// A duration as strongSwan writes it: seconds, or a number with s/m/h/d.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    connections: BTreeMap<String, RawConnection>,
+    #[serde(default)]
+    secrets: BTreeMap<String, RawSecret>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecret {
+    file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConnection {
+    #[serde(default)]
+    local_addrs: Vec<String>,
+    #[serde(default)]
+    remote_addrs: Vec<String>,
+    #[serde(default)]
+    proposals: Vec<String>,
+    rekey_time: Option<RawDuration>,
+    over_time: Option<RawDuration>,
+    dpd_delay: Option<RawDuration>,
+    #[serde(default)]
+    encap: bool,
+    local: Option<RawLocal>,
+    remote: Option<RawRemote>,
+    #[serde(default)]
+    children: BTreeMap<String, RawChild>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLocal {
+    auth: Option<AuthKind>,
+    id: Option<String>,
+    secret: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRemote {
+    auth: Option<AuthKind>,
+    id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChild {
+    #[serde(default)]
+    local_ts: Vec<String>,
+    #[serde(default)]
+    remote_ts: Vec<String>,
+    #[serde(default)]
+    esp_proposals: Vec<String>,
+    rekey_time: Option<RawDuration>,
+    life_time: Option<RawDuration>,
+}
+
+/// strongSwan's defaults (swanctl.conf).
+const DEFAULT_IKE_REKEY: Duration = Duration::from_secs(4 * 3600);
+const DEFAULT_CHILD_REKEY: Duration = Duration::from_secs(3600);
+
+impl Config {
+    /// Parses and validates a TOML configuration.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+        let secrets: Vec<SecretRef> =
+            raw.secrets.into_iter().map(|(name, s)| SecretRef { name, file: s.file }).collect();
+        let mut connections = Vec::new();
+        for (name, c) in raw.connections {
+            let conn = Connection::validate(name, c)?;
+            if !secrets.is_empty() && !secrets.iter().any(|s| s.name == conn.secret) {
+                return Err(Error::UnknownSecret { connection: conn.name, secret: conn.secret });
+            }
+            connections.push(conn);
+        }
+        Ok(Self { connections, secrets })
+    }
+
+    /// The connection of this name.
+    pub fn connection(&self, name: &str) -> Option<&Connection> {
+        self.connections.iter().find(|c| c.name == name)
+    }
+}
+
+/// The parser's message with its line, without the source excerpt `toml` would print: the
+/// offending line could be an inline secret someone wrote where a name belongs.
+fn toml_error(text: &str, e: &toml::de::Error) -> Error {
+    let line = e.span().map(|s| text.get(..s.start).map_or(0, |t| t.matches('\n').count()) + 1);
+    let message = e.message().trim().to_owned();
+    Error::Toml {
+        message: match line {
+            Some(l) => format!("line {l}: {message}"),
+            None => message,
+        },
+    }
+}
+
+/// Parses a strongSwan duration: `90`, `"90"`, `"90s"`, `"30m"`, `"4h"`, `"1d"`.
+fn parse_duration(raw: &RawDuration) -> core::result::Result<Duration, (&'static str, String)> {
+    let text = match raw {
+        RawDuration::Seconds(s) => return parse_duration(&RawDuration::Text(s.to_string())),
+        RawDuration::Text(t) => t.trim(),
+    };
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let value: u64 =
+        digits.parse().map_err(|_| ("not a duration (e.g. 90, 90s, 30m, 4h, 1d)", text.to_owned()))?;
+    let factor = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(("unknown unit (use s, m, h or d)", text.to_owned())),
+    };
+    // Ten years is far beyond any IKE lifetime; anything longer is a typo.
+    const MAX_SECONDS: u64 = 10 * 365 * 86_400;
+    value
+        .checked_mul(factor)
+        .filter(|s| *s <= MAX_SECONDS)
+        .map(Duration::from_secs)
+        .ok_or(("duration too large (at most ten years)", text.to_owned()))
+}
+
+/// A duration field with a default.
+fn duration(
+    connection: &str,
+    field: &'static str,
+    raw: Option<&RawDuration>,
+    default: Duration,
+) -> Result<Duration> {
+    match raw {
+        None => Ok(default),
+        Some(r) => parse_duration(r).map_err(|(why, value)| Error::InvalidValue {
+            connection: connection.to_owned(),
+            field,
+            value,
+            why,
+        }),
+    }
+}
+
+/// Parses an identity in strongSwan's syntax: an IP address, `@fqdn`, `user@domain`,
+/// `fqdn:`/`email:`/`keyid:` prefixes, or a bare name (FQDN). `%any` is `None`.
+pub fn parse_identity(text: &str) -> core::result::Result<Option<Identification>, &'static str> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty identity");
+    }
+    if text == "%any" {
+        return Ok(None);
+    }
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Ok(Some(Identification::from_ip(ip)));
+    }
+    let id = |ty, s: &str| Some(Identification::new(ty, s.as_bytes().to_vec()));
+    if let Some(rest) = text.strip_prefix("fqdn:") {
+        return Ok(id(IdType::FQDN, rest));
+    }
+    if let Some(rest) = text.strip_prefix("email:").or_else(|| text.strip_prefix("rfc822:")) {
+        return Ok(id(IdType::RFC822_ADDR, rest));
+    }
+    if let Some(rest) = text.strip_prefix("keyid:") {
+        return Ok(id(IdType::KEY_ID, rest));
+    }
+    if let Some(rest) = text.strip_prefix("@#") {
+        let bytes = decode_hex(rest).ok_or("@# needs hexadecimal key ID bytes")?;
+        return Ok(Some(Identification::new(IdType::KEY_ID, bytes)));
+    }
+    if let Some(rest) = text.strip_prefix("@@") {
+        return Ok(id(IdType::RFC822_ADDR, rest));
+    }
+    if let Some(rest) = text.strip_prefix('@') {
+        return Ok(id(IdType::FQDN, rest));
+    }
+    if text.contains('=') {
+        return Err("distinguished-name identities come with certificate support (not yet)");
+    }
+    if text.contains('@') {
+        return Ok(id(IdType::RFC822_ADDR, text));
+    }
+    Ok(id(IdType::FQDN, text))
+}
+
+/// Decodes hexadecimal text.
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    let text = text.strip_prefix("0x").unwrap_or(text);
+    if text.is_empty() || !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len() / 2).map(|i| u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()).collect()
+}
+
+impl Connection {
+    /// Validates one raw connection table.
+    fn validate(name: String, c: RawConnection) -> Result<Self> {
+        let invalid = |field, value: &str, why| Error::InvalidValue {
+            connection: name.clone(),
+            field,
+            value: value.to_owned(),
+            why,
+        };
+        let addrs = |field, list: &[String], any_ok: bool| -> Result<Vec<IpAddr>> {
+            let mut out = Vec::new();
+            for a in list {
+                if a.trim() == "%any" {
+                    if !any_ok {
+                        return Err(invalid(field, a, "%any is not a local address"));
+                    }
+                    continue;
+                }
+                out.push(a.trim().parse().map_err(|_| invalid(field, a, "not an IP address"))?);
+            }
+            Ok(out)
+        };
+        let local_addrs = addrs("local_addrs", &c.local_addrs, true)?;
+        let remote_addrs = addrs("remote_addrs", &c.remote_addrs, true)?;
+        let proposal_texts: Vec<&str> = if c.proposals.is_empty() {
+            vec!["default"]
+        } else {
+            c.proposals.iter().map(String::as_str).collect()
+        };
+        let proposals = IkeProposal::parse_list(&proposal_texts)?;
+        let rekey_time = duration(&name, "rekey_time", c.rekey_time.as_ref(), DEFAULT_IKE_REKEY)?;
+        let over_time = duration(&name, "over_time", c.over_time.as_ref(), rekey_time / 10)?;
+        let dpd = duration(&name, "dpd_delay", c.dpd_delay.as_ref(), Duration::ZERO)?;
+        let dpd_delay = (!dpd.is_zero()).then_some(dpd);
+        if rekey_time.is_zero() {
+            return Err(invalid("rekey_time", "0", "an IKE SA needs a positive rekey time"));
+        }
+
+        let local = c.local.ok_or(Error::MissingField {
+            connection: name.clone(),
+            field: "local",
+            why: "our authentication (auth = \"psk\", secret = \"name\")",
+        })?;
+        let remote = c.remote.unwrap_or(RawRemote { auth: None, id: None });
+        for (field, auth) in [("local.auth", local.auth), ("remote.auth", remote.auth)] {
+            if auth == Some(AuthKind::Pubkey) {
+                return Err(invalid(field, "pubkey", "certificate authentication is not implemented yet"));
+            }
+        }
+        let secret = local.secret.filter(|s| !s.trim().is_empty()).ok_or(Error::MissingField {
+            connection: name.clone(),
+            field: "local.secret",
+            why: "the name of the pre-shared key for auth = \"psk\"",
+        })?;
+        let local_id = match &local.id {
+            Some(text) => parse_identity(text)
+                .map_err(|why| invalid("local.id", text, why))?
+                .ok_or(invalid("local.id", text, "our own identity cannot be %any"))?,
+            None => local_addrs.first().map(|a| Identification::from_ip(*a)).ok_or(Error::MissingField {
+                connection: name.clone(),
+                field: "local.id",
+                why: "there is no local address to default it to",
+            })?,
+        };
+        let remote_id = match &remote.id {
+            Some(text) => parse_identity(text).map_err(|why| invalid("remote.id", text, why))?,
+            None => None,
+        };
+
+        let mut children = Vec::new();
+        for (child_name, ch) in c.children {
+            children.push(ChildConfig::validate(&name, child_name, ch)?);
+        }
+        if children.is_empty() {
+            return Err(Error::MissingField {
+                connection: name,
+                field: "children",
+                why: "at least one child SA ([connections.NAME.children.CHILD])",
+            });
+        }
+        Ok(Self {
+            name,
+            local_addrs,
+            remote_addrs,
+            proposals,
+            rekey_time,
+            over_time,
+            dpd_delay,
+            encap: c.encap,
+            local_id,
+            remote_id,
+            secret,
+            children,
+        })
+    }
+
+    /// Whether a datagram between these addresses may belong to this connection.
+    pub fn matches_addresses(&self, local: IpAddr, remote: IpAddr) -> bool {
+        (self.local_addrs.is_empty() || self.local_addrs.contains(&local))
+            && (self.remote_addrs.is_empty() || self.remote_addrs.contains(&remote))
+    }
+
+    /// Whether the peer's identity is acceptable for this connection.
+    pub fn accepts_identity(&self, id: &Identification) -> bool {
+        match &self.remote_id {
+            None => true,
+            Some(want) => want.ty == id.ty && want.data.eq_ignore_ascii_case(&id.data),
+        }
+    }
+}
+
+impl ChildConfig {
+    /// Validates one raw child table.
+    fn validate(connection: &str, name: String, c: RawChild) -> Result<Self> {
+        let label = format!("{connection}.{name}");
+        let selectors = |field, list: &[String]| -> Result<Vec<TsSpec>> {
+            if list.is_empty() {
+                return Ok(vec![TsSpec::Dynamic { ip_protocol: 0, start_port: 0, end_port: u16::MAX }]);
+            }
+            list.iter()
+                .map(|s| {
+                    TsSpec::parse(s).map_err(|why| Error::InvalidValue {
+                        connection: label.clone(),
+                        field,
+                        value: s.clone(),
+                        why,
+                    })
+                })
+                .collect()
+        };
+        let local_ts = selectors("local_ts", &c.local_ts)?;
+        let remote_ts = selectors("remote_ts", &c.remote_ts)?;
+        let texts: Vec<&str> = if c.esp_proposals.is_empty() {
+            vec!["default"]
+        } else {
+            c.esp_proposals.iter().map(String::as_str).collect()
+        };
+        let esp_proposals = EspProposal::parse_list(&texts)?;
+        let rekey_time = duration(&label, "rekey_time", c.rekey_time.as_ref(), DEFAULT_CHILD_REKEY)?;
+        let life_time = duration(&label, "life_time", c.life_time.as_ref(), rekey_time + rekey_time / 10)?;
+        if life_time <= rekey_time {
+            return Err(Error::InvalidValue {
+                connection: label,
+                field: "life_time",
+                value: format!("{}s", life_time.as_secs()),
+                why: "must be longer than rekey_time, or the SA expires before it is rekeyed",
+            });
+        }
+        Ok(Self { name, local_ts, remote_ts, esp_proposals, rekey_time, life_time })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[connections.site-b]
+local_addrs = ["198.18.0.1"]
+remote_addrs = ["198.18.0.2"]
+proposals = ["aes256gcm16-prfsha256-ecp256", "aes256-sha256-modp3072"]
+rekey_time = "4h"
+dpd_delay = 30
+
+[connections.site-b.local]
+auth = "psk"
+id = "site-a.cloister.test"
+secret = "site-b-psk"
+
+[connections.site-b.remote]
+auth = "psk"
+id = "@site-b.cloister.test"
+
+[connections.site-b.children.net]
+local_ts = ["198.18.1.0/24"]
+remote_ts = ["198.18.2.0/24[tcp/443]", "2001:db8:2::/48"]
+esp_proposals = ["aes256gcm16-esn", "aes128-sha256"]
+rekey_time = "1h"
+life_time = "66m"
+
+[secrets.site-b-psk]
+file = "/etc/cloister/site-b.psk.wrapped"
+"#;
+
+    #[test]
+    fn the_example_parses_with_strongswan_meanings() {
+        let config = Config::from_toml(EXAMPLE).unwrap();
+        let c = config.connection("site-b").unwrap();
+        assert_eq!(c.local_addrs, vec!["198.18.0.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(c.proposals.len(), 2);
+        assert_eq!(c.rekey_time, Duration::from_secs(4 * 3600));
+        assert_eq!(c.over_time, Duration::from_secs(1440));
+        assert_eq!(c.dpd_delay, Some(Duration::from_secs(30)));
+        assert_eq!(c.local_id, Identification::new(IdType::FQDN, b"site-a.cloister.test".to_vec()));
+        assert_eq!(c.remote_id, Some(Identification::new(IdType::FQDN, b"site-b.cloister.test".to_vec())));
+        assert_eq!(c.secret, "site-b-psk");
+        let child = &c.children[0];
+        assert_eq!(child.name, "net");
+        assert_eq!(child.remote_ts.len(), 2);
+        assert_eq!(child.esp_proposals[0].esn, vec![true]);
+        assert_eq!(child.life_time, Duration::from_secs(66 * 60));
+        assert_eq!(config.secrets[0].file.as_deref(), Some("/etc/cloister/site-b.psk.wrapped"));
+    }
+
+    #[test]
+    fn defaults_follow_swanctl() {
+        let config = Config::from_toml(
+            r#"
+[connections.c]
+local_addrs = ["2001:db8::1"]
+remote_addrs = ["%any"]
+local = { auth = "psk", secret = "k" }
+children.all = {}
+"#,
+        )
+        .unwrap();
+        let c = &config.connections[0];
+        assert!(c.remote_addrs.is_empty());
+        assert_eq!(c.local_id, Identification::from_ip("2001:db8::1".parse().unwrap()));
+        assert_eq!(c.remote_id, None);
+        assert_eq!(c.dpd_delay, None);
+        assert!(c.proposals.len() >= 2, "default proposals");
+        let child = &c.children[0];
+        assert_eq!(child.rekey_time, Duration::from_secs(3600));
+        assert_eq!(child.life_time, Duration::from_secs(3960));
+        assert!(matches!(child.local_ts[0], TsSpec::Dynamic { .. }));
+        assert!(c.matches_addresses("2001:db8::1".parse().unwrap(), "198.18.9.9".parse().unwrap()));
+        assert!(!c.matches_addresses("2001:db8::2".parse().unwrap(), "198.18.9.9".parse().unwrap()));
+    }
+
+    #[test]
+    fn identities_parse_like_strongswan() {
+        let parse = |s| parse_identity(s).unwrap().unwrap();
+        assert_eq!(parse("198.18.0.1").ty, IdType::IPV4_ADDR);
+        assert_eq!(parse("2001:db8::1").ty, IdType::IPV6_ADDR);
+        assert_eq!(parse("moon.example").ty, IdType::FQDN);
+        assert_eq!(parse("@moon.example").data, b"moon.example");
+        assert_eq!(parse("fqdn:x").ty, IdType::FQDN);
+        assert_eq!(parse("carol@example.org").ty, IdType::RFC822_ADDR);
+        assert_eq!(parse("@@carol@example.org").data, b"carol@example.org");
+        assert_eq!(parse("@#0a0b").data, vec![0x0a, 0x0b]);
+        assert_eq!(parse("keyid:tenant-7").ty, IdType::KEY_ID);
+        assert_eq!(parse_identity("%any"), Ok(None));
+        assert!(parse_identity("CN=moon, O=example").is_err());
+        assert!(parse_identity("@#xyz").is_err());
+        assert!(parse_identity(" ").is_err());
+    }
+
+    #[test]
+    fn durations_take_strongswan_units() {
+        let d = |s: &str| parse_duration(&RawDuration::Text(s.into())).map_err(|e| e.0);
+        assert_eq!(d("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(d("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(d("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(d("4h"), Ok(Duration::from_secs(14400)));
+        assert_eq!(d("1d"), Ok(Duration::from_secs(86400)));
+        assert!(d("4w").is_err());
+        assert!(d("h").is_err());
+        assert!(d("-5").is_err());
+        assert!(d("99999999999999999999d").is_err());
+        assert!(d("3651d").is_err());
+        assert!(parse_duration(&RawDuration::Seconds(u64::MAX)).is_err());
+    }
+
+    /// Replaces `from` with `to` in the example, asserting it was there.
+    fn edit(from: &str, to: &str) -> String {
+        assert!(EXAMPLE.contains(from), "{from}");
+        EXAMPLE.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn bad_configurations_get_errors_naming_what_is_wrong() {
+        let cases: Vec<(String, &str)> = vec![
+            (edit("ecp256\"", "ecp999\""), "ecp999"),
+            (edit("aes128-sha256", "aes128-md5"), "md5"),
+            (edit("\"198.18.0.2\"", "\"198.18.0.x\""), "remote_addrs"),
+            (edit("local_addrs = [\"198.18.0.1\"]", "local_addrs = [\"%any\", \"x\"]"), "local_addrs"),
+            (edit("rekey_time = \"4h\"", "rekey_time = \"4 weeks\""), "rekey_time"),
+            (edit("life_time = \"66m\"", "life_time = \"30m\""), "life_time"),
+            (edit("198.18.1.0/24", "198.18.1.0/40"), "local_ts"),
+            (edit("id = \"@site-b", "id = \"CN=x, O=@site-b"), "remote.id"),
+            (edit("auth = \"psk\"\nid = \"site-a", "auth = \"pubkey\"\nid = \"site-a"), "local.auth"),
+            (edit("secret = \"site-b-psk\"", "secret = \"other\""), "other"),
+            (edit("secret = \"site-b-psk\"", "psk = \"hunter2\""), "unknown field"),
+            (edit("dpd_delay = 30", "dpd_delay = true"), "configuration"),
+            (edit("[connections.site-b.children.net]", "[connections.site-b.kids.net]"), "unknown field"),
+        ];
+        for (text, needle) in cases {
+            let error = Config::from_toml(&text).unwrap_err().to_string();
+            assert!(error.contains(needle), "expected {needle:?} in: {error}");
+            assert!(!error.contains("hunter2"), "an inline secret must not be echoed: {error}");
+        }
+        let no_local = Config::from_toml("[connections.x]\nchildren.c = {}\n").unwrap_err();
+        assert!(matches!(no_local, Error::MissingField { field: "local", .. }), "{no_local}");
+        let no_children = Config::from_toml(
+            "[connections.x]\nlocal_addrs=[\"198.18.0.1\"]\nlocal={auth=\"psk\",secret=\"k\"}\n",
+        )
+        .unwrap_err();
+        assert!(matches!(no_children, Error::MissingField { field: "children", .. }), "{no_children}");
+        let no_id = Config::from_toml("[connections.x]\nlocal={auth=\"psk\",secret=\"k\"}\nchildren.c={}\n")
+            .unwrap_err();
+        assert!(matches!(no_id, Error::MissingField { field: "local.id", .. }), "{no_id}");
+        assert!(matches!(Config::from_toml("not = [toml"), Err(Error::Toml { .. })));
+    }
+}

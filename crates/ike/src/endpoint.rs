@@ -1,0 +1,447 @@
+//! The endpoint: routes datagrams to IKE SAs by SPI, answers new IKE_SA_INIT requests
+//! (statelessly when it refuses them), runs commands and timers, and queues outputs.
+
+use core::net::SocketAddr;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use enclave::{Enclave, SecretHandle};
+use wire::ike::{
+    ExchangeType, HeaderFlags, IkeHeader, KeyExchange, Message, Nonce, Notify, NotifyType, Payload, Sa,
+};
+
+use crate::config::Connection;
+use crate::cookie::CookieJar;
+use crate::error::{Error, Result};
+use crate::event::{Counters, DropReason, Event, Refusal, SaId, Transmit};
+use crate::proposal;
+use crate::sa::{self, AcceptedInit, Ctx, IkeSa, NewSa, Output, IKE_PORT, NATT_PORT, NON_ESP_MARKER};
+
+/// Endpoint-wide settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// Half-open SAs (responder, before IKE_AUTH) from which on IKE_SA_INIT requests must
+    /// return a cookie (RFC 7296 §2.6); 0 always asks for one.
+    pub cookie_threshold: usize,
+    /// How long a half-open SA waits for IKE_AUTH.
+    pub half_open_timeout: Duration,
+    /// The first retransmission interval; each next one doubles (§2.4).
+    pub retransmit_timeout: Duration,
+    /// Transmissions of a request (the first included) before the peer counts as gone.
+    pub retransmit_tries: u32,
+}
+
+impl Default for EndpointConfig {
+    /// strongSwan-like: cookies from 10 half-open SAs, 30 s half-open, 2 s doubling, 5 tries.
+    fn default() -> Self {
+        Self {
+            cookie_threshold: 10,
+            half_open_timeout: Duration::from_secs(30),
+            retransmit_timeout: Duration::from_secs(2),
+            retransmit_tries: 5,
+        }
+    }
+}
+
+/// A sans-IO IKEv2 endpoint for one enclave (one tenant): many connections, many IKE SAs.
+///
+/// Feed it datagrams ([`Self::handle_datagram`]) and time ([`Self::handle_timeout`]),
+/// give it commands ([`Self::initiate`], [`Self::delete_child`], [`Self::delete_ike`]),
+/// then drain [`Self::poll_transmit`] and [`Self::poll_event`] and wake it at
+/// [`Self::poll_timeout`]. It never reads a clock, opens a socket or holds a key byte.
+#[derive(Debug)]
+pub struct Endpoint<E> {
+    enclave: E,
+    config: EndpointConfig,
+    connections: Vec<Arc<Connection>>,
+    secrets: HashMap<String, SecretHandle>,
+    sas: HashMap<u64, IkeSa>,
+    /// Responder SAs by (initiator's address, SPIi), to spot IKE_SA_INIT retransmissions.
+    init_index: HashMap<(SocketAddr, u64), u64>,
+    half_open: usize,
+    child_spis: HashSet<u32>,
+    cookies: CookieJar,
+    out: Output,
+}
+
+impl<E: Enclave> Endpoint<E> {
+    /// An endpoint without connections.
+    pub fn new(enclave: E, config: EndpointConfig) -> Self {
+        Self {
+            enclave,
+            config,
+            connections: Vec::new(),
+            secrets: HashMap::new(),
+            sas: HashMap::new(),
+            init_index: HashMap::new(),
+            half_open: 0,
+            child_spis: HashSet::new(),
+            cookies: CookieJar::new(),
+            out: Output::default(),
+        }
+    }
+
+    /// The enclave.
+    pub fn enclave(&self) -> &E {
+        &self.enclave
+    }
+
+    /// The enclave, e.g. to provision secrets.
+    pub fn enclave_mut(&mut self) -> &mut E {
+        &mut self.enclave
+    }
+
+    /// Names a provisioned secret (its handle, never its value) for connections to use.
+    pub fn add_secret(&mut self, name: &str, secret: SecretHandle) {
+        self.secrets.insert(name.to_owned(), secret);
+    }
+
+    /// Adds a connection; its secret must have been added.
+    pub fn add_connection(&mut self, connection: Connection) -> Result<()> {
+        if self.connections.iter().any(|c| c.name == connection.name) {
+            return Err(Error::DuplicateConnection { connection: connection.name });
+        }
+        if !self.secrets.contains_key(&connection.secret) {
+            return Err(Error::UnknownSecret { connection: connection.name, secret: connection.secret });
+        }
+        self.connections.push(Arc::new(connection));
+        Ok(())
+    }
+
+    /// Starts an IKE SA for a connection (IKE_SA_INIT from port 500 of its first local
+    /// address to port 500 of its first remote address).
+    pub fn initiate(&mut self, now: Instant, connection: &str) -> Result<SaId> {
+        let conn = self
+            .connections
+            .iter()
+            .find(|c| c.name == connection)
+            .cloned()
+            .ok_or(Error::UnknownConnection { name: connection.to_owned() })?;
+        let psk = *self
+            .secrets
+            .get(&conn.secret)
+            .ok_or(Error::UnknownSecret { connection: conn.name.clone(), secret: conn.secret.clone() })?;
+        let remote =
+            *conn.remote_addrs.first().ok_or(Error::NoRemoteAddress { connection: conn.name.clone() })?;
+        let local = *conn.local_addrs.first().ok_or(Error::MissingField {
+            connection: conn.name.clone(),
+            field: "local_addrs",
+            why: "initiating needs our own address",
+        })?;
+        let id = self.new_spi()?;
+        let new = NewSa {
+            id,
+            conn,
+            psk,
+            local: SocketAddr::new(local, IKE_PORT),
+            remote: SocketAddr::new(remote, IKE_PORT),
+        };
+        let sa = IkeSa::initiate(&mut self.ctx(now), new)?;
+        self.sas.insert(id.0, sa);
+        Ok(id)
+    }
+
+    /// Deletes a child SA (by our inbound SPI) with an INFORMATIONAL exchange.
+    pub fn delete_child(&mut self, now: Instant, sa: SaId, spi_inbound: u32) -> Result<()> {
+        self.with_sa(now, sa.0, |sa, ctx| sa.delete_child(ctx, spi_inbound))
+            .ok_or(Error::UnknownIkeSa { sa: sa.0 })?
+    }
+
+    /// Rekeys a child SA (by our inbound SPI) with CREATE_CHILD_SA (RFC 7296 §1.3.3), with
+    /// PFS when the child's first ESP proposal names a group. The new SA is reported by
+    /// [`Event::ChildSaRekeyed`], then the old one is deleted.
+    pub fn rekey_child(&mut self, now: Instant, sa: SaId, spi_inbound: u32) -> Result<()> {
+        self.with_sa(now, sa.0, |sa, ctx| sa.rekey_child(ctx, spi_inbound))
+            .ok_or(Error::UnknownIkeSa { sa: sa.0 })?
+    }
+
+    /// Deletes an IKE SA and its child SAs with an INFORMATIONAL exchange.
+    pub fn delete_ike(&mut self, now: Instant, sa: SaId) -> Result<()> {
+        self.with_sa(now, sa.0, |sa, ctx| sa.delete(ctx)).ok_or(Error::UnknownIkeSa { sa: sa.0 })?
+    }
+
+    /// Sends a liveness check (an empty INFORMATIONAL) now.
+    pub fn check_liveness(&mut self, now: Instant, sa: SaId) -> Result<()> {
+        self.with_sa(now, sa.0, |sa, ctx| sa.check_liveness(ctx)).ok_or(Error::UnknownIkeSa { sa: sa.0 })?
+    }
+
+    /// A UDP datagram received from `from` at our address `to`. On port 4500 it must start
+    /// with the non-ESP marker (RFC 3948 §2.2). Bad input is dropped and counted, or
+    /// answered as RFC 7296 says; it never panics.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, to: SocketAddr, datagram: &[u8]) {
+        let data = if to.port() == NATT_PORT {
+            match datagram.strip_prefix(&NON_ESP_MARKER) {
+                Some(d) => d,
+                None => return self.out.counters.drop(DropReason::NotIke),
+            }
+        } else {
+            datagram
+        };
+        let message = match Message::decode(data) {
+            Ok(m) => m,
+            Err(e) => return self.decode_failed(from, to, data, &e),
+        };
+        let h = message.header;
+        if h.exchange_type == ExchangeType::IKE_SA_INIT && h.flags.initiator() && !h.flags.response() {
+            if h.responder_spi != 0 || h.message_id != 0 {
+                return self.out.counters.drop(DropReason::SpiMismatch);
+            }
+            return self.handle_sa_init_request(now, from, to, data, &message);
+        }
+        // Our SPI is the responder's when the sender is the original initiator.
+        let ours = if h.flags.initiator() { h.responder_spi } else { h.initiator_spi };
+        match self.sas.get(&ours) {
+            None => return self.out.counters.drop(DropReason::UnknownSpi),
+            Some(sa) if (sa.role() == enclave::Role::Initiator) == h.flags.initiator() => {
+                return self.out.counters.drop(DropReason::SpiMismatch);
+            }
+            Some(_) => {}
+        }
+        self.with_sa(now, ours, |sa, ctx| sa.handle(ctx, to, from, data, &message));
+    }
+
+    /// Retransmissions, expiries and liveness checks due by `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<u64> = self
+            .sas
+            .iter()
+            .filter(|(_, sa)| sa.next_timeout(&self.config).is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.with_sa(now, id, |sa, ctx| sa.handle_timeout(ctx));
+        }
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.transmits.pop_front()
+    }
+
+    /// When to call [`Self::handle_timeout`] next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.sas.values().filter_map(|sa| sa.next_timeout(&self.config)).min()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.out.events.pop_front()
+    }
+
+    /// Drops, refusals and retransmissions so far.
+    pub fn counters(&self) -> Counters {
+        self.out.counters
+    }
+
+    /// An IKE SA.
+    pub fn ike_sa(&self, sa: SaId) -> Option<&IkeSa> {
+        self.sas.get(&sa.0)
+    }
+
+    /// All IKE SAs, in no particular order.
+    pub fn ike_sas(&self) -> impl Iterator<Item = &IkeSa> {
+        self.sas.values()
+    }
+
+    /// Responder SAs waiting for IKE_AUTH.
+    pub fn half_open(&self) -> usize {
+        self.half_open
+    }
+
+    /// The processing context.
+    fn ctx(&mut self, now: Instant) -> Ctx<'_, E> {
+        Ctx {
+            enclave: &mut self.enclave,
+            config: &self.config,
+            out: &mut self.out,
+            child_spis: &mut self.child_spis,
+            now,
+        }
+    }
+
+    /// Runs `f` on one SA, then forgets the SA if it is gone.
+    fn with_sa<R>(
+        &mut self,
+        now: Instant,
+        id: u64,
+        f: impl FnOnce(&mut IkeSa, &mut Ctx<'_, E>) -> R,
+    ) -> Option<R> {
+        let mut sa = self.sas.remove(&id)?;
+        let was_half_open = sa.is_half_open();
+        let result = f(&mut sa, &mut self.ctx(now));
+        if was_half_open && !sa.is_half_open() {
+            self.half_open = self.half_open.saturating_sub(1);
+        }
+        if sa.is_deleted() {
+            if let Some(key) = sa.init_key() {
+                self.init_index.remove(&key);
+            }
+        } else {
+            self.sas.insert(id, sa);
+        }
+        Some(result)
+    }
+
+    /// A fresh SPI of ours, unique on this endpoint.
+    fn new_spi(&mut self) -> Result<SaId> {
+        loop {
+            let spi = sa::random_ike_spi(&mut self.enclave)?;
+            if !self.sas.contains_key(&spi) {
+                return Ok(SaId(spi));
+            }
+        }
+    }
+
+    /// Answers an IKE_SA_INIT request without creating state.
+    fn refuse(&mut self, from: SocketAddr, to: SocketAddr, spi_i: u64, notify: Notify, refusal: Refusal) {
+        self.out.counters.refuse(refusal);
+        let header = IkeHeader::new(spi_i, 0, ExchangeType::IKE_SA_INIT, HeaderFlags::RESPONSE, 0);
+        if let Ok(bytes) = Message::new(header, [Payload::Notify(notify)]).to_vec() {
+            /* <-- IKE_SA_INIT { N(error or COOKIE) } */
+            self.out.send(to, from, &bytes);
+        }
+    }
+
+    /// A datagram that did not decode: answer an IKE_SA_INIT request whose version or
+    /// critical payload we do not support (§2.5), drop everything else.
+    fn decode_failed(&mut self, from: SocketAddr, to: SocketAddr, data: &[u8], error: &wire::Error) {
+        let answerable = matches!(
+            error,
+            wire::Error::InvalidMajorVersion { .. } | wire::Error::UnsupportedCriticalPayload { .. }
+        );
+        match IkeHeader::peek(data) {
+            Ok(p)
+                if answerable
+                    && p.header.exchange_type == ExchangeType::IKE_SA_INIT
+                    && p.header.flags.initiator()
+                    && !p.header.flags.response() =>
+            {
+                let refusal = match error {
+                    wire::Error::InvalidMajorVersion { .. } => Refusal::InvalidMajorVersion,
+                    _ => Refusal::InvalidSyntax,
+                };
+                self.refuse(from, to, p.header.initiator_spi, Notify::for_decode_error(error), refusal);
+            }
+            _ => self.out.counters.drop(DropReason::Malformed),
+        }
+    }
+
+    /// A new IKE_SA_INIT request (or its retransmission).
+    fn handle_sa_init_request(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        to: SocketAddr,
+        data: &[u8],
+        message: &Message,
+    ) {
+        let spi_i = message.header.initiator_spi;
+        if let Some(&ours) = self.init_index.get(&(from, spi_i)) {
+            self.with_sa(now, ours, |sa, ctx| sa.resend_sa_init_response(ctx, to, from));
+            return;
+        }
+        let (mut sa, mut ke, mut nonce) = (None, None, None);
+        for p in message.payloads() {
+            match p {
+                Payload::Sa(s) => sa = sa.or(Some(s)),
+                Payload::KeyExchange(k) => ke = ke.or(Some(k)),
+                Payload::Nonce(n) => nonce = nonce.or(Some(n)),
+                _ => {}
+            }
+        }
+        let (Some(sa), Some(ke), Some(nonce)) = (sa, ke, nonce) else {
+            let notify = Notify::new(NotifyType::INVALID_SYNTAX, Vec::new());
+            return self.refuse(from, to, spi_i, notify, Refusal::InvalidSyntax);
+        };
+        if self.half_open >= self.config.cookie_threshold && !self.cookie_returned(now, from, message, nonce)
+        {
+            match self.cookies.make(&nonce.data, from.ip(), spi_i) {
+                Some(cookie) => {
+                    let notify = Notify::new(NotifyType::COOKIE, cookie);
+                    self.refuse(from, to, spi_i, notify, Refusal::CookieRequired);
+                }
+                None => self.out.counters.refuse(Refusal::CookieRequired),
+            }
+            return;
+        }
+        let Some((conn, number, choice)) = self.select(from, to, sa, ke) else {
+            let notify = Notify::new(NotifyType::NO_PROPOSAL_CHOSEN, Vec::new());
+            return self.refuse(from, to, spi_i, notify, Refusal::NoProposalChosen);
+        };
+        if ke.group.0 != choice.group.id() {
+            // §1.2: tell the initiator which group to use.
+            let notify =
+                Notify::new(NotifyType::INVALID_KE_PAYLOAD, choice.group.id().to_be_bytes().to_vec());
+            return self.refuse(from, to, spi_i, notify, Refusal::InvalidKePayload);
+        }
+        if ke.data.len() != choice.group.public_len() || nonce.data.len() < choice.prf.output_len() / 2 {
+            let notify = Notify::new(NotifyType::INVALID_SYNTAX, Vec::new());
+            return self.refuse(from, to, spi_i, notify, Refusal::InvalidSyntax);
+        }
+        let Some(psk) = self.secrets.get(&conn.secret).copied() else {
+            let notify = Notify::new(NotifyType::NO_PROPOSAL_CHOSEN, Vec::new());
+            return self.refuse(from, to, spi_i, notify, Refusal::NoProposalChosen);
+        };
+        let Ok(id) = self.new_spi() else {
+            return self.out.counters.drop(DropReason::Malformed);
+        };
+        let init =
+            AcceptedInit { datagram: data, message, choice, number, ke: &ke.data, nonce_i: &nonce.data };
+        let new = NewSa { id, conn, psk, local: to, remote: from };
+        match IkeSa::respond(&mut self.ctx(now), new, &init) {
+            Ok(ike_sa) => {
+                self.sas.insert(id.0, ike_sa);
+                self.init_index.insert((from, spi_i), id.0);
+                self.half_open += 1;
+            }
+            Err(_) => {
+                // The enclave refused the peer's public value (or was full).
+                let notify = Notify::new(NotifyType::INVALID_SYNTAX, Vec::new());
+                self.refuse(from, to, spi_i, notify, Refusal::InvalidSyntax);
+            }
+        }
+    }
+
+    /// Whether the request starts with a valid cookie of ours (§2.6).
+    fn cookie_returned(&mut self, now: Instant, from: SocketAddr, message: &Message, nonce: &Nonce) -> bool {
+        let enclave = &mut self.enclave;
+        self.cookies.refresh(now, |b| enclave.random_nonce(b).is_ok());
+        match message.payloads().next() {
+            Some(Payload::Notify(n)) if n.ty == NotifyType::COOKIE => {
+                self.cookies.check(&n.data, &nonce.data, from.ip(), message.header.initiator_spi)
+            }
+            _ => false,
+        }
+    }
+
+    /// The first connection for these addresses that accepts one of the peer's proposals,
+    /// preferring, within the chosen proposal, the group the initiator's KE already uses.
+    fn select(
+        &self,
+        from: SocketAddr,
+        to: SocketAddr,
+        sa: &Sa,
+        ke: &KeyExchange,
+    ) -> Option<(Arc<Connection>, u8, proposal::IkeChoice)> {
+        for conn in self.connections.iter().filter(|c| c.matches_addresses(to.ip(), from.ip())) {
+            let Some((number, choice)) = proposal::select_ike(sa, &conn.proposals, 0) else { continue };
+            if ke.group.0 != choice.group.id() {
+                // Narrow the chosen proposal's groups to the KE's and try again.
+                let mut only =
+                    sa.proposals.iter().filter(|p| p.number == number).cloned().collect::<Vec<_>>();
+                for p in &mut only {
+                    p.transforms.retain(|t| match t.id {
+                        wire::ike::TransformId::Ke(g) => g == ke.group,
+                        _ => true,
+                    });
+                }
+                if let Some((_, better)) = proposal::select_ike(&Sa { proposals: only }, &conn.proposals, 0) {
+                    return Some((conn.clone(), number, better));
+                }
+            }
+            return Some((conn.clone(), number, choice));
+        }
+        None
+    }
+}

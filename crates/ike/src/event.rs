@@ -1,0 +1,305 @@
+//! What the engine reports: datagrams to send, events, and drop and refusal counters.
+
+use core::net::SocketAddr;
+use std::time::Duration;
+
+use enclave::{ChildSaPair, Role, Suite};
+use wire::ike::Identification;
+
+use crate::error::Error;
+use crate::nat::NatState;
+use crate::proposal::IkeChoice;
+use crate::ts::TrafficSelector;
+
+/// Names an IKE SA: our own SPI of it (the initiator's SPI if we initiated, the responder's
+/// otherwise), unique within an [`crate::Endpoint`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SaId(pub u64);
+
+/// A datagram to send: the UDP payload (with the non-ESP marker when `local` is port
+/// 4500, RFC 3948 §2.2) and the addresses to send it between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Our address and port to send from.
+    pub local: SocketAddr,
+    /// The peer's address and port.
+    pub remote: SocketAddr,
+    /// The UDP payload.
+    pub contents: Vec<u8>,
+}
+
+/// How a child SA's ESP packets travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Encapsulation {
+    /// Raw ESP (IP protocol 50).
+    None,
+    /// ESP in UDP (RFC 3948), because NAT detection found a NAT or `encap` forced it.
+    Udp {
+        /// Our port (4500).
+        local_port: u16,
+        /// The peer's port (4500, or what its NAT mapped it to).
+        remote_port: u16,
+    },
+}
+
+/// A negotiated child SA: everything the ESP data plane needs, with enclave handles for
+/// the keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildSa {
+    /// The child configuration's name.
+    pub name: String,
+    /// The SPI packets to us carry.
+    pub spi_inbound: u32,
+    /// The SPI packets we send carry.
+    pub spi_outbound: u32,
+    /// The enclave's two directions.
+    pub handles: ChildSaPair,
+    /// The ESP transform.
+    pub suite: Suite,
+    /// Whether 64-bit extended sequence numbers are used.
+    pub esn: bool,
+    /// Our side's traffic selectors (after narrowing).
+    pub local_ts: Vec<TrafficSelector>,
+    /// The peer's side's traffic selectors (after narrowing).
+    pub remote_ts: Vec<TrafficSelector>,
+    /// Raw ESP or ESP in UDP.
+    pub encapsulation: Encapsulation,
+    /// Our tunnel endpoint.
+    pub local: SocketAddr,
+    /// The peer's tunnel endpoint.
+    pub remote: SocketAddr,
+    /// When the data plane should ask for a rekey (soft lifetime).
+    pub rekey_time: Duration,
+    /// When the SA must be gone (hard lifetime).
+    pub life_time: Duration,
+}
+
+/// How much trusted memory the enclave held for IKE SAs around this SA's clear-and-seal
+/// (EnclaveVPN §4.5.2): the drop is what the seal freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SealReport {
+    /// Bytes held for all IKE SAs just before clear-and-seal.
+    pub ike_sa_bytes_before: usize,
+    /// Bytes held for all IKE SAs just after.
+    pub ike_sa_bytes_after: usize,
+    /// Size of the sealed SK_d blob now held on the untrusted side.
+    pub sealed_sk_d_len: usize,
+    /// Size of the sealed state blob (for a restart) held on the untrusted side.
+    pub sealed_state_len: usize,
+}
+
+/// Why an established IKE SA went away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// We deleted it ([`crate::Endpoint::delete_ike`]) and the peer confirmed (or did not
+    /// answer in time).
+    Requested,
+    /// The peer sent a Delete for it.
+    PeerDeleted,
+    /// The peer stopped answering (a request, such as a liveness check, timed out).
+    PeerUnreachable,
+    /// The peer told us it could not authenticate us (AUTHENTICATION_FAILED in an
+    /// INFORMATIONAL request, RFC 7296 §2.21.2).
+    PeerAuthenticationFailed,
+}
+
+/// Something the application should know about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// IKE_AUTH completed: the IKE SA is authenticated and its SK_d is sealed.
+    IkeSaEstablished {
+        /// The SA.
+        sa: SaId,
+        /// Its connection's name.
+        connection: String,
+        /// Whether we initiated it.
+        role: Role,
+        /// The negotiated algorithms.
+        choice: IkeChoice,
+        /// Our identity.
+        local_id: Identification,
+        /// The peer's proven identity.
+        remote_id: Identification,
+        /// Our address and port now in use.
+        local: SocketAddr,
+        /// The peer's address and port now in use.
+        remote: SocketAddr,
+        /// What NAT detection found.
+        nat: NatState,
+        /// Trusted memory around clear-and-seal.
+        seal: SealReport,
+    },
+    /// A child SA is installed in the enclave: the data plane may use it.
+    ChildSaReady {
+        /// The IKE SA it belongs to.
+        sa: SaId,
+        /// The child SA.
+        child: ChildSa,
+    },
+    /// A child SA was rekeyed (CREATE_CHILD_SA): the new one is installed and should take
+    /// over outbound traffic; the old one stays until its [`Event::ChildSaDeleted`].
+    ChildSaRekeyed {
+        /// The IKE SA.
+        sa: SaId,
+        /// The old child SA's inbound SPI.
+        old_spi_inbound: u32,
+        /// The new child SA.
+        child: ChildSa,
+    },
+    /// A child SA could not be negotiated; the IKE SA lives on.
+    ChildSaFailed {
+        /// The IKE SA.
+        sa: SaId,
+        /// The child configuration's name.
+        child: String,
+        /// Why (NO_PROPOSAL_CHOSEN, TS_UNACCEPTABLE, ...).
+        error: Error,
+    },
+    /// A child SA is gone and its enclave handles are deleted: the data plane must stop
+    /// using them.
+    ChildSaDeleted {
+        /// The IKE SA.
+        sa: SaId,
+        /// The child SA that was removed.
+        child: ChildSa,
+    },
+    /// An established IKE SA is gone, with all its child SAs (reported before it).
+    IkeSaDeleted {
+        /// The SA.
+        sa: SaId,
+        /// Why.
+        reason: DeleteReason,
+    },
+    /// An IKE SA failed before it was established.
+    IkeSaFailed {
+        /// The SA.
+        sa: SaId,
+        /// Its connection's name.
+        connection: String,
+        /// Why.
+        error: Error,
+    },
+}
+
+/// Why a received datagram was dropped without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// On port 4500 without the non-ESP marker (ESP, or a keepalive).
+    NotIke,
+    /// Not a valid IKE message.
+    Malformed,
+    /// No IKE SA has the SPI (RFC 7296 §2.21.4: no answer).
+    UnknownSpi,
+    /// The SPIs or flags do not fit the IKE SA.
+    SpiMismatch,
+    /// The exchange type does not fit the IKE SA's state.
+    UnexpectedExchange,
+    /// A request outside the message ID window (§2.3).
+    OutOfWindow,
+    /// A response to no outstanding request.
+    UnexpectedResponse,
+    /// The SK payload is missing or does not verify (§2.21.2: silent).
+    IntegrityCheckFailed,
+    /// A retransmitted IKE_SA_INIT request for an SA past IKE_SA_INIT.
+    LateRetransmit,
+    /// A responder's half-open SA was never authenticated in time.
+    HalfOpenExpired,
+}
+
+impl DropReason {
+    /// Number of reasons.
+    pub const COUNT: usize = 10;
+
+    /// The counter index.
+    pub const fn index(self) -> usize {
+        match self {
+            Self::NotIke => 0,
+            Self::Malformed => 1,
+            Self::UnknownSpi => 2,
+            Self::SpiMismatch => 3,
+            Self::UnexpectedExchange => 4,
+            Self::OutOfWindow => 5,
+            Self::UnexpectedResponse => 6,
+            Self::IntegrityCheckFailed => 7,
+            Self::LateRetransmit => 8,
+            Self::HalfOpenExpired => 9,
+        }
+    }
+}
+
+/// An IKE_SA_INIT request answered statelessly with an error or cookie, without an SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// NO_PROPOSAL_CHOSEN: no connection for the addresses, or no acceptable proposal.
+    NoProposalChosen,
+    /// INVALID_KE_PAYLOAD: the KE group was not the selected one (§1.2).
+    InvalidKePayload,
+    /// COOKIE: too many half-open SAs (§2.6).
+    CookieRequired,
+    /// INVALID_SYNTAX (a payload missing or malformed, a bad public value) or
+    /// UNSUPPORTED_CRITICAL_PAYLOAD (§2.5).
+    InvalidSyntax,
+    /// INVALID_MAJOR_VERSION (§2.5).
+    InvalidMajorVersion,
+}
+
+impl Refusal {
+    /// Number of refusals.
+    pub const COUNT: usize = 5;
+
+    /// The counter index.
+    pub const fn index(self) -> usize {
+        match self {
+            Self::NoProposalChosen => 0,
+            Self::InvalidKePayload => 1,
+            Self::CookieRequired => 2,
+            Self::InvalidSyntax => 3,
+            Self::InvalidMajorVersion => 4,
+        }
+    }
+}
+
+/// Drops, refusals and retransmissions since the endpoint started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Datagrams dropped, by [`DropReason::index`].
+    pub drops: [u64; DropReason::COUNT],
+    /// IKE_SA_INIT requests refused statelessly, by [`Refusal::index`].
+    pub refusals: [u64; Refusal::COUNT],
+    /// Requests we retransmitted.
+    pub retransmits: u64,
+    /// Retransmitted requests answered again from the response cache.
+    pub responses_resent: u64,
+}
+
+impl Counters {
+    /// Datagrams dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops.get(reason.index()).copied().unwrap_or(0)
+    }
+
+    /// All dropped datagrams.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Requests refused with `refusal`.
+    pub fn refused(&self, refusal: Refusal) -> u64 {
+        self.refusals.get(refusal.index()).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn drop(&mut self, reason: DropReason) {
+        if let Some(c) = self.drops.get_mut(reason.index()) {
+            *c = c.saturating_add(1);
+        }
+    }
+
+    pub(crate) fn refuse(&mut self, refusal: Refusal) {
+        if let Some(c) = self.refusals.get_mut(refusal.index()) {
+            *c = c.saturating_add(1);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The IKEv2 engine of Cloister (RFC 7296), sans-IO: it turns datagrams, time and commands
+//! into datagrams, timeouts and events, and calls the enclave for every key operation.
+//!
+//! What it does:
+//!
+//! * [`proposal`]: strongSwan's proposal syntax (`aes256gcm16-prfsha256-ecp256`) into
+//!   transforms the enclave implements, SA payloads, and the RFC 7296 §2.7 choice;
+//! * [`config`]: connections in TOML with swanctl.conf's vocabulary, validated;
+//! * [`Endpoint`]: one tenant's IKE SAs, as initiator and responder: IKE_SA_INIT with
+//!   INVALID_KE_PAYLOAD retry, cookies above a half-open threshold and NAT detection (with
+//!   the move to port 4500); IKE_AUTH with pre-shared keys and the first child SA, with
+//!   traffic selector narrowing; clear-and-seal of SK_d once authenticated;
+//!   retransmission with exponential backoff and message-ID windows; INFORMATIONAL
+//!   Deletes (child and IKE) and liveness checks; CREATE_CHILD_SA child rekeys and new
+//!   child SAs, with or without PFS, keyed from the sealed SK_d.
+//!
+//! What it does not do: open sockets, read the clock, spawn threads or sleep (time is an
+//! argument, see STYLE.md §2); hold key bytes (it holds enclave handles, nonces and public
+//! values only); certificates, IKE SA rekeys (refused with NO_ADDITIONAL_SAS for now),
+//! rekey collisions, lifetimes, IKE fragmentation, MOBIKE. See `docs/ike.md`.
+//!
+//! ```text
+//! handle_datagram(now, from, to, bytes) ─┐            ┌─> poll_transmit() -> Transmit
+//! handle_timeout(now) ───────────────────┼─ Endpoint ─┼─> poll_timeout()  -> Instant
+//! initiate / rekey_child / delete_* ─────┘     │      └─> poll_event()    -> Event
+//!                                         Enclave (handles only)
+//! ```
+#![forbid(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod config;
+mod cookie;
+mod endpoint;
+mod error;
+mod event;
+pub mod nat;
+pub mod proposal;
+mod sa;
+mod sk;
+pub mod ts;
+
+pub use config::{ChildConfig, Config, Connection};
+pub use endpoint::{Endpoint, EndpointConfig};
+pub use error::{Error, Result, Side};
+pub use event::{
+    ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, Refusal, SaId, SealReport, Transmit,
+};
+pub use sa::{IkeSa, IkeSaState, IKE_PORT, NATT_PORT};

@@ -1,0 +1,1720 @@
+//! One IKE SA: its exchanges as initiator and responder, one state type per phase.
+//!
+//! ```text
+//! initiator                                   responder
+//! ExpectSaInitResponse --IKE_SA_INIT-->        (stateless: cookie, INVALID_KE, NO_PROPOSAL)
+//!                      <--                     ExpectAuthRequest   (half-open)
+//! ExpectAuthResponse   --IKE_AUTH-->
+//!                      <--                     Established
+//! Established                                  Established
+//!            <--INFORMATIONAL (delete, liveness)-->
+//! ```
+//!
+//! Each phase's `process` consumes the phase and returns the next [`State`]; what every
+//! phase shares (SPIs, addresses, message IDs, the outstanding request and its
+//! retransmission, child SAs) lives in [`Core`].
+
+use core::mem;
+use core::net::SocketAddr;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use enclave::{
+    AuthInput, AuthSpec, ChildSaParams, DhExchange, DhGroup, DhHandle, Enclave, IkeSaHandle, IkeSaParams,
+    PeerCredential, Role, SealedBlob, SecretHandle,
+};
+use wire::ike::{
+    Authentication, Delete, ExchangeType, HeaderFlags, Identification, IkeHeader, KeyExchange, Message,
+    Nonce, Notify, NotifyType, Payload, ProtocolId, TrafficSelectors,
+};
+
+use crate::config::{ChildConfig, Connection};
+use crate::endpoint::EndpointConfig;
+use crate::error::{Error, Side};
+use crate::event::{
+    ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, SaId, SealReport, Transmit,
+};
+use crate::nat::{self, NatState};
+use crate::proposal::{self, EspProposal, IkeChoice};
+use crate::sk::{self, OpenError};
+use crate::ts::{self, TrafficSelector};
+
+mod child;
+
+/// IKE's port (RFC 7296 §2).
+pub const IKE_PORT: u16 = 500;
+/// The NAT traversal port (RFC 7296 §2.23, RFC 3948): its datagrams carry a non-ESP marker.
+pub const NATT_PORT: u16 = 4500;
+/// The non-ESP marker in front of IKE messages on port 4500 (RFC 3948 §2.2).
+pub(crate) const NON_ESP_MARKER: [u8; 4] = [0; 4];
+/// Our nonces' length: at least half of the largest PRF key (§2.10).
+const NONCE_LEN: usize = 32;
+/// How many COOKIE or INVALID_KE_PAYLOAD answers an initiator follows before giving up.
+const MAX_INIT_RETRIES: u8 = 3;
+/// The longest retransmission interval.
+const MAX_RETRANSMIT_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Where outputs go while an SA is processed.
+#[derive(Debug, Default)]
+pub(crate) struct Output {
+    /// Datagrams to send.
+    pub(crate) transmits: VecDeque<Transmit>,
+    /// Events for the application.
+    pub(crate) events: VecDeque<Event>,
+    /// Drops and refusals.
+    pub(crate) counters: Counters,
+}
+
+impl Output {
+    /// Queues an IKE message, with the non-ESP marker on port 4500.
+    pub(crate) fn send(&mut self, local: SocketAddr, remote: SocketAddr, message: &[u8]) {
+        let mut contents = Vec::with_capacity(message.len() + 4);
+        if local.port() == NATT_PORT || remote.port() == NATT_PORT {
+            contents.extend_from_slice(&NON_ESP_MARKER);
+        }
+        contents.extend_from_slice(message);
+        self.transmits.push_back(Transmit { local, remote, contents });
+    }
+}
+
+/// What processing needs from the endpoint.
+pub(crate) struct Ctx<'a, E> {
+    /// The enclave.
+    pub(crate) enclave: &'a mut E,
+    /// Endpoint settings.
+    pub(crate) config: &'a EndpointConfig,
+    /// Outputs.
+    pub(crate) out: &'a mut Output,
+    /// Inbound child SPIs in use on this endpoint.
+    pub(crate) child_spis: &'a mut HashSet<u32>,
+    /// The current time.
+    pub(crate) now: Instant,
+}
+
+impl<E: Enclave> Ctx<'_, E> {
+    /// Random bytes from the enclave's generator (16..=256 per call).
+    fn random(&mut self, out: &mut [u8]) -> Result<(), Error> {
+        Ok(self.enclave.random_nonce(out)?)
+    }
+
+    /// A fresh nonce.
+    fn nonce(&mut self) -> Result<Vec<u8>, Error> {
+        let mut n = vec![0u8; NONCE_LEN];
+        self.random(&mut n)?;
+        Ok(n)
+    }
+
+    /// A fresh inbound child SPI, unique on this endpoint and above the reserved range.
+    fn child_spi(&mut self) -> Result<u32, Error> {
+        loop {
+            let mut b = [0u8; 16];
+            self.random(&mut b)?;
+            let spi = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            if spi >= 0x100 && self.child_spis.insert(spi) {
+                return Ok(spi);
+            }
+        }
+    }
+}
+
+/// `t + d`, or as late as an `Instant` can be when that overflows (an absurd configured
+/// duration must not panic).
+fn later(t: Instant, d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    t.checked_add(d).or_else(|| t.checked_add(CENTURY)).unwrap_or(t)
+}
+
+/// A random 64-bit IKE SPI from the enclave, never zero.
+pub(crate) fn random_ike_spi<E: Enclave>(enclave: &mut E) -> Result<u64, Error> {
+    loop {
+        let mut b = [0u8; 16];
+        enclave.random_nonce(&mut b)?;
+        let spi = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        if spi != 0 {
+            return Ok(spi);
+        }
+    }
+}
+
+/// The phase of an IKE SA, for callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IkeSaState {
+    /// Initiator: IKE_SA_INIT sent.
+    ExpectSaInitResponse,
+    /// Responder: IKE_SA_INIT answered, waiting for IKE_AUTH (half-open).
+    ExpectAuthRequest,
+    /// Initiator: IKE_AUTH sent.
+    ExpectAuthResponse,
+    /// Authenticated; child SAs may exist.
+    Established,
+    /// Gone (only seen while the endpoint removes it).
+    Deleted,
+}
+
+/// What an outstanding request is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RequestKind {
+    /// IKE_SA_INIT.
+    SaInit,
+    /// IKE_AUTH.
+    Auth,
+    /// INFORMATIONAL deleting these child SAs (our inbound SPIs).
+    DeleteChild(Vec<u32>),
+    /// INFORMATIONAL deleting the IKE SA.
+    DeleteIke,
+    /// An empty INFORMATIONAL (liveness check, §1.4).
+    Liveness,
+    /// INFORMATIONAL deleting a child SA the responder installed but we refused (our
+    /// inbound SPI; no enclave state of ours).
+    DeleteRefused(u32),
+    /// CREATE_CHILD_SA rekeying the child with this inbound SPI (queued).
+    RekeyChild(u32),
+    /// CREATE_CHILD_SA rekeying a child (sent).
+    RekeyChildSent(child::ChildRekey),
+}
+
+/// Our outstanding request and its retransmission schedule (§2.1, §2.4).
+#[derive(Debug, Clone)]
+struct Pending {
+    id: u32,
+    exchange: ExchangeType,
+    bytes: Vec<u8>,
+    kind: RequestKind,
+    tries: u32,
+    interval: Duration,
+    deadline: Instant,
+}
+
+/// What every phase shares.
+#[derive(Debug)]
+pub(crate) struct Core {
+    id: SaId,
+    conn: Arc<Connection>,
+    psk: SecretHandle,
+    role: Role,
+    spi_i: u64,
+    spi_r: u64,
+    local: SocketAddr,
+    remote: SocketAddr,
+    /// Where the first message came from (the responder's IKE_SA_INIT index key).
+    init_remote: SocketAddr,
+    nat: NatState,
+    /// The ID of our next request (§2.2).
+    next_request: u32,
+    /// The ID of the peer's next request.
+    expected_request: u32,
+    /// Our answer to the peer's last request, for its retransmissions.
+    last_response: Option<(u32, Vec<u8>)>,
+    pending: Option<Pending>,
+    queue: VecDeque<RequestKind>,
+    children: Vec<ChildSa>,
+    created: Instant,
+    last_heard: Instant,
+}
+
+/// One IKE SA.
+#[derive(Debug)]
+pub struct IkeSa {
+    core: Core,
+    state: State,
+}
+
+/// The phases.
+#[derive(Debug)]
+enum State {
+    ExpectSaInitResponse(ExpectSaInitResponse),
+    ExpectAuthRequest(ExpectAuthRequest),
+    ExpectAuthResponse(ExpectAuthResponse),
+    Established(Established),
+    Deleted,
+}
+
+/// Initiator, IKE_SA_INIT sent.
+#[derive(Debug)]
+struct ExpectSaInitResponse {
+    dh: DhHandle,
+    group: DhGroup,
+    ke: Vec<u8>,
+    nonce_i: Vec<u8>,
+    cookie: Option<Vec<u8>>,
+    retries: u8,
+}
+
+/// Responder, IKE_SA_INIT answered.
+#[derive(Debug)]
+struct ExpectAuthRequest {
+    ike: IkeSaHandle,
+    choice: IkeChoice,
+    nonce_i: Vec<u8>,
+    nonce_r: Vec<u8>,
+    /// The IKE_SA_INIT request as received (the initiator's signed octets).
+    request: Vec<u8>,
+    /// Our IKE_SA_INIT response as sent (our signed octets).
+    response: Vec<u8>,
+}
+
+/// Initiator, IKE_AUTH sent.
+#[derive(Debug)]
+struct ExpectAuthResponse {
+    ike: IkeSaHandle,
+    choice: IkeChoice,
+    nonce_i: Vec<u8>,
+    nonce_r: Vec<u8>,
+    /// The IKE_SA_INIT response as received (the responder's signed octets).
+    response: Vec<u8>,
+    child: OfferedChild,
+}
+
+/// The child SA offered in IKE_AUTH.
+#[derive(Debug)]
+struct OfferedChild {
+    config: ChildConfig,
+    spi: u32,
+    proposals: Vec<EspProposal>,
+    ts_i: Vec<TrafficSelector>,
+    ts_r: Vec<TrafficSelector>,
+}
+
+/// Authenticated, SK_d sealed.
+#[derive(Debug)]
+struct Established {
+    ike: IkeSaHandle,
+    choice: IkeChoice,
+    /// SK_d, sealed by the enclave; needed for child SAs and rekeys.
+    sealed_sk_d: SealedBlob,
+    /// The state a restarted enclave needs.
+    sealed_state: SealedBlob,
+}
+
+impl State {
+    fn ike(&self) -> Option<IkeSaHandle> {
+        match self {
+            Self::ExpectAuthRequest(s) => Some(s.ike),
+            Self::ExpectAuthResponse(s) => Some(s.ike),
+            Self::Established(s) => Some(s.ike),
+            Self::ExpectSaInitResponse(_) | Self::Deleted => None,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::ExpectSaInitResponse(_) => "connecting",
+            Self::ExpectAuthRequest(_) => "half-open",
+            Self::ExpectAuthResponse(_) => "authenticating",
+            Self::Established(_) => "established",
+            Self::Deleted => "deleted",
+        }
+    }
+}
+
+impl Core {
+    /// The header of our message in this SA.
+    fn header(&self, exchange: ExchangeType, response: bool, id: u32) -> IkeHeader {
+        let mut flags = HeaderFlags::default();
+        if self.role == Role::Initiator {
+            flags = flags.with(HeaderFlags::INITIATOR);
+        }
+        if response {
+            flags = flags.with(HeaderFlags::RESPONSE);
+        }
+        IkeHeader::new(self.spi_i, self.spi_r, exchange, flags, id)
+    }
+
+    /// Sends a new request and starts its retransmission schedule.
+    fn send_request<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        exchange: ExchangeType,
+        id: u32,
+        bytes: Vec<u8>,
+        kind: RequestKind,
+    ) {
+        ctx.out.send(self.local, self.remote, &bytes);
+        let interval = ctx.config.retransmit_timeout;
+        self.pending = Some(Pending {
+            id,
+            exchange,
+            bytes,
+            kind,
+            tries: 1,
+            interval,
+            deadline: later(ctx.now, interval),
+        });
+    }
+
+    /// Answers the peer's current request with an encrypted message and caches the answer.
+    #[allow(clippy::too_many_arguments)]
+    fn respond<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        ike: IkeSaHandle,
+        choice: &IkeChoice,
+        exchange: ExchangeType,
+        id: u32,
+        inner: Vec<Payload>,
+        to: (SocketAddr, SocketAddr),
+    ) -> Result<(), Error> {
+        let bytes = sk::seal(ctx.enclave, ike, choice.suite, self.header(exchange, true, id), inner)?;
+        ctx.out.send(to.0, to.1, &bytes);
+        self.last_response = Some((id, bytes));
+        self.expected_request = id.saturating_add(1);
+        Ok(())
+    }
+
+    /// Deletes one child's enclave state and SPI and reports it.
+    fn release_child<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, child: ChildSa) {
+        // The handles may already be gone if the enclave restarted; nothing else to do then.
+        let _ = ctx.enclave.esp_sa_delete(child.handles.inbound);
+        let _ = ctx.enclave.esp_sa_delete(child.handles.outbound);
+        ctx.child_spis.remove(&child.spi_inbound);
+        ctx.out.events.push_back(Event::ChildSaDeleted { sa: self.id, child });
+    }
+
+    /// Deletes children whose readiness was never reported (establishment failed late).
+    fn release_unreported<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) {
+        for child in mem::take(&mut self.children) {
+            let _ = ctx.enclave.esp_sa_delete(child.handles.inbound);
+            let _ = ctx.enclave.esp_sa_delete(child.handles.outbound);
+            ctx.child_spis.remove(&child.spi_inbound);
+        }
+    }
+
+    /// Tears down an SA that never got established and reports why.
+    fn fail<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        ike: Option<IkeSaHandle>,
+        dh: Option<DhHandle>,
+        error: Error,
+    ) -> State {
+        if let Some(ike) = ike {
+            let _ = ctx.enclave.ike_sa_delete(ike);
+        }
+        if let Some(dh) = dh {
+            let _ = ctx.enclave.dh_delete(dh);
+        }
+        self.pending = None;
+        ctx.out.events.push_back(Event::IkeSaFailed {
+            sa: self.id,
+            connection: self.conn.name.clone(),
+            error,
+        });
+        State::Deleted
+    }
+
+    /// Tears down an established SA with its children and reports it.
+    fn delete_established<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        ike: IkeSaHandle,
+        reason: DeleteReason,
+    ) -> State {
+        for child in mem::take(&mut self.children) {
+            self.release_child(ctx, child);
+        }
+        let requests: Vec<RequestKind> =
+            self.pending.take().map(|p| p.kind).into_iter().chain(self.queue.drain(..)).collect();
+        for kind in requests {
+            match kind {
+                RequestKind::DeleteRefused(spi) => {
+                    ctx.child_spis.remove(&spi);
+                }
+                RequestKind::RekeyChildSent(rekey) => rekey.release(ctx),
+                _ => {}
+            }
+        }
+        let _ = ctx.enclave.ike_sa_delete(ike);
+        self.pending = None;
+        self.queue.clear();
+        ctx.out.events.push_back(Event::IkeSaDeleted { sa: self.id, reason });
+        State::Deleted
+    }
+
+    /// The encapsulation child SAs of this IKE SA use.
+    fn encapsulation(&self) -> Encapsulation {
+        if self.nat.any() {
+            Encapsulation::Udp { local_port: self.local.port(), remote_port: self.remote.port() }
+        } else {
+            Encapsulation::None
+        }
+    }
+
+    /// Clear-and-seal after IKE_AUTH (EnclaveVPN §4.5.2), measuring trusted memory.
+    fn seal<E: Enclave>(
+        ctx: &mut Ctx<'_, E>,
+        ike: IkeSaHandle,
+    ) -> Result<(SealedBlob, SealedBlob, SealReport), Error> {
+        let before = ctx.enclave.memory_report().ike_sa_bytes;
+        let sealed_sk_d = ctx.enclave.clear_and_seal(ike)?;
+        let sealed_state = ctx.enclave.ike_sa_seal_state(ike)?;
+        let after = ctx.enclave.memory_report().ike_sa_bytes;
+        let report = SealReport {
+            ike_sa_bytes_before: before,
+            ike_sa_bytes_after: after,
+            sealed_sk_d_len: sealed_sk_d.0.len(),
+            sealed_state_len: sealed_state.0.len(),
+        };
+        Ok((sealed_sk_d, sealed_state, report))
+    }
+
+    /// Reports establishment.
+    fn established_event(&self, choice: IkeChoice, remote_id: Identification, seal: SealReport) -> Event {
+        Event::IkeSaEstablished {
+            sa: self.id,
+            connection: self.conn.name.clone(),
+            role: self.role,
+            choice,
+            local_id: self.conn.local_id.clone(),
+            remote_id,
+            local: self.local,
+            remote: self.remote,
+            nat: self.nat,
+            seal,
+        }
+    }
+}
+
+/// The first payload of each kind in an inner chain.
+#[derive(Default)]
+struct Inner<'a> {
+    id_i: Option<&'a Identification>,
+    id_r: Option<&'a Identification>,
+    auth: Option<&'a Authentication>,
+    sa: Option<&'a wire::ike::Sa>,
+    ts_i: Option<&'a TrafficSelectors>,
+    ts_r: Option<&'a TrafficSelectors>,
+    error: Option<NotifyType>,
+}
+
+impl<'a> Inner<'a> {
+    fn of(payloads: &'a [Payload]) -> Self {
+        let mut s = Self::default();
+        for p in payloads {
+            match p {
+                Payload::IdInitiator(id) => s.id_i = s.id_i.or(Some(id)),
+                Payload::IdResponder(id) => s.id_r = s.id_r.or(Some(id)),
+                Payload::Auth(a) => s.auth = s.auth.or(Some(a)),
+                Payload::Sa(sa) => s.sa = s.sa.or(Some(sa)),
+                Payload::TsInitiator(t) => s.ts_i = s.ts_i.or(Some(t)),
+                Payload::TsResponder(t) => s.ts_r = s.ts_r.or(Some(t)),
+                Payload::Notify(n) if n.ty.is_error() => s.error = s.error.or(Some(n.ty)),
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+/// The error an error notify in an answer stands for.
+fn peer_error(notify: NotifyType) -> Error {
+    match notify {
+        NotifyType::NO_PROPOSAL_CHOSEN => Error::NoProposalChosen { side: Side::Remote },
+        NotifyType::AUTHENTICATION_FAILED => Error::AuthenticationFailed { side: Side::Remote },
+        NotifyType::TS_UNACCEPTABLE => Error::TsUnacceptable { side: Side::Remote },
+        other => Error::PeerError { notify: other },
+    }
+}
+
+/// The IKE_SA_INIT request payloads.
+fn sa_init_request(core: &Core, st: &ExpectSaInitResponse) -> Result<Vec<u8>, Error> {
+    let mut payloads = Vec::new();
+    if let Some(cookie) = &st.cookie {
+        // The cookie goes first (§2.6).
+        payloads.push(Payload::Notify(Notify::new(NotifyType::COOKIE, cookie.clone())));
+    }
+    payloads.push(Payload::Sa(proposal::ike_sa_payload(&core.conn.proposals)));
+    payloads.push(Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(st.group.id()), st.ke.clone())));
+    payloads.push(Payload::Nonce(Nonce { data: st.nonce_i.clone() }));
+    payloads.extend(nat::notifies(core.spi_i, 0, core.local, core.remote, core.conn.encap));
+    let header = core.header(ExchangeType::IKE_SA_INIT, false, 0);
+    Ok(Message::new(header, payloads).to_vec()?)
+}
+
+/// Settings of a new SA on either side.
+pub(crate) struct NewSa {
+    pub(crate) id: SaId,
+    pub(crate) conn: Arc<Connection>,
+    pub(crate) psk: SecretHandle,
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
+}
+
+/// A validated IKE_SA_INIT request the responder accepts.
+pub(crate) struct AcceptedInit<'a> {
+    pub(crate) datagram: &'a [u8],
+    pub(crate) message: &'a Message,
+    pub(crate) choice: IkeChoice,
+    pub(crate) number: u8,
+    pub(crate) ke: &'a [u8],
+    pub(crate) nonce_i: &'a [u8],
+}
+
+impl IkeSa {
+    /// Starts an SA as initiator: sends IKE_SA_INIT.
+    pub(crate) fn initiate<E: Enclave>(ctx: &mut Ctx<'_, E>, new: NewSa) -> Result<Self, Error> {
+        let group = new
+            .conn
+            .proposals
+            .first()
+            .and_then(|p| p.groups.first().copied())
+            .ok_or(Error::IncompleteProposal { proposal: String::new(), missing: "no DH group" })?;
+        let nonce_i = ctx.nonce()?;
+        let mut ke = vec![0u8; group.public_len()];
+        let dh = ctx.enclave.dh_generate(group, &mut ke)?;
+        let mut sa = Self {
+            core: Core {
+                id: new.id,
+                conn: new.conn,
+                psk: new.psk,
+                role: Role::Initiator,
+                spi_i: new.id.0,
+                spi_r: 0,
+                local: new.local,
+                remote: new.remote,
+                init_remote: new.remote,
+                nat: NatState::default(),
+                next_request: 1,
+                expected_request: 0,
+                last_response: None,
+                pending: None,
+                queue: VecDeque::new(),
+                children: Vec::new(),
+                created: ctx.now,
+                last_heard: ctx.now,
+            },
+            state: State::Deleted,
+        };
+        let st = ExpectSaInitResponse { dh, group, ke, nonce_i, cookie: None, retries: 0 };
+        let bytes = match sa_init_request(&sa.core, &st) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = ctx.enclave.dh_delete(dh);
+                return Err(e);
+            }
+        };
+        /* IKE_SA_INIT { SA, KE, Ni, N(NATD_S), N(NATD_D) } --> */
+        sa.core.send_request(ctx, ExchangeType::IKE_SA_INIT, 0, bytes, RequestKind::SaInit);
+        sa.state = State::ExpectSaInitResponse(st);
+        Ok(sa)
+    }
+
+    /// Answers an acceptable IKE_SA_INIT request (responder): derives the keys and sends
+    /// the response; the SA is half-open until IKE_AUTH.
+    pub(crate) fn respond<E: Enclave>(
+        ctx: &mut Ctx<'_, E>,
+        new: NewSa,
+        init: &AcceptedInit<'_>,
+    ) -> Result<Self, Error> {
+        let spi_i = init.message.header.initiator_spi;
+        let spi_r = new.id.0;
+        let nonce_r = ctx.nonce()?;
+        let group = init.choice.group;
+        let mut ke = vec![0u8; group.public_len()];
+        let dh = ctx.enclave.dh_generate(group, &mut ke)?;
+        let params = IkeSaParams {
+            role: Role::Responder,
+            prf: init.choice.prf,
+            suite: init.choice.suite,
+            nonce_i: init.nonce_i,
+            nonce_r: &nonce_r,
+            spi_i,
+            spi_r,
+        };
+        let ike = ctx.enclave.ike_sa_create(DhExchange { dh, peer_public: init.ke }, &params)?;
+        let nat = nat::detect(init.message, new.local, new.remote);
+        let mut payloads = vec![
+            Payload::Sa(proposal::ike_answer(init.number, &init.choice)),
+            Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(group.id()), ke)),
+            Payload::Nonce(Nonce { data: nonce_r.clone() }),
+        ];
+        if nat.supported {
+            payloads.extend(nat::notifies(spi_i, spi_r, new.local, new.remote, new.conn.encap));
+        }
+        let header = IkeHeader::new(spi_i, spi_r, ExchangeType::IKE_SA_INIT, HeaderFlags::RESPONSE, 0);
+        let response = match Message::new(header, payloads).to_vec() {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = ctx.enclave.ike_sa_delete(ike);
+                return Err(e.into());
+            }
+        };
+        /* <-- IKE_SA_INIT { SA, KE, Nr, N(NATD_S), N(NATD_D) } */
+        ctx.out.send(new.local, new.remote, &response);
+        let mut nat = nat;
+        if new.conn.encap && nat.supported {
+            // We sent a fake source hash: the initiator will see us behind a NAT.
+            nat.local_behind_nat = true;
+        }
+        Ok(Self {
+            core: Core {
+                id: new.id,
+                conn: new.conn,
+                psk: new.psk,
+                role: Role::Responder,
+                spi_i,
+                spi_r,
+                local: new.local,
+                remote: new.remote,
+                init_remote: new.remote,
+                nat,
+                next_request: 0,
+                expected_request: 1,
+                last_response: Some((0, response.clone())),
+                pending: None,
+                queue: VecDeque::new(),
+                children: Vec::new(),
+                created: ctx.now,
+                last_heard: ctx.now,
+            },
+            state: State::ExpectAuthRequest(ExpectAuthRequest {
+                ike,
+                choice: init.choice,
+                nonce_i: init.nonce_i.to_vec(),
+                nonce_r,
+                request: init.datagram.to_vec(),
+                response,
+            }),
+        })
+    }
+
+    /// The phase.
+    pub fn state(&self) -> IkeSaState {
+        match self.state {
+            State::ExpectSaInitResponse(_) => IkeSaState::ExpectSaInitResponse,
+            State::ExpectAuthRequest(_) => IkeSaState::ExpectAuthRequest,
+            State::ExpectAuthResponse(_) => IkeSaState::ExpectAuthResponse,
+            State::Established(_) => IkeSaState::Established,
+            State::Deleted => IkeSaState::Deleted,
+        }
+    }
+
+    /// Our identifier of this SA.
+    pub fn id(&self) -> SaId {
+        self.core.id
+    }
+
+    /// The connection's name.
+    pub fn connection(&self) -> &str {
+        &self.core.conn.name
+    }
+
+    /// Whether we initiated it.
+    pub fn role(&self) -> Role {
+        self.core.role
+    }
+
+    /// The initiator's and responder's SPIs.
+    pub fn spis(&self) -> (u64, u64) {
+        (self.core.spi_i, self.core.spi_r)
+    }
+
+    /// Our address and port now in use.
+    pub fn local(&self) -> SocketAddr {
+        self.core.local
+    }
+
+    /// The peer's address and port now in use.
+    pub fn remote(&self) -> SocketAddr {
+        self.core.remote
+    }
+
+    /// What NAT detection found.
+    pub fn nat(&self) -> NatState {
+        self.core.nat
+    }
+
+    /// The child SAs.
+    pub fn children(&self) -> &[ChildSa] {
+        &self.core.children
+    }
+
+    /// The negotiated IKE algorithms, once known.
+    pub fn choice(&self) -> Option<IkeChoice> {
+        match &self.state {
+            State::ExpectAuthRequest(s) => Some(s.choice),
+            State::ExpectAuthResponse(s) => Some(s.choice),
+            State::Established(s) => Some(s.choice),
+            _ => None,
+        }
+    }
+
+    /// The sealed SK_d blob, once established (safe to store untrusted).
+    pub fn sealed_sk_d(&self) -> Option<&SealedBlob> {
+        match &self.state {
+            State::Established(s) => Some(&s.sealed_sk_d),
+            _ => None,
+        }
+    }
+
+    /// The sealed IKE SA state for a restarted enclave, once established.
+    pub fn sealed_state(&self) -> Option<&SealedBlob> {
+        match &self.state {
+            State::Established(s) => Some(&s.sealed_state),
+            _ => None,
+        }
+    }
+
+    /// The responder's IKE_SA_INIT index key: where the request came from, and SPIi.
+    pub(crate) fn init_key(&self) -> Option<(SocketAddr, u64)> {
+        (self.core.role == Role::Responder).then_some((self.core.init_remote, self.core.spi_i))
+    }
+
+    /// Whether the SA is half-open (responder, before IKE_AUTH).
+    pub(crate) fn is_half_open(&self) -> bool {
+        matches!(self.state, State::ExpectAuthRequest(_))
+    }
+
+    /// Whether the endpoint should forget the SA.
+    pub(crate) fn is_deleted(&self) -> bool {
+        matches!(self.state, State::Deleted)
+    }
+
+    /// The IKE_SA_INIT response again, for a retransmitted request (§2.1).
+    pub(crate) fn resend_sa_init_response<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) {
+        match (&self.state, &self.core.last_response) {
+            (State::ExpectAuthRequest(_), Some((0, bytes))) => {
+                ctx.out.send(local, remote, bytes);
+                ctx.out.counters.responses_resent += 1;
+            }
+            _ => ctx.out.counters.drop(DropReason::LateRetransmit),
+        }
+    }
+
+    /// A datagram for this SA (already routed by SPI and decoded).
+    pub(crate) fn handle<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        local: SocketAddr,
+        remote: SocketAddr,
+        datagram: &[u8],
+        message: &Message,
+    ) {
+        let h = message.header;
+        let response = h.flags.response();
+        let init_response = response && h.exchange_type == ExchangeType::IKE_SA_INIT;
+        if h.initiator_spi != self.core.spi_i || (!init_response && h.responder_spi != self.core.spi_r) {
+            ctx.out.counters.drop(DropReason::SpiMismatch);
+            return;
+        }
+        if response {
+            self.handle_response(ctx, datagram, message);
+        } else {
+            self.handle_request(ctx, (local, remote), datagram, message);
+        }
+        self.pump(ctx);
+    }
+
+    /// A response: must answer our outstanding request.
+    fn handle_response<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, datagram: &[u8], message: &Message) {
+        let h = message.header;
+        let Some(pending) = &self.core.pending else {
+            ctx.out.counters.drop(DropReason::UnexpectedResponse);
+            return;
+        };
+        if pending.id != h.message_id || pending.exchange != h.exchange_type {
+            ctx.out.counters.drop(DropReason::UnexpectedResponse);
+            return;
+        }
+        let kind = pending.kind.clone();
+        let state = mem::replace(&mut self.state, State::Deleted);
+        if let State::ExpectSaInitResponse(st) = state {
+            self.core.last_heard = ctx.now;
+            self.state = st.process(&mut self.core, ctx, datagram, message);
+            return;
+        }
+        let Some(ike) = state.ike() else {
+            self.state = state;
+            ctx.out.counters.drop(DropReason::UnexpectedResponse);
+            return;
+        };
+        let inner = match sk::open(ctx.enclave, ike, datagram, message) {
+            Ok(inner) => inner,
+            Err(OpenError::Inner(_)) => {
+                // Authentic but unparseable: the exchange has failed (§2.21.4); wait for
+                // the retransmission schedule to end it rather than trusting nothing.
+                self.state = state;
+                ctx.out.counters.drop(DropReason::Malformed);
+                return;
+            }
+            Err(OpenError::NoSk | OpenError::Integrity) => {
+                self.state = state;
+                ctx.out.counters.drop(DropReason::IntegrityCheckFailed);
+                return;
+            }
+        };
+        self.core.last_heard = ctx.now;
+        self.core.pending = None;
+        self.core.next_request = self.core.next_request.saturating_add(1);
+        self.state = match state {
+            State::ExpectAuthResponse(st) => st.process(&mut self.core, ctx, &inner),
+            State::Established(st) => st.process_response(&mut self.core, ctx, kind, &inner),
+            other => other,
+        };
+    }
+
+    /// A request from the peer: in-window, a retransmission, or dropped (§2.3).
+    fn handle_request<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        to: (SocketAddr, SocketAddr),
+        datagram: &[u8],
+        message: &Message,
+    ) {
+        let h = message.header;
+        let Some(ike) = self.state.ike() else {
+            ctx.out.counters.drop(DropReason::UnexpectedExchange);
+            return;
+        };
+        let inner = match sk::open(ctx.enclave, ike, datagram, message) {
+            Ok(inner) => inner,
+            Err(OpenError::NoSk | OpenError::Integrity) => {
+                ctx.out.counters.drop(DropReason::IntegrityCheckFailed);
+                return;
+            }
+            Err(OpenError::Inner(e)) => {
+                // Authentic but malformed inside: answer with the matching notify if it is
+                // the request we expect (§2.21.4).
+                if h.message_id != self.core.expected_request {
+                    ctx.out.counters.drop(DropReason::Malformed);
+                    return;
+                }
+                ctx.out.counters.drop(DropReason::Malformed);
+                let notify = Notify::for_decode_error(&e);
+                self.answer_notify(ctx, ike, h.exchange_type, h.message_id, notify, to);
+                if let State::ExpectAuthRequest(_) = self.state {
+                    let state = mem::replace(&mut self.state, State::Deleted);
+                    let error =
+                        Error::InvalidMessage { exchange: "IKE_AUTH", why: "inner payloads do not decode" };
+                    self.state = self.core.fail(ctx, state.ike(), None, error);
+                }
+                return;
+            }
+        };
+        if h.message_id != self.core.expected_request {
+            match &self.core.last_response {
+                Some((id, bytes)) if *id == h.message_id => {
+                    ctx.out.send(to.0, to.1, bytes);
+                    ctx.out.counters.responses_resent += 1;
+                }
+                _ => ctx.out.counters.drop(DropReason::OutOfWindow),
+            }
+            return;
+        }
+        self.core.last_heard = ctx.now;
+        let state = mem::replace(&mut self.state, State::Deleted);
+        self.state = match (state, h.exchange_type) {
+            (State::ExpectAuthRequest(st), ExchangeType::IKE_AUTH) => {
+                st.process(&mut self.core, ctx, to, &inner)
+            }
+            (State::Established(st), ExchangeType::INFORMATIONAL) => {
+                st.process_informational(&mut self.core, ctx, h.message_id, to, &inner)
+            }
+            (State::Established(st), ExchangeType::CREATE_CHILD_SA) => {
+                child::respond(&st, &mut self.core, ctx, h.message_id, to, &inner);
+                State::Established(st)
+            }
+            (state, _) => {
+                ctx.out.counters.drop(DropReason::UnexpectedExchange);
+                state
+            }
+        };
+    }
+
+    /// Answers the current request with a single notify.
+    fn answer_notify<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        ike: IkeSaHandle,
+        exchange: ExchangeType,
+        id: u32,
+        notify: Notify,
+        to: (SocketAddr, SocketAddr),
+    ) {
+        let Some(choice) = self.choice() else { return };
+        let _ = self.core.respond(ctx, ike, &choice, exchange, id, vec![Payload::Notify(notify)], to);
+    }
+
+    /// Sends the next queued request when none is outstanding.
+    fn pump<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) {
+        if self.core.pending.is_some() {
+            return;
+        }
+        let State::Established(st) = &self.state else { return };
+        let (ike, choice) = (st.ike, st.choice);
+        while let Some(kind) = self.core.queue.pop_front() {
+            let (exchange, inner, kind) = match kind {
+                RequestKind::DeleteChild(spis) => {
+                    let live: Vec<u32> = spis
+                        .iter()
+                        .copied()
+                        .filter(|s| self.core.children.iter().any(|c| c.spi_inbound == *s))
+                        .collect();
+                    if live.is_empty() {
+                        continue;
+                    }
+                    let inner = vec![Payload::Delete(Delete::child(ProtocolId::ESP, &live))];
+                    (ExchangeType::INFORMATIONAL, inner, RequestKind::DeleteChild(live))
+                }
+                RequestKind::DeleteRefused(spi) => {
+                    let inner = vec![Payload::Delete(Delete::child(ProtocolId::ESP, &[spi]))];
+                    (ExchangeType::INFORMATIONAL, inner, RequestKind::DeleteRefused(spi))
+                }
+                RequestKind::DeleteIke => (
+                    ExchangeType::INFORMATIONAL,
+                    vec![Payload::Delete(Delete::ike())],
+                    RequestKind::DeleteIke,
+                ),
+                RequestKind::Liveness => (ExchangeType::INFORMATIONAL, Vec::new(), RequestKind::Liveness),
+                RequestKind::RekeyChild(old) => match child::rekey_request(&self.core, ctx, old) {
+                    Ok((rekey, inner)) => {
+                        (ExchangeType::CREATE_CHILD_SA, inner, RequestKind::RekeyChildSent(rekey))
+                    }
+                    // The child went away meanwhile.
+                    Err(_) => continue,
+                },
+                RequestKind::SaInit | RequestKind::Auth | RequestKind::RekeyChildSent(_) => continue,
+            };
+            let id = self.core.next_request;
+            let header = self.core.header(exchange, false, id);
+            match sk::seal(ctx.enclave, ike, choice.suite, header, inner) {
+                Ok(bytes) => {
+                    /* INFORMATIONAL { SK { [D] } } or CREATE_CHILD_SA { SK { N(REKEY_SA), SA, Ni, [KEi], TSi, TSr } } --> */
+                    self.core.send_request(ctx, exchange, id, bytes, kind);
+                    return;
+                }
+                Err(_) => {
+                    if let RequestKind::RekeyChildSent(rekey) = &kind {
+                        rekey.release(ctx);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Retransmissions, half-open expiry, liveness checks.
+    pub(crate) fn handle_timeout<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) {
+        let now = ctx.now;
+        if let Some(p) = &mut self.core.pending {
+            if now >= p.deadline {
+                if p.tries >= ctx.config.retransmit_tries {
+                    let (tries, kind) = (p.tries, p.kind.clone());
+                    self.core.pending = None;
+                    let state = mem::replace(&mut self.state, State::Deleted);
+                    self.state = match state {
+                        State::Established(st) => {
+                            let reason = if kind == RequestKind::DeleteIke {
+                                DeleteReason::Requested
+                            } else {
+                                DeleteReason::PeerUnreachable
+                            };
+                            if let RequestKind::RekeyChildSent(rekey) = &kind {
+                                rekey.release(ctx);
+                            }
+                            self.core.delete_established(ctx, st.ike, reason)
+                        }
+                        State::ExpectSaInitResponse(st) => {
+                            self.core.fail(ctx, None, Some(st.dh), Error::Timeout { tries })
+                        }
+                        State::ExpectAuthResponse(st) => {
+                            ctx.child_spis.remove(&st.child.spi);
+                            self.core.fail(ctx, Some(st.ike), None, Error::Timeout { tries })
+                        }
+                        other => {
+                            let ike = other.ike();
+                            self.core.fail(ctx, ike, None, Error::Timeout { tries })
+                        }
+                    };
+                    return;
+                }
+                /* (retransmission) --> */
+                p.tries += 1;
+                p.interval = p.interval.saturating_mul(2).min(MAX_RETRANSMIT_INTERVAL);
+                p.deadline = later(now, p.interval);
+                ctx.out.counters.retransmits += 1;
+                let bytes = p.bytes.clone();
+                ctx.out.send(self.core.local, self.core.remote, &bytes);
+            }
+        }
+        if let State::ExpectAuthRequest(st) = &self.state {
+            if now >= later(self.core.created, ctx.config.half_open_timeout) {
+                let _ = ctx.enclave.ike_sa_delete(st.ike);
+                ctx.out.counters.drop(DropReason::HalfOpenExpired);
+                self.state = State::Deleted;
+                return;
+            }
+        }
+        if let (State::Established(_), Some(delay)) = (&self.state, self.core.conn.dpd_delay) {
+            if self.core.pending.is_none()
+                && self.core.queue.is_empty()
+                && now >= later(self.core.last_heard, delay)
+            {
+                self.core.queue.push_back(RequestKind::Liveness);
+            }
+        }
+        self.pump(ctx);
+    }
+
+    /// When [`Self::handle_timeout`] has something to do.
+    pub(crate) fn next_timeout(&self, config: &EndpointConfig) -> Option<Instant> {
+        let mut next = self.core.pending.as_ref().map(|p| p.deadline);
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        match &self.state {
+            State::ExpectAuthRequest(_) => consider(later(self.core.created, config.half_open_timeout)),
+            State::Established(_) => {
+                if let Some(delay) = self.core.conn.dpd_delay {
+                    if self.core.pending.is_none() {
+                        consider(later(self.core.last_heard, delay));
+                    }
+                }
+            }
+            _ => {}
+        }
+        next
+    }
+
+    /// Queues a Delete of one child SA (by our inbound SPI).
+    pub(crate) fn delete_child<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, spi: u32) -> Result<(), Error> {
+        if !matches!(self.state, State::Established(_)) {
+            return Err(Error::WrongState { state: self.state.name(), what: "delete a child SA" });
+        }
+        if !self.core.children.iter().any(|c| c.spi_inbound == spi) {
+            return Err(Error::UnknownChildSa { spi });
+        }
+        self.core.queue.push_back(RequestKind::DeleteChild(vec![spi]));
+        self.pump(ctx);
+        Ok(())
+    }
+
+    /// Queues a Delete of the IKE SA.
+    pub(crate) fn delete<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) -> Result<(), Error> {
+        if !matches!(self.state, State::Established(_)) {
+            return Err(Error::WrongState { state: self.state.name(), what: "delete the IKE SA" });
+        }
+        self.core.queue.push_back(RequestKind::DeleteIke);
+        self.pump(ctx);
+        Ok(())
+    }
+
+    /// Queues a CREATE_CHILD_SA rekeying one child SA (by our inbound SPI).
+    pub(crate) fn rekey_child<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, spi: u32) -> Result<(), Error> {
+        if !matches!(self.state, State::Established(_)) {
+            return Err(Error::WrongState { state: self.state.name(), what: "rekey a child SA" });
+        }
+        if !self.core.children.iter().any(|c| c.spi_inbound == spi) {
+            return Err(Error::UnknownChildSa { spi });
+        }
+        self.core.queue.push_back(RequestKind::RekeyChild(spi));
+        self.pump(ctx);
+        Ok(())
+    }
+
+    /// Queues a liveness check.
+    pub(crate) fn check_liveness<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) -> Result<(), Error> {
+        if !matches!(self.state, State::Established(_)) {
+            return Err(Error::WrongState { state: self.state.name(), what: "check liveness" });
+        }
+        self.core.queue.push_back(RequestKind::Liveness);
+        self.pump(ctx);
+        Ok(())
+    }
+}
+
+impl ExpectSaInitResponse {
+    /// The IKE_SA_INIT response: a cookie or group to retry with, an error, or the
+    /// responder's SA, KE and nonce, after which IKE_AUTH goes out.
+    fn process<E: Enclave>(
+        mut self,
+        core: &mut Core,
+        ctx: &mut Ctx<'_, E>,
+        datagram: &[u8],
+        message: &Message,
+    ) -> State {
+        /* <-- IKE_SA_INIT { N(COOKIE) } */
+        if let Some(cookie) = message.notify(NotifyType::COOKIE) {
+            if self.retries >= MAX_INIT_RETRIES || cookie.data.is_empty() || cookie.data.len() > 64 {
+                let error =
+                    Error::InvalidMessage { exchange: "IKE_SA_INIT", why: "unusable or repeated COOKIE" };
+                return core.fail(ctx, None, Some(self.dh), error);
+            }
+            self.retries += 1;
+            self.cookie = Some(cookie.data.clone());
+            return self.resend(core, ctx);
+        }
+        /* <-- IKE_SA_INIT { N(INVALID_KE_PAYLOAD) } */
+        if let Some(invalid) = message.notify(NotifyType::INVALID_KE_PAYLOAD) {
+            let wanted = <[u8; 2]>::try_from(invalid.data.as_slice())
+                .ok()
+                .map(u16::from_be_bytes)
+                .and_then(DhGroup::from_id);
+            let offered = |g: &DhGroup| core.conn.proposals.iter().any(|p| p.groups.contains(g));
+            let Some(group) =
+                wanted.filter(|g| offered(g) && *g != self.group && self.retries < MAX_INIT_RETRIES)
+            else {
+                return core.fail(
+                    ctx,
+                    None,
+                    Some(self.dh),
+                    Error::PeerError { notify: NotifyType::INVALID_KE_PAYLOAD },
+                );
+            };
+            let _ = ctx.enclave.dh_delete(self.dh);
+            let mut ke = vec![0u8; group.public_len()];
+            match ctx.enclave.dh_generate(group, &mut ke) {
+                Ok(dh) => {
+                    self.dh = dh;
+                    self.group = group;
+                    self.ke = ke;
+                    self.retries += 1;
+                    return self.resend(core, ctx);
+                }
+                Err(e) => {
+                    ctx.out.events.push_back(Event::IkeSaFailed {
+                        sa: core.id,
+                        connection: core.conn.name.clone(),
+                        error: e.into(),
+                    });
+                    core.pending = None;
+                    return State::Deleted;
+                }
+            }
+        }
+        if let Some(error) = message.notifies().find(|n| n.ty.is_error()) {
+            return core.fail(ctx, None, Some(self.dh), peer_error(error.ty));
+        }
+        /* <-- IKE_SA_INIT { SA, KE, Nr, N(NATD_S), N(NATD_D) } */
+        let invalid = |why| Error::InvalidMessage { exchange: "IKE_SA_INIT", why };
+        let (mut sa, mut ke, mut nonce) = (None, None, None);
+        for p in message.payloads() {
+            match p {
+                Payload::Sa(s) => sa = sa.or(Some(s)),
+                Payload::KeyExchange(k) => ke = ke.or(Some(k)),
+                Payload::Nonce(n) => nonce = nonce.or(Some(n)),
+                _ => {}
+            }
+        }
+        let (Some(sa), Some(ke), Some(nonce)) = (sa, ke, nonce) else {
+            return core.fail(ctx, None, Some(self.dh), invalid("SA, KE or Nr missing"));
+        };
+        let spi_r = message.header.responder_spi;
+        if spi_r == 0 {
+            return core.fail(ctx, None, Some(self.dh), invalid("responder SPI is zero"));
+        }
+        let Some(choice) = proposal::accept_ike_answer(sa, &core.conn.proposals) else {
+            return core.fail(ctx, None, Some(self.dh), invalid("the SA chose something we did not offer"));
+        };
+        if choice.group != self.group
+            || ke.group.0 != self.group.id()
+            || ke.data.len() != self.group.public_len()
+        {
+            return core.fail(ctx, None, Some(self.dh), invalid("KE does not match the group we sent"));
+        }
+        if nonce.data.len() < choice.prf.output_len() / 2 {
+            return core.fail(ctx, None, Some(self.dh), invalid("Nr shorter than half the PRF key"));
+        }
+        let nonce_r = nonce.data.clone();
+        let params = IkeSaParams {
+            role: Role::Initiator,
+            prf: choice.prf,
+            suite: choice.suite,
+            nonce_i: &self.nonce_i,
+            nonce_r: &nonce_r,
+            spi_i: core.spi_i,
+            spi_r,
+        };
+        // The DH private value is consumed whether or not this succeeds.
+        let ike = match ctx.enclave.ike_sa_create(DhExchange { dh: self.dh, peer_public: &ke.data }, &params)
+        {
+            Ok(ike) => ike,
+            Err(e) => return core.fail(ctx, None, None, e.into()),
+        };
+        core.spi_r = spi_r;
+        core.nat = nat::detect(message, core.local, core.remote);
+        if core.conn.encap && core.nat.supported {
+            core.nat.local_behind_nat = true;
+        }
+        if core.nat.any() {
+            // §2.23: with a NAT on the path, IKE moves to port 4500 from IKE_AUTH on.
+            core.local.set_port(NATT_PORT);
+            core.remote.set_port(NATT_PORT);
+        }
+        let request = core.pending.take().map(|p| p.bytes).unwrap_or_default();
+        match ExpectAuthResponse::start(
+            core,
+            ctx,
+            ike,
+            choice,
+            self.nonce_i,
+            nonce_r,
+            &request,
+            datagram.to_vec(),
+        ) {
+            Ok(next) => State::ExpectAuthResponse(next),
+            Err(e) => core.fail(ctx, Some(ike), None, e),
+        }
+    }
+
+    /// Sends IKE_SA_INIT again after a cookie or group change (a new request, same ID 0).
+    fn resend<E: Enclave>(self, core: &mut Core, ctx: &mut Ctx<'_, E>) -> State {
+        match sa_init_request(core, &self) {
+            Ok(bytes) => {
+                /* IKE_SA_INIT { [N(COOKIE)], SA, KE, Ni, N(NATD_S), N(NATD_D) } --> */
+                core.send_request(ctx, ExchangeType::IKE_SA_INIT, 0, bytes, RequestKind::SaInit);
+                State::ExpectSaInitResponse(self)
+            }
+            Err(e) => core.fail(ctx, None, Some(self.dh), e),
+        }
+    }
+}
+
+impl ExpectAuthResponse {
+    /// Builds and sends IKE_AUTH with the first child SA.
+    #[allow(clippy::too_many_arguments)]
+    fn start<E: Enclave>(
+        core: &mut Core,
+        ctx: &mut Ctx<'_, E>,
+        ike: IkeSaHandle,
+        choice: IkeChoice,
+        nonce_i: Vec<u8>,
+        nonce_r: Vec<u8>,
+        sa_init_request: &[u8],
+        sa_init_response: Vec<u8>,
+    ) -> Result<Self, Error> {
+        let config = core.conn.children.first().cloned().ok_or(Error::MissingField {
+            connection: core.conn.name.clone(),
+            field: "children",
+            why: "a child SA",
+        })?;
+        let spi = ctx.child_spi()?;
+        let ts_i: Vec<TrafficSelector> = config.local_ts.iter().map(|t| t.resolve(core.local.ip())).collect();
+        let ts_r: Vec<TrafficSelector> =
+            config.remote_ts.iter().map(|t| t.resolve(core.remote.ip())).collect();
+        let id_i = core.conn.local_id.clone();
+        let mut auth = [0u8; 64];
+        let input =
+            AuthInput { real_message: sa_init_request, peer_nonce: &nonce_r, id_body: &id_i.body_bytes() };
+        let computed = ctx.enclave.auth_compute(ike, core.psk, AuthSpec::SharedKey, &input, &mut auth);
+        let (method, len) = match computed {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.child_spis.remove(&spi);
+                return Err(e.into());
+            }
+        };
+        let mut inner = vec![
+            Payload::IdInitiator(id_i),
+            Payload::Notify(Notify::new(NotifyType::INITIAL_CONTACT, vec![])),
+        ];
+        if let Some(id_r) = &core.conn.remote_id {
+            inner.push(Payload::IdResponder(id_r.clone()));
+        }
+        inner.push(Payload::Auth(Authentication::new(
+            wire::ike::AuthMethod(method.id()),
+            auth.get(..len).unwrap_or_default().to_vec(),
+        )));
+        inner.push(Payload::Sa(proposal::esp_sa_payload(&config.esp_proposals, spi, false)));
+        inner.push(Payload::TsInitiator(ts::to_payload(&ts_i)));
+        inner.push(Payload::TsResponder(ts::to_payload(&ts_r)));
+        let header = core.header(ExchangeType::IKE_AUTH, false, 1);
+        let bytes = match sk::seal(ctx.enclave, ike, choice.suite, header, inner) {
+            Ok(b) => b,
+            Err(e) => {
+                ctx.child_spis.remove(&spi);
+                return Err(e);
+            }
+        };
+        /* IKE_AUTH { SK { IDi, N(INITIAL_CONTACT), [IDr], AUTH, SAi2, TSi, TSr } } --> */
+        core.send_request(ctx, ExchangeType::IKE_AUTH, 1, bytes, RequestKind::Auth);
+        let proposals = config.esp_proposals.clone();
+        Ok(Self {
+            ike,
+            choice,
+            nonce_i,
+            nonce_r,
+            response: sa_init_response,
+            child: OfferedChild { config, spi, proposals, ts_i, ts_r },
+        })
+    }
+
+    /// The IKE_AUTH response: verify the responder, then install the child SA.
+    fn process<E: Enclave>(self, core: &mut Core, ctx: &mut Ctx<'_, E>, inner: &[Payload]) -> State {
+        let found = Inner::of(inner);
+        let spi = self.child.spi;
+        let fail = |core: &mut Core, ctx: &mut Ctx<'_, E>, error| {
+            ctx.child_spis.remove(&spi);
+            core.fail(ctx, Some(self.ike), None, error)
+        };
+        /* <-- IKE_AUTH { SK { N(AUTHENTICATION_FAILED) } } */
+        let (Some(id_r), Some(auth)) = (found.id_r, found.auth) else {
+            let error = match found.error {
+                Some(n) => peer_error(n),
+                None => Error::InvalidMessage { exchange: "IKE_AUTH", why: "IDr or AUTH missing" },
+            };
+            return fail(core, ctx, error);
+        };
+        /* <-- IKE_AUTH { SK { IDr, AUTH, SAr2, TSi, TSr } } */
+        let identity_ok = core.conn.accepts_identity(id_r);
+        let input = AuthInput {
+            real_message: &self.response,
+            peer_nonce: &self.nonce_i,
+            id_body: &id_r.body_bytes(),
+        };
+        let verified = identity_ok
+            && ctx
+                .enclave
+                .auth_verify(self.ike, PeerCredential::SharedKey(core.psk), auth.method.0, &auth.data, &input)
+                .is_ok();
+        if !verified {
+            // §2.21.2: tell the responder in a separate INFORMATIONAL, then forget the SA.
+            let header = core.header(ExchangeType::INFORMATIONAL, false, core.next_request);
+            let notify = Payload::Notify(Notify::new(NotifyType::AUTHENTICATION_FAILED, Vec::new()));
+            if let Ok(bytes) = sk::seal(ctx.enclave, self.ike, self.choice.suite, header, vec![notify]) {
+                /* INFORMATIONAL { SK { N(AUTHENTICATION_FAILED) } } --> */
+                ctx.out.send(core.local, core.remote, &bytes);
+            }
+            let error = if identity_ok {
+                Error::AuthenticationFailed { side: Side::Local }
+            } else {
+                Error::IdentityMismatch
+            };
+            return fail(core, ctx, error);
+        }
+        // The child SA, if the responder accepted it.
+        let child = match (found.sa, found.ts_i, found.ts_r, found.error) {
+            (Some(sa), Some(ts_i), Some(ts_r), _) => {
+                let answer_i = ts::from_payload(ts_i);
+                let answer_r = ts::from_payload(ts_r);
+                match proposal::accept_esp_answer(sa, &self.child.proposals, false) {
+                    Some(_)
+                        if !ts::within(&answer_i, &self.child.ts_i)
+                            || !ts::within(&answer_r, &self.child.ts_r) =>
+                    {
+                        Err(Error::TsUnacceptable { side: Side::Local })
+                    }
+                    Some((spi_out, esp)) => Ok((spi_out, esp, answer_i, answer_r)),
+                    None => Err(Error::NoProposalChosen { side: Side::Local }),
+                }
+            }
+            (_, _, _, Some(n)) => Err(peer_error(n)),
+            _ => Err(Error::InvalidMessage { exchange: "IKE_AUTH", why: "child SA payloads missing" }),
+        };
+        let mut events = Vec::new();
+        match child {
+            Ok((spi_out, esp, local_ts, remote_ts)) => {
+                let params = ChildSaParams {
+                    role: Role::Initiator,
+                    suite: esp.suite,
+                    esn: esp.esn,
+                    nonce_i: &self.nonce_i,
+                    nonce_r: &self.nonce_r,
+                    spi_inbound: spi,
+                    spi_outbound: spi_out,
+                };
+                match ctx.enclave.child_sa_create(self.ike, None, None, &params) {
+                    Ok(handles) => {
+                        let child = ChildSa {
+                            name: self.child.config.name.clone(),
+                            spi_inbound: spi,
+                            spi_outbound: spi_out,
+                            handles,
+                            suite: esp.suite,
+                            esn: esp.esn,
+                            local_ts,
+                            remote_ts,
+                            encapsulation: core.encapsulation(),
+                            local: core.local,
+                            remote: core.remote,
+                            rekey_time: self.child.config.rekey_time,
+                            life_time: self.child.config.life_time,
+                        };
+                        core.children.push(child.clone());
+                        events.push(Event::ChildSaReady { sa: core.id, child });
+                    }
+                    Err(e) => {
+                        ctx.child_spis.remove(&spi);
+                        events.push(Event::ChildSaFailed {
+                            sa: core.id,
+                            child: self.child.config.name.clone(),
+                            error: e.into(),
+                        });
+                    }
+                }
+            }
+            Err(error) => {
+                // If the responder installed a child we refuse, ask it to delete it.
+                if found.sa.is_some() {
+                    core.queue.push_back(RequestKind::DeleteRefused(spi));
+                } else {
+                    ctx.child_spis.remove(&spi);
+                }
+                events.push(Event::ChildSaFailed {
+                    sa: core.id,
+                    child: self.child.config.name.clone(),
+                    error,
+                });
+            }
+        }
+        let (sealed_sk_d, sealed_state, report) = match Core::seal(ctx, self.ike) {
+            Ok(s) => s,
+            Err(e) => {
+                core.release_unreported(ctx);
+                return core.fail(ctx, Some(self.ike), None, e);
+            }
+        };
+        core.next_request = 2;
+        ctx.out.events.push_back(core.established_event(self.choice, id_r.clone(), report));
+        ctx.out.events.extend(events);
+        State::Established(Established { ike: self.ike, choice: self.choice, sealed_sk_d, sealed_state })
+    }
+}
+
+impl ExpectAuthRequest {
+    /// The IKE_AUTH request: authenticate the initiator, answer with our AUTH and the
+    /// first child SA, then clear-and-seal.
+    fn process<E: Enclave>(
+        self,
+        core: &mut Core,
+        ctx: &mut Ctx<'_, E>,
+        to: (SocketAddr, SocketAddr),
+        inner: &[Payload],
+    ) -> State {
+        let found = Inner::of(inner);
+        let (ike, choice) = (self.ike, self.choice);
+        let notify_and_fail = |core: &mut Core, ctx: &mut Ctx<'_, E>, notify: NotifyType, error: Error| {
+            let payload = vec![Payload::Notify(Notify::new(notify, Vec::new()))];
+            /* <-- IKE_AUTH { SK { N(error) } } */
+            let _ = core.respond(ctx, ike, &choice, ExchangeType::IKE_AUTH, 1, payload, to);
+            core.fail(ctx, Some(ike), None, error)
+        };
+        /* IKE_AUTH { SK { IDi, [IDr], AUTH, SAi2, TSi, TSr } } --> */
+        let (Some(id_i), Some(auth)) = (found.id_i, found.auth) else {
+            let error = Error::InvalidMessage { exchange: "IKE_AUTH", why: "IDi or AUTH missing" };
+            return notify_and_fail(core, ctx, NotifyType::INVALID_SYNTAX, error);
+        };
+        if !core.conn.accepts_identity(id_i) {
+            return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, Error::IdentityMismatch);
+        }
+        let input =
+            AuthInput { real_message: &self.request, peer_nonce: &self.nonce_r, id_body: &id_i.body_bytes() };
+        if ctx
+            .enclave
+            .auth_verify(ike, PeerCredential::SharedKey(core.psk), auth.method.0, &auth.data, &input)
+            .is_err()
+        {
+            let error = Error::AuthenticationFailed { side: Side::Local };
+            return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, error);
+        }
+        // Our AUTH over our IKE_SA_INIT response and Ni.
+        let id_r = core.conn.local_id.clone();
+        let mut auth_data = [0u8; 64];
+        let input = AuthInput {
+            real_message: &self.response,
+            peer_nonce: &self.nonce_i,
+            id_body: &id_r.body_bytes(),
+        };
+        let (method, len) =
+            match ctx.enclave.auth_compute(ike, core.psk, AuthSpec::SharedKey, &input, &mut auth_data) {
+                Ok(r) => r,
+                Err(e) => return core.fail(ctx, Some(ike), None, e.into()),
+            };
+        // §2.23: with a NAT on the path, keep talking to where the authenticated request came from.
+        (core.local, core.remote) = to;
+        let mut reply = vec![
+            Payload::IdResponder(id_r),
+            Payload::Auth(Authentication::new(
+                wire::ike::AuthMethod(method.id()),
+                auth_data.get(..len).unwrap_or_default().to_vec(),
+            )),
+        ];
+        let mut events = Vec::new();
+        match self.child(core, ctx, &found) {
+            Ok((child, answer)) => {
+                reply.extend(answer);
+                core.children.push(child.clone());
+                events.push(Event::ChildSaReady { sa: core.id, child });
+            }
+            Err((name, notify, error)) => {
+                reply.push(Payload::Notify(Notify::new(notify, Vec::new())));
+                events.push(Event::ChildSaFailed { sa: core.id, child: name, error });
+            }
+        }
+        /* <-- IKE_AUTH { SK { IDr, AUTH, SAr2, TSi, TSr } } */
+        if let Err(e) = core.respond(ctx, ike, &choice, ExchangeType::IKE_AUTH, 1, reply, to) {
+            core.release_unreported(ctx);
+            return core.fail(ctx, Some(ike), None, e);
+        }
+        let (sealed_sk_d, sealed_state, report) = match Core::seal(ctx, ike) {
+            Ok(s) => s,
+            Err(e) => {
+                core.release_unreported(ctx);
+                return core.fail(ctx, Some(ike), None, e);
+            }
+        };
+        ctx.out.events.push_back(core.established_event(choice, id_i.clone(), report));
+        ctx.out.events.extend(events);
+        State::Established(Established { ike, choice, sealed_sk_d, sealed_state })
+    }
+
+    /// Chooses and installs the first child SA: a child configuration whose selectors
+    /// narrow to something (§2.9) and whose proposals accept one of the peer's.
+    #[allow(clippy::type_complexity)]
+    fn child<E: Enclave>(
+        &self,
+        core: &Core,
+        ctx: &mut Ctx<'_, E>,
+        found: &Inner<'_>,
+    ) -> Result<(ChildSa, Vec<Payload>), (String, NotifyType, Error)> {
+        let first_name = core.conn.children.first().map(|c| c.name.clone()).unwrap_or_default();
+        let (Some(sa), Some(ts_i), Some(ts_r)) = (found.sa, found.ts_i, found.ts_r) else {
+            let error = Error::InvalidMessage { exchange: "IKE_AUTH", why: "SAi2, TSi or TSr missing" };
+            return Err((first_name, NotifyType::INVALID_SYNTAX, error));
+        };
+        let (proposed_i, proposed_r) = (ts::from_payload(ts_i), ts::from_payload(ts_r));
+        let mut failure =
+            (first_name, NotifyType::TS_UNACCEPTABLE, Error::TsUnacceptable { side: Side::Local });
+        for config in &core.conn.children {
+            let remote: Vec<TrafficSelector> =
+                config.remote_ts.iter().map(|t| t.resolve(core.remote.ip())).collect();
+            let local: Vec<TrafficSelector> =
+                config.local_ts.iter().map(|t| t.resolve(core.local.ip())).collect();
+            let (narrow_i, narrow_r) = (ts::narrow(&proposed_i, &remote), ts::narrow(&proposed_r, &local));
+            if narrow_i.is_empty() || narrow_r.is_empty() {
+                continue;
+            }
+            let Some((number, spi_out, esp)) = proposal::select_esp(sa, &config.esp_proposals, false) else {
+                failure = (
+                    config.name.clone(),
+                    NotifyType::NO_PROPOSAL_CHOSEN,
+                    Error::NoProposalChosen { side: Side::Local },
+                );
+                continue;
+            };
+            let fail = |e: Error| (config.name.clone(), NotifyType::NO_PROPOSAL_CHOSEN, e);
+            let spi = ctx.child_spi().map_err(fail)?;
+            let params = ChildSaParams {
+                role: Role::Responder,
+                suite: esp.suite,
+                esn: esp.esn,
+                nonce_i: &self.nonce_i,
+                nonce_r: &self.nonce_r,
+                spi_inbound: spi,
+                spi_outbound: spi_out,
+            };
+            let handles = match ctx.enclave.child_sa_create(self.ike, None, None, &params) {
+                Ok(h) => h,
+                Err(e) => {
+                    ctx.child_spis.remove(&spi);
+                    return Err(fail(e.into()));
+                }
+            };
+            let answer = vec![
+                Payload::Sa(proposal::esp_answer(number, spi, &esp)),
+                Payload::TsInitiator(ts::to_payload(&narrow_i)),
+                Payload::TsResponder(ts::to_payload(&narrow_r)),
+            ];
+            let child = ChildSa {
+                name: config.name.clone(),
+                spi_inbound: spi,
+                spi_outbound: spi_out,
+                handles,
+                suite: esp.suite,
+                esn: esp.esn,
+                local_ts: narrow_r,
+                remote_ts: narrow_i,
+                encapsulation: core.encapsulation(),
+                local: core.local,
+                remote: core.remote,
+                rekey_time: config.rekey_time,
+                life_time: config.life_time,
+            };
+            return Ok((child, answer));
+        }
+        Err(failure)
+    }
+}
+
+impl Established {
+    /// An INFORMATIONAL request: Deletes, error notifies, or a liveness check.
+    fn process_informational<E: Enclave>(
+        self,
+        core: &mut Core,
+        ctx: &mut Ctx<'_, E>,
+        id: u32,
+        to: (SocketAddr, SocketAddr),
+        inner: &[Payload],
+    ) -> State {
+        let mut ours = Vec::new();
+        let mut delete_ike = None;
+        for p in inner {
+            match p {
+                Payload::Delete(d) if d.protocol == ProtocolId::IKE => {
+                    delete_ike = Some(DeleteReason::PeerDeleted)
+                }
+                Payload::Delete(d) if d.protocol == ProtocolId::ESP => {
+                    for spi in d.child_spis() {
+                        if let Some(at) = core.children.iter().position(|c| c.spi_outbound == spi) {
+                            let child = core.children.remove(at);
+                            ours.push(child.spi_inbound);
+                            core.release_child(ctx, child);
+                        }
+                    }
+                }
+                Payload::Notify(n) if n.ty == NotifyType::AUTHENTICATION_FAILED => {
+                    delete_ike = Some(DeleteReason::PeerAuthenticationFailed);
+                }
+                _ => {}
+            }
+        }
+        let reply = if ours.is_empty() {
+            Vec::new()
+        } else {
+            vec![Payload::Delete(Delete::child(ProtocolId::ESP, &ours))]
+        };
+        /* <-- INFORMATIONAL { SK { [D] } } */
+        if core.respond(ctx, self.ike, &self.choice, ExchangeType::INFORMATIONAL, id, reply, to).is_err() {
+            ctx.out.counters.drop(DropReason::Malformed);
+        }
+        match delete_ike {
+            Some(reason) => core.delete_established(ctx, self.ike, reason),
+            None => State::Established(self),
+        }
+    }
+
+    /// The answer to our INFORMATIONAL request.
+    fn process_response<E: Enclave>(
+        self,
+        core: &mut Core,
+        ctx: &mut Ctx<'_, E>,
+        kind: RequestKind,
+        inner: &[Payload],
+    ) -> State {
+        match kind {
+            RequestKind::DeleteIke => core.delete_established(ctx, self.ike, DeleteReason::Requested),
+            RequestKind::DeleteChild(spis) => {
+                for spi in spis {
+                    if let Some(at) = core.children.iter().position(|c| c.spi_inbound == spi) {
+                        let child = core.children.remove(at);
+                        core.release_child(ctx, child);
+                    }
+                }
+                State::Established(self)
+            }
+            RequestKind::DeleteRefused(spi) => {
+                ctx.child_spis.remove(&spi);
+                State::Established(self)
+            }
+            RequestKind::RekeyChildSent(rekey) => {
+                child::rekey_response(&self, core, ctx, rekey, inner);
+                State::Established(self)
+            }
+            RequestKind::Liveness | RequestKind::SaInit | RequestKind::Auth | RequestKind::RekeyChild(_) => {
+                State::Established(self)
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! CREATE_CHILD_SA for child SAs (RFC 7296 §1.3.1, §1.3.3): rekeying a child SA, or a new
+//! one, as initiator and responder, with or without PFS. Keys come from the sealed SK_d
+//! (the IKE SA is cleared and sealed by now). IKE SA rekeys are still refused.
+//!
+//! ```text
+//! CREATE_CHILD_SA { SK { N(REKEY_SA), SA, Ni, [KEi], TSi, TSr } } -->
+//!                 <-- { SK { SA, Nr, [KEr], TSi, TSr } }
+//! INFORMATIONAL { SK { D(ESP, old) } } -->      (the rekey's initiator deletes the old SA)
+//! ```
+//!
+//! TSi and TSr name the sides of the *exchange's* initiator, which may be the original
+//! responder (§2.9). Simultaneous rekeys of one child (§2.8.1) are not resolved yet: both
+//! new SAs are kept and both old ones deleted.
+
+use super::{Core, Ctx, Established, RequestKind};
+use crate::error::{Error, Side};
+use crate::event::{ChildSa, Event};
+use crate::proposal;
+use crate::ts::{self, TrafficSelector};
+use core::net::SocketAddr;
+use enclave::{ChildSaParams, DhExchange, DhGroup, DhHandle, Enclave, Role};
+use wire::ike::{KeyExchange, Nonce, Notify, NotifyType, Payload, ProtocolId};
+
+/// A rekey we requested, held while its CREATE_CHILD_SA is outstanding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ChildRekey {
+    /// The old child's inbound SPI.
+    old: u32,
+    /// The new child's inbound SPI.
+    spi: u32,
+    nonce_i: Vec<u8>,
+    /// Our PFS value and group, when the child's first proposal asks for PFS.
+    dh: Option<(DhHandle, DhGroup)>,
+    /// The child configuration's name.
+    config: String,
+    ts_i: Vec<TrafficSelector>,
+    ts_r: Vec<TrafficSelector>,
+}
+
+impl ChildRekey {
+    /// Frees what the request holds: its SPI and its unused DH value.
+    pub(super) fn release<E: Enclave>(&self, ctx: &mut Ctx<'_, E>) {
+        ctx.child_spis.remove(&self.spi);
+        if let Some((dh, _)) = self.dh {
+            let _ = ctx.enclave.dh_delete(dh);
+        }
+    }
+}
+
+/// The request rekeying our child with inbound SPI `old`.
+pub(super) fn rekey_request<E: Enclave>(
+    core: &Core,
+    ctx: &mut Ctx<'_, E>,
+    old: u32,
+) -> Result<(ChildRekey, Vec<Payload>), Error> {
+    let child =
+        core.children.iter().find(|c| c.spi_inbound == old).ok_or(Error::UnknownChildSa { spi: old })?;
+    let config =
+        core.conn.children.iter().find(|c| c.name == child.name).ok_or(Error::UnknownChildSa { spi: old })?;
+    let spi = ctx.child_spi()?;
+    let mut rekey = ChildRekey {
+        old,
+        spi,
+        nonce_i: Vec::new(),
+        dh: None,
+        config: config.name.clone(),
+        ts_i: child.local_ts.clone(),
+        ts_r: child.remote_ts.clone(),
+    };
+    let prepared = (|| {
+        rekey.nonce_i = ctx.nonce()?;
+        if let Some(group) = config.esp_proposals.first().and_then(|p| p.groups.first().copied()) {
+            let mut public = vec![0u8; group.public_len()];
+            rekey.dh = Some((ctx.enclave.dh_generate(group, &mut public)?, group));
+            Ok::<_, Error>(Some(KeyExchange::new(wire::ike::DhGroup(group.id()), public)))
+        } else {
+            Ok(None)
+        }
+    })();
+    let ke = match prepared {
+        Ok(ke) => ke,
+        Err(e) => {
+            rekey.release(ctx);
+            return Err(e);
+        }
+    };
+    let mut payloads = vec![
+        Payload::Notify(Notify::for_child(ProtocolId::ESP, old, NotifyType::REKEY_SA, Vec::new())),
+        Payload::Sa(proposal::esp_sa_payload(&config.esp_proposals, spi, true)),
+        Payload::Nonce(Nonce { data: rekey.nonce_i.clone() }),
+    ];
+    payloads.extend(ke.map(Payload::KeyExchange));
+    payloads.push(Payload::TsInitiator(ts::to_payload(&rekey.ts_i)));
+    payloads.push(Payload::TsResponder(ts::to_payload(&rekey.ts_r)));
+    Ok((rekey, payloads))
+}
+
+/// The parts of a CREATE_CHILD_SA message.
+#[derive(Default)]
+struct Parts<'a> {
+    rekey: Option<&'a Notify>,
+    sa: Option<&'a wire::ike::Sa>,
+    nonce: Option<&'a Nonce>,
+    ke: Option<&'a KeyExchange>,
+    ts_i: Option<&'a wire::ike::TrafficSelectors>,
+    ts_r: Option<&'a wire::ike::TrafficSelectors>,
+    error: Option<NotifyType>,
+}
+
+impl<'a> Parts<'a> {
+    fn of(payloads: &'a [Payload]) -> Self {
+        let mut s = Self::default();
+        for p in payloads {
+            match p {
+                Payload::Notify(n) if n.ty == NotifyType::REKEY_SA => s.rekey = s.rekey.or(Some(n)),
+                Payload::Notify(n) if n.ty.is_error() => s.error = s.error.or(Some(n.ty)),
+                Payload::Sa(x) => s.sa = s.sa.or(Some(x)),
+                Payload::Nonce(x) => s.nonce = s.nonce.or(Some(x)),
+                Payload::KeyExchange(x) => s.ke = s.ke.or(Some(x)),
+                Payload::TsInitiator(x) => s.ts_i = s.ts_i.or(Some(x)),
+                Payload::TsResponder(x) => s.ts_r = s.ts_r.or(Some(x)),
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+/// The peer's public value for our PFS group, checked.
+fn pfs_value(ke: Option<&KeyExchange>, group: DhGroup) -> Option<&[u8]> {
+    ke.filter(|k| k.group.0 == group.id() && k.data.len() == group.public_len()).map(|k| k.data.as_slice())
+}
+
+/// The answer to our rekey: install the new child, report it, delete the old one.
+pub(super) fn rekey_response<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    rekey: ChildRekey,
+    inner: &[Payload],
+) {
+    let parts = Parts::of(inner);
+    let failed = |core: &Core, ctx: &mut Ctx<'_, E>, rekey: &ChildRekey, error: Error| {
+        rekey.release(ctx);
+        ctx.out.events.push_back(Event::ChildSaFailed { sa: core.id, child: rekey.config.clone(), error });
+    };
+    /* <-- CREATE_CHILD_SA { SK { SA, Nr, [KEr], TSi, TSr } } */
+    let (Some(sa), Some(nonce), Some(ts_i), Some(ts_r)) = (parts.sa, parts.nonce, parts.ts_i, parts.ts_r)
+    else {
+        let error = match parts.error {
+            Some(n) => super::peer_error(n),
+            None => Error::InvalidMessage { exchange: "CREATE_CHILD_SA", why: "SA, Nr, TSi or TSr missing" },
+        };
+        return failed(core, ctx, &rekey, error);
+    };
+    let Some(config) = core.conn.children.iter().find(|c| c.name == rekey.config).cloned() else {
+        return failed(core, ctx, &rekey, Error::UnknownChildSa { spi: rekey.old });
+    };
+    let Some((spi_out, esp)) = proposal::accept_esp_answer(sa, &config.esp_proposals, true) else {
+        return failed(core, ctx, &rekey, Error::NoProposalChosen { side: Side::Local });
+    };
+    let (answer_i, answer_r) = (ts::from_payload(ts_i), ts::from_payload(ts_r));
+    if !ts::within(&answer_i, &rekey.ts_i) || !ts::within(&answer_r, &rekey.ts_r) {
+        return failed(core, ctx, &rekey, Error::TsUnacceptable { side: Side::Local });
+    }
+    let pfs = match (esp.group, rekey.dh) {
+        (None, None) => None,
+        (Some(g), Some((dh, ours))) if g == ours => match pfs_value(parts.ke, g) {
+            Some(peer_public) => Some(DhExchange { dh, peer_public }),
+            None => {
+                let why = "KEr missing or not of the chosen group";
+                return failed(core, ctx, &rekey, Error::InvalidMessage { exchange: "CREATE_CHILD_SA", why });
+            }
+        },
+        _ => return failed(core, ctx, &rekey, Error::NoProposalChosen { side: Side::Local }),
+    };
+    let params = ChildSaParams {
+        role: Role::Initiator,
+        suite: esp.suite,
+        esn: esp.esn,
+        nonce_i: &rekey.nonce_i,
+        nonce_r: &nonce.data,
+        spi_inbound: rekey.spi,
+        spi_outbound: spi_out,
+    };
+    // The DH value is consumed by this call whether it succeeds or not.
+    let handles = match ctx.enclave.child_sa_create(st.ike, Some(&st.sealed_sk_d), pfs, &params) {
+        Ok(h) => h,
+        Err(e) => {
+            ctx.child_spis.remove(&rekey.spi);
+            ctx.out.events.push_back(Event::ChildSaFailed {
+                sa: core.id,
+                child: rekey.config,
+                error: e.into(),
+            });
+            return;
+        }
+    };
+    let child = ChildSa {
+        name: config.name.clone(),
+        spi_inbound: rekey.spi,
+        spi_outbound: spi_out,
+        handles,
+        suite: esp.suite,
+        esn: esp.esn,
+        local_ts: answer_i,
+        remote_ts: answer_r,
+        encapsulation: core.encapsulation(),
+        local: core.local,
+        remote: core.remote,
+        rekey_time: config.rekey_time,
+        life_time: config.life_time,
+    };
+    core.children.push(child.clone());
+    ctx.out.events.push_back(Event::ChildSaRekeyed { sa: core.id, old_spi_inbound: rekey.old, child });
+    /* INFORMATIONAL { SK { D(ESP, old) } } --> */
+    core.queue.push_front(RequestKind::DeleteChild(vec![rekey.old]));
+}
+
+/// Answers a CREATE_CHILD_SA request from the peer (a child rekey or a new child).
+pub(super) fn respond<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    id: u32,
+    to: (SocketAddr, SocketAddr),
+    inner: &[Payload],
+) {
+    let reply = match answer(st, core, ctx, inner) {
+        Ok(payloads) => payloads,
+        Err((notify, data, error)) => {
+            if let Some(error) = error {
+                let child = core.conn.children.first().map(|c| c.name.clone()).unwrap_or_default();
+                ctx.out.events.push_back(Event::ChildSaFailed { sa: core.id, child, error });
+            }
+            vec![Payload::Notify(Notify::new(notify, data))]
+        }
+    };
+    /* <-- CREATE_CHILD_SA { SK { SA, Nr, [KEr], TSi, TSr } } or { SK { N(error) } } */
+    if core.respond(ctx, st.ike, &st.choice, wire::ike::ExchangeType::CREATE_CHILD_SA, id, reply, to).is_err()
+    {
+        ctx.out.counters.drop(crate::event::DropReason::Malformed);
+    }
+}
+
+/// A refusal: the notify to send, its data, and the error to report (if any).
+type Refusal = (NotifyType, Vec<u8>, Option<Error>);
+
+/// Chooses, installs and describes the new child SA.
+fn answer<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    inner: &[Payload],
+) -> Result<Vec<Payload>, Refusal> {
+    let parts = Parts::of(inner);
+    /* CREATE_CHILD_SA { SK { [N(REKEY_SA)], SA, Ni, [KEi], TSi, TSr } } --> */
+    let (Some(sa), Some(nonce), Some(ts_i), Some(ts_r)) = (parts.sa, parts.nonce, parts.ts_i, parts.ts_r)
+    else {
+        return Err((NotifyType::INVALID_SYNTAX, Vec::new(), None));
+    };
+    if sa.proposals.iter().any(|p| p.protocol == ProtocolId::IKE) {
+        // IKE SA rekeying comes later (§1.3.2); the peer keeps the IKE SA it has.
+        return Err((NotifyType::NO_ADDITIONAL_SAS, Vec::new(), None));
+    }
+    let old = match parts.rekey {
+        None => None,
+        Some(n) => match n.child_spi().and_then(|spi| core.children.iter().find(|c| c.spi_outbound == spi)) {
+            Some(c) => Some(c.clone()),
+            None => return Err((NotifyType::CHILD_SA_NOT_FOUND, Vec::new(), None)),
+        },
+    };
+    let (proposed_i, proposed_r) = (ts::from_payload(ts_i), ts::from_payload(ts_r));
+    let mut refusal: Refusal =
+        (NotifyType::TS_UNACCEPTABLE, Vec::new(), Some(Error::TsUnacceptable { side: Side::Local }));
+    let configs = core.conn.children.iter().filter(|c| old.as_ref().is_none_or(|o| o.name == c.name));
+    for config in configs {
+        let remote: Vec<_> = config.remote_ts.iter().map(|t| t.resolve(core.remote.ip())).collect();
+        let local: Vec<_> = config.local_ts.iter().map(|t| t.resolve(core.local.ip())).collect();
+        let (narrow_i, narrow_r) = (ts::narrow(&proposed_i, &remote), ts::narrow(&proposed_r, &local));
+        if narrow_i.is_empty() || narrow_r.is_empty() {
+            continue;
+        }
+        let Some((number, spi_out, esp)) = proposal::select_esp(sa, &config.esp_proposals, true) else {
+            refusal = (
+                NotifyType::NO_PROPOSAL_CHOSEN,
+                Vec::new(),
+                Some(Error::NoProposalChosen { side: Side::Local }),
+            );
+            continue;
+        };
+        let peer_public = match esp.group {
+            None => None,
+            Some(g) => match pfs_value(parts.ke, g) {
+                Some(p) => Some((g, p)),
+                // §1.3: the initiator guessed another group; tell it ours.
+                None => return Err((NotifyType::INVALID_KE_PAYLOAD, g.id().to_be_bytes().to_vec(), None)),
+            },
+        };
+        let internal = |e: Error| (NotifyType::NO_PROPOSAL_CHOSEN, Vec::new(), Some(e));
+        let nonce_r = ctx.nonce().map_err(internal)?;
+        let spi = ctx.child_spi().map_err(internal)?;
+        let mut ke_r = None;
+        let pfs = match peer_public {
+            None => None,
+            Some((g, peer)) => {
+                let mut public = vec![0u8; g.public_len()];
+                match ctx.enclave.dh_generate(g, &mut public) {
+                    Ok(dh) => {
+                        ke_r = Some(KeyExchange::new(wire::ike::DhGroup(g.id()), public));
+                        Some(DhExchange { dh, peer_public: peer })
+                    }
+                    Err(e) => {
+                        ctx.child_spis.remove(&spi);
+                        return Err(internal(e.into()));
+                    }
+                }
+            }
+        };
+        let params = ChildSaParams {
+            role: Role::Responder,
+            suite: esp.suite,
+            esn: esp.esn,
+            nonce_i: &nonce.data,
+            nonce_r: &nonce_r,
+            spi_inbound: spi,
+            spi_outbound: spi_out,
+        };
+        let handles = match ctx.enclave.child_sa_create(st.ike, Some(&st.sealed_sk_d), pfs, &params) {
+            Ok(h) => h,
+            Err(e) => {
+                ctx.child_spis.remove(&spi);
+                return Err(internal(e.into()));
+            }
+        };
+        let mut reply = vec![
+            Payload::Sa(proposal::esp_answer(number, spi, &esp)),
+            Payload::Nonce(Nonce { data: nonce_r }),
+        ];
+        reply.extend(ke_r.map(Payload::KeyExchange));
+        reply.push(Payload::TsInitiator(ts::to_payload(&narrow_i)));
+        reply.push(Payload::TsResponder(ts::to_payload(&narrow_r)));
+        let child = ChildSa {
+            name: config.name.clone(),
+            spi_inbound: spi,
+            spi_outbound: spi_out,
+            handles,
+            suite: esp.suite,
+            esn: esp.esn,
+            local_ts: narrow_r,
+            remote_ts: narrow_i,
+            encapsulation: core.encapsulation(),
+            local: core.local,
+            remote: core.remote,
+            rekey_time: config.rekey_time,
+            life_time: config.life_time,
+        };
+        core.children.push(child.clone());
+        ctx.out.events.push_back(match old {
+            Some(o) => Event::ChildSaRekeyed { sa: core.id, old_spi_inbound: o.spi_inbound, child },
+            None => Event::ChildSaReady { sa: core.id, child },
+        });
+        return Ok(reply);
+    }
+    Err(refusal)
+}
