@@ -398,6 +398,18 @@ impl Host {
         Ok(())
     }
 
+    /// The recorded death only, without a system call: for the per-batch ESP path, where a
+    /// `poll` of the pidfd (about 0.2 µs) per batch was a tenth of a crossing. A death is
+    /// still noticed within one spin period, when [`Self::collect`] falls asleep on the
+    /// completion doorbell and looks at the pidfd.
+    fn known_dead(&self) -> std::result::Result<(), ProcessError> {
+        match &self.dead {
+            Some(e) => Err(e.clone()),
+            None if self.running.is_none() => Err(ProcessError::Protocol { why: "not running" }),
+            None => Ok(()),
+        }
+    }
+
     /// Synchronous calls need the rings to themselves.
     fn idle(&self) -> std::result::Result<(), ProcessError> {
         if self.in_flight == 0 {
@@ -541,7 +553,7 @@ impl Host {
             return Err(Error::BatchTooLarge { descriptors: descriptors.len(), max: self.limits.max_batch });
         }
         status.fill(EspStatus::NotProcessed);
-        self.alive()?;
+        self.known_dead()?;
         self.idle()?;
         let area = self.layout.packet_range();
         let zero_copy = self.shm.contains_slice(packets) == Some(area.start) && packets.len() == area.len();
@@ -624,7 +636,7 @@ impl Host {
         if descriptors.len() > self.limits.max_batch {
             return Err(Error::BatchTooLarge { descriptors: descriptors.len(), max: self.limits.max_batch });
         }
-        self.alive()?;
+        self.known_dead()?;
         let count = len_u32(descriptors.len());
         let capacity = self.layout.geometry.slots;
         if self.in_flight.saturating_add(count) > capacity {
