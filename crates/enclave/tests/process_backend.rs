@@ -441,6 +441,11 @@ fn a_restarted_enclave_restores_its_ike_sa_from_sealed_state_and_rekeys_children
 
     let pid = a.pid().unwrap();
     assert_eq!(unsafe_kill(pid), 0);
+    // SIGKILL is delivered asynchronously: wait (bounded) until the death is visible.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while a.check().is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     assert!(matches!(a.check(), Err(ProcessError::Died { .. })));
     a.restart(config(1), &pk).unwrap();
 
