@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the ESP data plane from a static SA configuration until SIGINT/SIGTERM.
+    Dataplane(cmd::dataplane::Args),
     /// Decode an IKEv2 message or ESP/IP packet given as hex or a file, and print its structure.
     Decode(cmd::decode::Args),
     /// Run one tenant's hardened enclave process (started by the gateway, not by hand).
@@ -27,6 +29,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Dataplane(args) => cmd::dataplane::run(args),
         Command::Decode(args) => cmd::decode::run(args),
         Command::EnclaveProcess(args) => cmd::enclave_process::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),

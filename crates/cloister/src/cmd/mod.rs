@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub(crate) mod dataplane;
 pub(crate) mod decode;
 pub(crate) mod enclave_process;
 pub(crate) mod simulate;

@@ -1,0 +1,376 @@
+//! The data plane's configuration file: a `[dataplane]` table (TUN device, routes, workers)
+//! next to the ESP core's static `[[sa]]` and `[[policy]]` tables
+//! ([`esp::config::StaticConfig`], documented there).
+//!
+//! ```toml
+//! [dataplane]
+//! tun = "cloister0"                   # the TUN device to create
+//! tun_mtu = 1376                      # default: 1500 less the largest ESP overhead (121)
+//! tun_addresses = ["198.18.10.1/32"]  # optional
+//! routes = ["198.18.20.0/24", "2001:db8:b::/48"]   # sent into the TUN device
+//! workers = 2                         # default: the available cores
+//! batch = 64                          # packets per enclave crossing, at most 256
+//! offload = true                      # TUN TSO/USO/checksum and UDP GSO/GRO, where accepted
+//!
+//! [[sa]]
+//! # ... see esp::config
+//! ```
+//!
+//! The sockets follow from the SAs: one UDP socket per worker for each distinct local
+//! address and port of the ESP-in-UDP SAs (they are the listen addresses), and one raw ESP
+//! socket per address family that raw-ESP SAs use. Raw keys (`key = { raw_encryption = .. }`)
+//! are for tests and debugging only; error messages never quote values from the file.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+use cio::netdev::Prefix;
+use esp::config::{KeyMaterial, StaticConfig, StaticPolicy, StaticSa, ValidatedConfig};
+use esp::Encapsulation;
+use serde::Deserialize;
+
+use crate::Error;
+
+/// The ESP overhead the default TUN MTU leaves room for: outer IPv6 (40), UDP (8), ESP
+/// header (8), a CBC IV (16), up to 15 bytes of padding, the trailer (2) and a 32-byte ICV.
+pub const MAX_OVERHEAD: u16 = 40 + 8 + 8 + 16 + 15 + 2 + 32;
+/// The default TUN MTU: a 1500-byte path less [`MAX_OVERHEAD`], rounded down to 8.
+pub const DEFAULT_TUN_MTU: u16 = (1500 - MAX_OVERHEAD) / 8 * 8;
+/// The largest batch (the enclave's default descriptor limit).
+pub const MAX_BATCH: usize = 256;
+
+/// The whole file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    dataplane: Option<RawSettings>,
+    #[serde(default)]
+    sa: Vec<StaticSa>,
+    #[serde(default)]
+    policy: Vec<StaticPolicy>,
+}
+
+/// The `[dataplane]` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    #[serde(default)]
+    tun: Option<String>,
+    #[serde(default)]
+    tun_mtu: Option<u16>,
+    #[serde(default)]
+    tun_addresses: Vec<String>,
+    #[serde(default)]
+    routes: Vec<String>,
+    #[serde(default)]
+    workers: Option<usize>,
+    #[serde(default)]
+    batch: Option<usize>,
+    #[serde(default)]
+    offload: Option<bool>,
+}
+
+/// The `[dataplane]` settings, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The TUN device's name.
+    pub tun: String,
+    /// Its MTU.
+    pub tun_mtu: u16,
+    /// Addresses to give it.
+    pub tun_addresses: Vec<Prefix>,
+    /// Prefixes routed into it.
+    pub routes: Vec<Prefix>,
+    /// Worker threads; `None`: the available cores.
+    pub workers: Option<usize>,
+    /// Packets read per batch.
+    pub batch: usize,
+    /// Ask the kernel for offloads.
+    pub offload: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            tun: "cloister0".to_owned(),
+            tun_mtu: DEFAULT_TUN_MTU,
+            tun_addresses: Vec::new(),
+            routes: Vec::new(),
+            workers: None,
+            batch: 64,
+            offload: true,
+        }
+    }
+}
+
+/// A checked configuration: settings and the validated SAs and policies (with their keys,
+/// which go to the enclave at start and nowhere else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The `[dataplane]` table.
+    pub settings: Settings,
+    /// The SAs and policies.
+    pub esp: ValidatedConfig,
+}
+
+/// A toml error as a message that quotes nothing from the file (values could be keys):
+/// the position, and the parser's message with quoted values and numbers elided.
+fn redacted(text: &str, e: &toml::de::Error) -> String {
+    let at = e
+        .span()
+        .map(|s| {
+            let before = text.get(..s.start).unwrap_or("");
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {col}: ")
+        })
+        .unwrap_or_default();
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    let mut held = String::new();
+    for c in e.message().chars() {
+        match quote {
+            None if c == '"' || c == '`' || c == '\'' => {
+                quote = Some(c);
+                held.clear();
+            }
+            None => out.push(c),
+            Some(q) if c == q => {
+                // Names of fields are useful and harmless; anything with digits, or any
+                // string value, is elided.
+                let is_name = q == '`' && held.chars().all(|ch| ch.is_ascii_lowercase() || ch == '_');
+                if is_name {
+                    out.push('`');
+                    out.push_str(&held);
+                    out.push('`');
+                } else {
+                    out.push_str("<elided>");
+                }
+                quote = None;
+            }
+            Some(_) => held.push(c),
+        }
+    }
+    if quote.is_some() {
+        out.push_str("<elided>");
+    }
+    format!("{at}{}", out.trim_end())
+}
+
+fn prefixes(list: &[String], field: &'static str) -> Result<Vec<Prefix>, Error> {
+    list.iter()
+        .map(|s| {
+            s.parse::<Prefix>().map_err(|_| Error::Config {
+                field,
+                why: "not an address or prefix like 198.18.0.0/24".into(),
+            })
+        })
+        .collect()
+}
+
+impl Config {
+    /// Parses and checks a configuration file's text.
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let file: File =
+            toml::from_str(text).map_err(|e| Error::Config { field: "file", why: redacted(text, &e) })?;
+        let mut statics = StaticConfig { sas: file.sa, policies: file.policy };
+        let esp = statics.validate();
+        // The hex strings held the keys too: overwrite them whatever the outcome.
+        for sa in &mut statics.sas {
+            for hex in [&mut sa.key.raw_encryption, &mut sa.key.raw_integrity, &mut sa.key.wrapped] {
+                if let Some(h) = hex.take() {
+                    let mut bytes = h.into_bytes();
+                    bytes.fill(0);
+                    std::hint::black_box(&bytes);
+                }
+            }
+        }
+        let esp = esp?;
+        let defaults = Settings::default();
+        let settings = match file.dataplane {
+            None => defaults,
+            Some(r) => {
+                let tun = r.tun.unwrap_or(defaults.tun);
+                if tun.is_empty()
+                    || tun.len() > 15
+                    || tun.contains(['/', '\0'])
+                    || tun.contains(char::is_whitespace)
+                {
+                    return Err(Error::Config {
+                        field: "dataplane.tun",
+                        why: "1 to 15 characters, no '/'".into(),
+                    });
+                }
+                let tun_mtu = r.tun_mtu.unwrap_or(defaults.tun_mtu);
+                if tun_mtu < 1280 {
+                    // IPv6 needs 1280 on every link (RFC 8200 §5).
+                    return Err(Error::Config { field: "dataplane.tun_mtu", why: "at least 1280".into() });
+                }
+                let batch = r.batch.unwrap_or(defaults.batch);
+                if batch == 0 || batch > MAX_BATCH {
+                    return Err(Error::Config { field: "dataplane.batch", why: format!("1 to {MAX_BATCH}") });
+                }
+                if r.workers == Some(0) || r.workers.is_some_and(|w| w > 64) {
+                    return Err(Error::Config { field: "dataplane.workers", why: "1 to 64".into() });
+                }
+                Settings {
+                    tun,
+                    tun_mtu,
+                    tun_addresses: prefixes(&r.tun_addresses, "dataplane.tun_addresses")?,
+                    routes: prefixes(&r.routes, "dataplane.routes")?,
+                    workers: r.workers,
+                    batch,
+                    offload: r.offload.unwrap_or(true),
+                }
+            }
+        };
+        Ok(Self { settings, esp })
+    }
+
+    /// Whether any SA carries raw keys (which only `static-keys` builds can install).
+    pub fn has_raw_keys(&self) -> bool {
+        self.esp.sas.iter().any(|sa| matches!(sa.keys, KeyMaterial::Raw { .. }))
+    }
+
+    /// Overwrites the raw key bytes held in this configuration with zeros; call it once
+    /// the data plane has started and the keys are in the enclave.
+    pub fn wipe_keys(&mut self) {
+        for sa in &mut self.esp.sas {
+            match &mut sa.keys {
+                KeyMaterial::Raw { encryption, integrity } => {
+                    encryption.fill(0);
+                    integrity.fill(0);
+                    // Keep the stores: the vectors are dropped later, unread.
+                    std::hint::black_box((&encryption, &integrity));
+                }
+                KeyMaterial::Wrapped(blob) => {
+                    blob.fill(0);
+                    std::hint::black_box(&blob);
+                }
+            }
+        }
+    }
+
+    /// The UDP addresses to listen on: every local endpoint of an ESP-in-UDP SA.
+    pub fn udp_listeners(&self) -> Vec<SocketAddr> {
+        let set: BTreeSet<SocketAddr> = self
+            .esp
+            .sas
+            .iter()
+            .filter_map(|sa| match sa.config.encapsulation {
+                Encapsulation::Udp { local_port, .. } => Some(SocketAddr::new(sa.config.local, local_port)),
+                Encapsulation::Esp => None,
+            })
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// The families (`false`: IPv4, `true`: IPv6) that raw-ESP SAs use.
+    pub fn raw_families(&self) -> Vec<bool> {
+        let set: BTreeSet<bool> = self
+            .esp
+            .sas
+            .iter()
+            .filter(|sa| sa.config.encapsulation == Encapsulation::Esp)
+            .map(|sa| sa.config.local.is_ipv6())
+            .collect();
+        set.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "000102030405060708090a0b0c0d0e0f10111213";
+
+    fn sample(extra: &str) -> String {
+        format!(
+            r#"
+            [dataplane]
+            tun = "clt0"
+            routes = ["198.18.20.0/24", "2001:db8:b::/48"]
+            workers = 2
+            {extra}
+
+            [[sa]]
+            name = "out"
+            direction = "out"
+            spi = 0x1001
+            local = "198.18.0.1"
+            remote = "198.18.0.2"
+            encryption = "aes-gcm-16-128"
+            udp_encap = {{}}
+            local_ts = ["198.18.10.0/24"]
+            remote_ts = ["198.18.20.0/24"]
+            key = {{ raw_encryption = "{KEY}" }}
+
+            [[sa]]
+            name = "in"
+            direction = "in"
+            spi = 0x2001
+            local = "2001:db8::1"
+            remote = "2001:db8::2"
+            encryption = "aes-gcm-16-128"
+            local_ts = ["2001:db8:a::/48"]
+            remote_ts = ["2001:db8:b::/48"]
+            key = {{ raw_encryption = "{KEY}" }}
+
+            [[policy]]
+            local = "198.18.10.0/24"
+            remote = "198.18.20.0/24"
+            action = "protect"
+            sa = "out"
+            "#
+        )
+    }
+
+    #[test]
+    fn a_file_parses_into_settings_and_sas() {
+        let c = Config::parse(&sample("")).unwrap();
+        assert_eq!(c.settings.tun, "clt0");
+        assert_eq!(c.settings.tun_mtu, DEFAULT_TUN_MTU);
+        assert_eq!(c.settings.routes.len(), 2);
+        assert_eq!(c.settings.workers, Some(2));
+        assert_eq!(c.esp.sas.len(), 2);
+        assert_eq!(c.udp_listeners(), vec!["198.18.0.1:4500".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(c.raw_families(), vec![true]);
+        assert_eq!(DEFAULT_TUN_MTU, 1376);
+        assert!(c.has_raw_keys());
+        let mut c = c;
+        c.wipe_keys();
+        assert!(c.esp.sas.iter().all(|s| match &s.keys {
+            KeyMaterial::Raw { encryption, .. } => encryption.iter().all(|&b| b == 0),
+            KeyMaterial::Wrapped(_) => false,
+        }));
+    }
+
+    #[test]
+    fn bad_settings_name_their_field() {
+        let field = |extra: &str| match Config::parse(&sample(extra)) {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field("tun_mtu = 1000"), "dataplane.tun_mtu");
+        assert_eq!(field("batch = 0"), "dataplane.batch");
+        assert_eq!(field("tun_addresses = [\"nope\"]"), "dataplane.tun_addresses");
+        assert_eq!(field("wrokers = 3"), "file");
+    }
+
+    #[test]
+    fn parse_errors_quote_no_values_from_the_file() {
+        // A key in the wrong type, and a syntax error on a key's line.
+        let text = sample("").replace(&format!("raw_encryption = \"{KEY}\""), "raw_encryption = 0x1234567");
+        let e = Config::parse(&text).unwrap_err().to_string();
+        assert!(!e.contains("1234567") && !e.contains("19088743"), "{e}");
+        assert!(e.contains("line"), "{e}");
+        let text = sample("").replacen(&format!("\"{KEY}\""), &format!("\"{KEY}"), 1);
+        let e = Config::parse(&text).unwrap_err().to_string();
+        assert!(!e.contains(KEY) && !e.contains("0001020304"), "{e}");
+        // Validation errors of the ESP tables name the entry and field only.
+        let text = sample("").replacen(KEY, "0011", 1);
+        let e = Config::parse(&text).unwrap_err().to_string();
+        assert!(e.contains("sa[0].key.raw_encryption") && !e.contains("0011"), "{e}");
+    }
+}

@@ -1,0 +1,314 @@
+//! Cloister's ESP data plane runtime: worker threads that join packet I/O ([`cio`]), the
+//! sans-IO ESP core ([`esp`]) and the tenant's enclave.
+//!
+//! ```text
+//!            TUN queue i ──read/GSO cut──▶ batch ──encapsulate (1 crossing)──▶ sendmmsg ──▶ peer
+//! worker i:
+//!   peer ──▶ recvmmsg (GRO cut) ──▶ batch ──decapsulate (1 crossing)──▶ write ──▶ TUN queue i
+//! ```
+//!
+//! What it does: creates the TUN device (one queue per worker, offloads as the kernel
+//! accepts), its MTU, addresses and routes; binds one UDP socket per worker for each
+//! ESP-in-UDP endpoint (`SO_REUSEPORT`) and one raw ESP socket per family, shared; installs
+//! the static SAs and policies ([`config::Config`]) with their keys going straight into the
+//! enclave; runs `N` workers (default: the available cores) until [`Dataplane::stop`];
+//! counts every packet and every drop per worker ([`stats`]); evaluates SA lifetimes when
+//! the caller ticks it ([`Dataplane::handle_timeout`]).
+//!
+//! What it does not do: IKE (messages on the NAT-T port are counted and dropped), clear-text
+//! forwarding of BYPASS traffic (counted and dropped), signal handling or printing (the
+//! binary does), rekeying.
+//!
+//! Known limit: the tenant has one enclave instance, locked for each batch (see [`worker`]
+//! for why this keeps the enclave's increasing-sequence-number rule on every worker); so
+//! cryptography is serialised across workers and the workers parallelise I/O.
+#![forbid(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod config;
+mod error;
+pub mod keys;
+pub mod stats;
+pub mod worker;
+
+use core::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use cio::raw_esp::RawEspSocket;
+use cio::tun::{Tun, TunOffloads};
+use cio::udp::{UdpOffloads, UdpSocket};
+use cio::{netdev, poll::EventFd};
+use enclave::{Enclave, EspSaHandle};
+use esp::config::{Installed, KeyRequest};
+use esp::{DropReason, LifetimeEvent, Sad, Spd, HEADROOM, TAILROOM};
+
+pub use config::{Config, Settings};
+pub use error::Error;
+pub use stats::{Counter, IoDrop, WorkerSnapshot, WorkerStats};
+
+use worker::{Shared, Tables, Worker, WorkerIo};
+
+/// The offloads the kernel accepted, for the start-up line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offloads {
+    /// The TUN device's.
+    pub tun: TunOffloads,
+    /// The UDP sockets' (`None` without ESP-in-UDP SAs).
+    pub udp: Option<UdpOffloads>,
+}
+
+impl fmt::Display for Offloads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tun {}", self.tun)?;
+        match self.udp {
+            Some(u) => write!(f, ", udp {u}"),
+            None => f.write_str(", udp unused"),
+        }
+    }
+}
+
+/// One SA's usage and drops, for the exit report (no key material).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaReport {
+    /// `in` or `out` and the SA's name or SPI.
+    pub sa: String,
+    /// Inner packets it carried.
+    pub packets: u64,
+    /// Inner bytes it carried.
+    pub bytes: u64,
+    /// Its drops by reason.
+    pub drops: Vec<(DropReason, u64)>,
+}
+
+impl fmt::Display for SaReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sa {}: packets={} bytes={}", self.sa, self.packets, self.bytes)?;
+        for (r, n) in &self.drops {
+            write!(f, " drop.{r}={n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`Dataplane::stop`] leaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopReport {
+    /// Each worker's final counts.
+    pub workers: Vec<WorkerSnapshot>,
+    /// Workers whose thread panicked (a bug: every packet path counts instead).
+    pub panicked: Vec<usize>,
+}
+
+/// A running data plane.
+pub struct Dataplane<E: Enclave + 'static> {
+    shared: Arc<Shared<E>>,
+    threads: Vec<Option<JoinHandle<()>>>,
+    stats: Vec<Arc<WorkerStats>>,
+    offloads: Offloads,
+    tun: String,
+    installed: Installed,
+    udp: Vec<SocketAddr>,
+    raw: Vec<bool>,
+}
+
+impl<E: Enclave + 'static> fmt::Debug for Dataplane<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dataplane")
+            .field("tun", &self.tun)
+            .field("workers", &self.threads.len())
+            .field("offloads", &self.offloads)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The slot length for a TUN MTU: the largest inner packet plus the ESP core's head- and
+/// tailroom, and at least a 1500-byte outer datagram behind an outer IPv6 header.
+fn slot_len(tun_mtu: u16) -> usize {
+    let inner = usize::from(tun_mtu) + HEADROOM + TAILROOM;
+    let outer = 1500 + HEADROOM + 40;
+    inner.max(outer).max(2048).next_multiple_of(64)
+}
+
+impl<E: Enclave + 'static> Dataplane<E> {
+    /// Installs `config`'s SAs (each SA's keys go to `enclave` through `install_keys`, and
+    /// nowhere else), sets up the TUN device and sockets, and starts the workers.
+    ///
+    /// Call it from the thread (and so the network namespace) the data plane is to live in.
+    pub fn start<F>(config: &Config, mut enclave: E, mut install_keys: F) -> Result<Self, Error>
+    where
+        F: FnMut(&mut E, &KeyRequest<'_>) -> Result<EspSaHandle, enclave::Error>,
+    {
+        let settings = &config.settings;
+        let n = settings
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .clamp(1, 64);
+        let (mut sad, mut spd) = (Sad::new(), Spd::new());
+        let installed =
+            config.esp.install(&mut sad, &mut spd, Instant::now(), |r| install_keys(&mut enclave, r))?;
+
+        let tun = Tun::open(&settings.tun, n, settings.offload)?;
+        let name = tun.name().to_owned();
+        netdev::set_mtu(&name, u32::from(settings.tun_mtu))?;
+        netdev::set_up(&name)?;
+        for a in &settings.tun_addresses {
+            netdev::add_address(&name, *a)?;
+        }
+        for r in &settings.routes {
+            netdev::add_route(&name, *r)?;
+        }
+        let tun_offloads = tun.offloads();
+
+        let udp_addrs = config.udp_listeners();
+        let mut udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
+        for addr in &udp_addrs {
+            for sockets in &mut udp {
+                sockets.push(UdpSocket::bind(*addr, true, settings.offload)?);
+            }
+        }
+        let udp_offloads = udp.first().and_then(|s| s.first()).map(UdpSocket::offloads);
+        let raw_families = config.raw_families();
+        let raw: Vec<Arc<RawEspSocket>> =
+            raw_families.iter().map(|&v6| RawEspSocket::open(v6).map(Arc::new)).collect::<Result<_, _>>()?;
+
+        let shared = Arc::new(Shared {
+            tables: RwLock::new(Tables { sad, spd }),
+            enclave: Mutex::new(enclave),
+            stop: AtomicBool::new(false),
+            wake: EventFd::new()?,
+        });
+        let slot = slot_len(settings.tun_mtu);
+        let mut dp = Self {
+            shared: Arc::clone(&shared),
+            threads: Vec::with_capacity(n),
+            stats: Vec::with_capacity(n),
+            offloads: Offloads { tun: tun_offloads, udp: udp_offloads },
+            tun: name,
+            installed,
+            udp: udp_addrs,
+            raw: raw_families,
+        };
+        for (i, (queue, udp)) in tun.into_queues().into_iter().zip(udp).enumerate() {
+            let stats = Arc::new(WorkerStats::default());
+            let io = WorkerIo { tun: queue, udp, raw: raw.clone() };
+            let w = Worker::new(Arc::clone(&shared), Arc::clone(&stats), io, settings.batch, slot);
+            let spawned = std::thread::Builder::new().name(format!("cloister-dp{i}")).spawn(move || w.run());
+            match spawned {
+                Ok(h) => {
+                    dp.threads.push(Some(h));
+                    dp.stats.push(stats);
+                }
+                // Dropping `dp` stops and joins the workers started so far.
+                Err(source) => return Err(Error::Spawn { index: i, source }),
+            }
+        }
+        Ok(dp)
+    }
+
+    /// The offloads the kernel accepted.
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
+    }
+
+    /// The TUN device's name.
+    pub fn tun_name(&self) -> &str {
+        &self.tun
+    }
+
+    /// How many workers run.
+    pub fn workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// The UDP addresses listened on, and the raw ESP families (`true`: IPv6).
+    pub fn listeners(&self) -> (&[SocketAddr], &[bool]) {
+        (&self.udp, &self.raw)
+    }
+
+    /// Every worker's counts now.
+    pub fn snapshot(&self) -> Vec<WorkerSnapshot> {
+        self.stats.iter().enumerate().map(|(i, s)| s.snapshot(i)).collect()
+    }
+
+    /// Evaluates SA lifetimes at `now` (call it every second or so) and returns the events:
+    /// with no IKE engine attached, a hard expiry only stops the SA's traffic.
+    pub fn handle_timeout(&self, now: Instant) -> Vec<LifetimeEvent> {
+        let Ok(mut t) = self.shared.tables.write() else { return Vec::new() };
+        t.sad.handle_timeout(now);
+        core::iter::from_fn(|| t.sad.poll_event()).take(1024).collect()
+    }
+
+    /// Each installed SA's usage and drops.
+    pub fn sa_reports(&self) -> Vec<SaReport> {
+        let Ok(t) = self.shared.tables.read() else { return Vec::new() };
+        let mut out = Vec::new();
+        for (name, id, _) in &self.installed.outbound {
+            if let Some(sa) = t.sad.outbound(*id) {
+                let (packets, bytes) = sa.runtime().usage();
+                let drops = sa.runtime().drops().snapshot().nonzero().collect();
+                out.push(SaReport {
+                    sa: format!("out {name} spi {:#010x}", sa.config().spi),
+                    packets,
+                    bytes,
+                    drops,
+                });
+            }
+        }
+        for (spi, _) in &self.installed.inbound {
+            if let Some(sa) = t.sad.inbound(*spi) {
+                let (packets, bytes) = sa.runtime().usage();
+                let drops = sa.runtime().drops().snapshot().nonzero().collect();
+                out.push(SaReport { sa: format!("in spi {spi:#010x}"), packets, bytes, drops });
+            }
+        }
+        out
+    }
+
+    /// Stops the workers, waits for them, and returns their final counts.
+    pub fn stop(mut self) -> StopReport {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> StopReport {
+        self.shared.stop.store(true, Ordering::Release);
+        let _ = self.shared.wake.notify();
+        let mut panicked = Vec::new();
+        for (i, t) in self.threads.iter_mut().enumerate() {
+            // Each worker checks the flag at least every POLL_TIMEOUT and after each batch.
+            if let Some(h) = t.take() {
+                if h.join().is_err() {
+                    panicked.push(i);
+                }
+            }
+        }
+        StopReport { workers: self.snapshot(), panicked }
+    }
+}
+
+impl<E: Enclave + 'static> Drop for Dataplane<E> {
+    fn drop(&mut self) {
+        if self.threads.iter().any(Option::is_some) {
+            self.shutdown();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_hold_an_mtu_sized_packet_with_room() {
+        assert_eq!(slot_len(1376), 2048);
+        assert!(slot_len(9000) >= 9000 + HEADROOM + TAILROOM);
+        let o = Offloads {
+            tun: TunOffloads { csum: true, tso4: true, ..TunOffloads::default() },
+            udp: Some(UdpOffloads { gso: true, gro: false }),
+        };
+        assert_eq!(o.to_string(), "tun csum+tso4, udp gso");
+    }
+}

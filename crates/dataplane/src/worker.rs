@@ -1,0 +1,494 @@
+//! One worker thread: its TUN queue, its UDP sockets, the shared raw ESP sockets, and an
+//! [`esp::Worker`] with its batch area.
+//!
+//! The loop, bounded in every step:
+//!
+//! 1. outbound: read up to `batch` IP packets from the TUN queue (cutting TSO/USO
+//!    super-packets into their segments; a super-packet that does not fit the rest of the
+//!    batch continues in the next one), encapsulate them with **one** enclave crossing,
+//!    send the ESP packets with `sendmmsg` (UDP GSO where accepted), write ICMP errors
+//!    back into the TUN queue;
+//! 2. inbound: for each socket, one `recvmmsg` (GRO bursts cut into datagrams), decapsulate
+//!    with one crossing per full batch, write the inner packets into the TUN queue;
+//! 3. when neither found work, `poll` all descriptors and the stop eventfd, at most
+//!    [`POLL_TIMEOUT`].
+//!
+//! The enclave of the tenant is one instance behind a mutex, held for a whole
+//! `encapsulate`/`decapsulate` call: sequence numbers are drawn and handed to the enclave
+//! under the same lock, so the enclave sees each outbound SA's numbers in increasing order
+//! whichever worker read the packets (it refuses numbers that do not increase, to rule out
+//! IV reuse). That is why every worker may read its TUN queue; the price is that the
+//! crossings of all workers are serialised, so workers add parallel I/O, not parallel
+//! cryptography.
+
+use core::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use cio::gso::Segments;
+use cio::poll::{self, EventFd};
+use cio::raw_esp::RawEspSocket;
+use cio::tun::{TunQueue, MAX_READ};
+use cio::udp::UdpSocket;
+use cio::vnet::{VnetHeader, VNET_HDR_LEN};
+use cio::{Datagram, Outgoing, RecvBuffers};
+use enclave::Enclave;
+use esp::{Action, Batch, Encapsulation, Frame, Packet, Sad, Spd, HEADROOM, TAILROOM};
+use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
+
+use crate::stats::{Counter, IoDrop, WorkerStats};
+
+/// The longest a worker sleeps without checking the stop flag.
+pub const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The SA and policy tables every worker reads.
+#[derive(Debug, Default)]
+pub(crate) struct Tables {
+    pub(crate) sad: Sad,
+    pub(crate) spd: Spd,
+}
+
+/// What the workers share with the control thread.
+#[derive(Debug)]
+pub(crate) struct Shared<E> {
+    pub(crate) tables: RwLock<Tables>,
+    pub(crate) enclave: Mutex<E>,
+    pub(crate) stop: std::sync::atomic::AtomicBool,
+    pub(crate) wake: EventFd,
+}
+
+impl<E> Shared<E> {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Stops every worker (a poisoned lock means another worker panicked mid-batch).
+    fn halt(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.wake.notify();
+    }
+}
+
+/// The descriptors a worker owns or shares.
+#[derive(Debug)]
+pub(crate) struct WorkerIo {
+    pub(crate) tun: TunQueue,
+    pub(crate) udp: Vec<UdpSocket>,
+    pub(crate) raw: Vec<Arc<RawEspSocket>>,
+}
+
+/// A super-packet read from the TUN queue, partly written into batches.
+#[derive(Debug, Clone, Copy)]
+struct PendingRead {
+    len: usize,
+    next: usize,
+}
+
+/// One worker's state.
+pub(crate) struct Worker<E> {
+    shared: Arc<Shared<E>>,
+    stats: Arc<WorkerStats>,
+    io: WorkerIo,
+    esp: esp::Worker,
+    area: Vec<u8>,
+    packets: Vec<Packet>,
+    slot_len: usize,
+    fill: usize,
+    staging: Vec<u8>,
+    pending: Option<PendingRead>,
+    rx: RecvBuffers,
+}
+
+/// The TOS / traffic class byte of an outer IP header.
+fn outer_tos(ip: &[u8]) -> u8 {
+    match (ip.first(), ip.get(1)) {
+        (Some(&b0), Some(&b1)) if b0 >> 4 == 4 => b1,
+        (Some(&b0), Some(&b1)) if b0 >> 4 == 6 => (b0 << 4) | (b1 >> 4),
+        _ => 0,
+    }
+}
+
+/// The ESP-in-UDP datagram of an encapsulated packet, if `local` is the socket for it.
+fn udp_outgoing<'a>(p: &Packet, bytes: &'a [u8], local: SocketAddr) -> Option<Outgoing<'a>> {
+    let Action::Transmit(t) = p.action else { return None };
+    let Encapsulation::Udp { local_port, remote_port } = t.encapsulation else { return None };
+    if local.port() != local_port || local.ip() != t.local {
+        return None;
+    }
+    let esp = bytes.get(t.esp_offset.checked_sub(p.offset)?..)?;
+    Some(Outgoing { dst: SocketAddr::new(t.remote, remote_port), tos: outer_tos(bytes), bytes: esp })
+}
+
+/// The raw outer packet of an encapsulated packet, if `v6` is its family.
+fn raw_outgoing<'a>(p: &Packet, bytes: &'a [u8], v6: bool) -> Option<Outgoing<'a>> {
+    let Action::Transmit(t) = p.action else { return None };
+    if t.encapsulation != Encapsulation::Esp || t.remote.is_ipv6() != v6 {
+        return None;
+    }
+    Some(Outgoing { dst: SocketAddr::new(t.remote, 0), tos: 0, bytes })
+}
+
+/// Puts a received ESP-in-UDP payload into the next slot.
+fn push_udp(batch: &mut Batch<'_>, d: &Datagram<'_>, socket: SocketAddr) -> Result<(), IoDrop> {
+    let local = SocketAddr::new(d.local.unwrap_or(socket.ip()), socket.port());
+    let frame = Frame::Udp { remote: d.remote, local, ecn: Ecn::from_bits(d.tos) };
+    batch.push(frame, HEADROOM, d.bytes).map(drop).map_err(|_| IoDrop::Oversize)
+}
+
+/// Puts a received raw ESP packet into the next slot behind an outer IP header rebuilt
+/// from what the socket reported, so the ESP core sees a whole IP packet either way.
+fn push_raw(batch: &mut Batch<'_>, d: &Datagram<'_>) -> Result<(), IoDrop> {
+    let local = d.local.ok_or(IoDrop::BadDatagram)?;
+    let i = batch.len();
+    let slot = batch.slot_mut(i).ok_or(IoDrop::Oversize)?;
+    let ecn = Ecn::from_bits(d.tos);
+    let dscp = d.tos >> 2;
+    let payload_len = d.bytes.len();
+    let header = match (d.remote.ip(), local) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let repr = Ipv4Repr {
+                src_addr: src,
+                dst_addr: dst,
+                protocol: IpProtocol::ESP,
+                payload_len,
+                ttl: 64,
+                dscp,
+                ecn,
+                ident: 0,
+                dont_frag: false,
+                more_frags: false,
+                frag_offset: 0,
+            };
+            let region = slot.get_mut(HEADROOM..HEADROOM + repr.buffer_len()).ok_or(IoDrop::Oversize)?;
+            repr.emit(&mut Ipv4Packet::new_unchecked(region)).map_err(|_| IoDrop::Oversize)?;
+            repr.header_len()
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let repr = Ipv6Repr {
+                src_addr: src,
+                dst_addr: dst,
+                next_header: IpProtocol::ESP,
+                payload_len,
+                hop_limit: 64,
+                dscp,
+                ecn,
+                flow_label: 0,
+            };
+            let region = slot.get_mut(HEADROOM..HEADROOM + repr.buffer_len()).ok_or(IoDrop::Oversize)?;
+            repr.emit(&mut Ipv6Packet::new_unchecked(region)).map_err(|_| IoDrop::Oversize)?;
+            repr.header_len()
+        }
+        _ => return Err(IoDrop::BadDatagram),
+    };
+    let start = HEADROOM + header;
+    slot.get_mut(start..start + payload_len).ok_or(IoDrop::Oversize)?.copy_from_slice(d.bytes);
+    batch.push_in_place(Frame::Ip, HEADROOM, header + payload_len).map(drop).map_err(|_| IoDrop::Oversize)
+}
+
+/// Hands a batch to the ESP core under the tables' read lock and the enclave's mutex;
+/// `None` if a lock is poisoned (another worker panicked inside the enclave call).
+fn crossing<E: Enclave, R>(shared: &Shared<E>, f: impl FnOnce(&mut E, &Tables) -> R) -> Option<R> {
+    let tables = shared.tables.read().ok()?;
+    let mut enclave = shared.enclave.lock().ok()?;
+    Some(f(&mut enclave, &tables))
+}
+
+impl<E: Enclave> Worker<E> {
+    /// A worker with batches of `batch` packets in slots of `slot_len` bytes.
+    pub(crate) fn new(
+        shared: Arc<Shared<E>>,
+        stats: Arc<WorkerStats>,
+        io: WorkerIo,
+        batch: usize,
+        slot_len: usize,
+    ) -> Self {
+        // Twice the batch: IPv4 fragments made on encapsulation go to the free slots.
+        let capacity = batch * 2;
+        let gro = io.udp.iter().any(|s| s.offloads().gro);
+        let max_datagram = slot_len - HEADROOM;
+        let rx = if gro { RecvBuffers::new(8, 65_536) } else { RecvBuffers::new(batch, max_datagram) };
+        Self {
+            shared,
+            stats,
+            io,
+            esp: esp::Worker::new(esp::WorkerConfig::default(), capacity),
+            area: vec![0; capacity * slot_len],
+            packets: vec![Packet::EMPTY; capacity],
+            slot_len,
+            fill: batch,
+            staging: vec![0; MAX_READ],
+            pending: None,
+            rx,
+        }
+    }
+
+    /// Runs until the stop flag is set.
+    pub(crate) fn run(mut self) {
+        while !self.shared.stopping() {
+            let out = self.outbound();
+            let inb = self.inbound();
+            if !out && !inb {
+                self.wait();
+            }
+        }
+        self.stats.publish_esp_drops(self.esp.drops());
+    }
+
+    fn wait(&self) {
+        let wake = self.shared.wake.as_fd();
+        let mut fds = [wake; poll::MAX_FDS];
+        let sockets = self.io.udp.iter().map(AsFd::as_fd).chain(self.io.raw.iter().map(|s| s.as_fd()));
+        let mut n = 0;
+        // More sockets than poll slots are still read every round, after a timeout at worst.
+        for (slot, fd) in
+            fds.iter_mut().zip(core::iter::once(wake).chain([self.io.tun.as_fd()]).chain(sockets))
+        {
+            *slot = fd;
+            n += 1;
+        }
+        let _ = poll::wait_readable(fds.get(..n).unwrap_or(&[]), POLL_TIMEOUT);
+    }
+
+    /// Reads from the TUN queue into the next slots until the batch is full, the queue is
+    /// empty or `fill` packets were read; returns how many packets went in.
+    fn fill_from_tun(&mut self, batch: &mut Batch<'_>) -> usize {
+        let mut added = 0;
+        // At most `fill` reads per round, so packets that are all dropped cannot keep the
+        // loop going while traffic arrives.
+        let mut reads = 0;
+        while batch.len() < self.fill {
+            let p = match self.pending {
+                Some(p) => p,
+                None if reads >= self.fill => break,
+                None => {
+                    reads += 1;
+                    match self.io.tun.read(&mut self.staging) {
+                        Ok(Some(len)) => PendingRead { len, next: 0 },
+                        Ok(None) => break,
+                        Err(_) => {
+                            self.stats.drop_io(IoDrop::TunRead, 1);
+                            break;
+                        }
+                    }
+                }
+            };
+            self.pending = None;
+            let bytes = self.staging.get(..p.len).unwrap_or(&[]);
+            let segments = VnetHeader::parse(bytes)
+                .zip(bytes.get(VNET_HDR_LEN..))
+                .ok_or(cio::gso::GsoError::Truncated)
+                .and_then(|(h, packet)| Segments::new(&h, packet));
+            let segments = match segments {
+                Ok(s) => s,
+                Err(_) => {
+                    self.stats.drop_io(IoDrop::BadOffload, 1);
+                    continue;
+                }
+            };
+            if p.next == 0 && segments.is_super() {
+                self.stats.add(Counter::TunRxSuper, 1);
+            }
+            let i = batch.len();
+            let written = batch
+                .slot_mut(i)
+                .and_then(|slot| {
+                    let end = slot.len().checked_sub(TAILROOM)?;
+                    slot.get_mut(HEADROOM..end)
+                })
+                .ok_or(IoDrop::Oversize)
+                .and_then(|room| segments.write(p.next, room).map_err(|_| IoDrop::Oversize));
+            match written
+                .and_then(|n| batch.push_in_place(Frame::Ip, HEADROOM, n).map_err(|_| IoDrop::Oversize))
+            {
+                Ok(_) => added += 1,
+                Err(d) => self.stats.drop_io(d, 1),
+            }
+            if p.next + 1 < segments.count() {
+                self.pending = Some(PendingRead { len: p.len, next: p.next + 1 });
+            }
+        }
+        added
+    }
+
+    /// One outbound round; whether there was anything to do.
+    fn outbound(&mut self) -> bool {
+        let mut area = core::mem::take(&mut self.area);
+        let mut packets = core::mem::take(&mut self.packets);
+        let worked = self.outbound_in(&mut area, &mut packets);
+        self.area = area;
+        self.packets = packets;
+        worked
+    }
+
+    fn outbound_in(&mut self, area: &mut [u8], packets: &mut [Packet]) -> bool {
+        let Ok(mut batch) = Batch::new(area, self.slot_len, packets) else { return false };
+        let added = self.fill_from_tun(&mut batch);
+        if added == 0 {
+            return false;
+        }
+        self.stats.add(Counter::TunRx, u64::try_from(added).unwrap_or(u64::MAX));
+        let esp = &mut self.esp;
+        let Some(report) =
+            crossing(&self.shared, |enclave, t| esp.encapsulate(enclave, &t.sad, &t.spd, &mut batch))
+        else {
+            self.shared.halt();
+            return false;
+        };
+        let s = &self.stats;
+        s.add(Counter::Batches, 1);
+        s.add(Counter::Crossings, u64::from(report.crossings));
+        s.add(Counter::Encapsulated, u64::from(report.transmit));
+        let mut attempted = 0usize;
+        for sock in &self.io.udp {
+            let local = sock.local_addr();
+            let r = sock.send(batch.iter().filter_map(|(p, b)| udp_outgoing(p, b, local)));
+            attempted += r.sent + r.failed;
+            s.add(Counter::NetTx, r.sent as u64);
+            s.add(Counter::NetTxMessages, r.messages as u64);
+            s.drop_io(IoDrop::SendFailed, r.failed as u64);
+        }
+        for sock in &self.io.raw {
+            let v6 = sock.is_ipv6();
+            let r = sock.send(batch.iter().filter_map(|(p, b)| raw_outgoing(p, b, v6)));
+            attempted += r.sent + r.failed;
+            s.add(Counter::NetTx, r.sent as u64);
+            s.add(Counter::NetTxMessages, r.messages as u64);
+            s.drop_io(IoDrop::SendFailed, r.failed as u64);
+        }
+        let unsent = usize::try_from(report.transmit).unwrap_or(0).saturating_sub(attempted);
+        s.drop_io(IoDrop::NoSocket, unsent as u64);
+        for (p, bytes) in batch.iter() {
+            match p.action {
+                Action::IcmpError => match self.io.tun.write(bytes) {
+                    Ok(()) => {
+                        s.add(Counter::IcmpErrors, 1);
+                        s.add(Counter::TunTx, 1);
+                    }
+                    Err(_) => s.drop_io(IoDrop::TunWrite, 1),
+                },
+                Action::Bypass => s.drop_io(IoDrop::Bypass, 1),
+                _ => {}
+            }
+        }
+        s.publish_esp_drops(self.esp.drops());
+        true
+    }
+
+    /// One inbound round over every socket; whether anything arrived.
+    fn inbound(&mut self) -> bool {
+        let mut area = core::mem::take(&mut self.area);
+        let mut packets = core::mem::take(&mut self.packets);
+        let mut any = false;
+        for k in 0..self.io.udp.len() + self.io.raw.len() {
+            any |= self.inbound_from(k, &mut area, &mut packets);
+        }
+        self.area = area;
+        self.packets = packets;
+        any
+    }
+
+    /// Receives once from socket `k` (UDP sockets first, then raw) and processes it all.
+    fn inbound_from(&mut self, k: usize, area: &mut [u8], packets: &mut [Packet]) -> bool {
+        let udp_local = self.io.udp.get(k).map(UdpSocket::local_addr);
+        let received = match (self.io.udp.get(k), self.io.raw.get(k.wrapping_sub(self.io.udp.len()))) {
+            (Some(u), _) => u.recv(&mut self.rx),
+            (None, Some(r)) => r.recv(&mut self.rx),
+            (None, None) => return false,
+        };
+        match received {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(_) => {
+                self.stats.drop_io(IoDrop::RecvError, 1);
+                return false;
+            }
+        }
+        self.stats.drop_io(IoDrop::BadDatagram, self.rx.dropped() as u64);
+        let Ok(mut batch) = Batch::new(area, self.slot_len, packets) else { return false };
+        for d in self.rx.datagrams() {
+            if batch.len() == batch.capacity() {
+                decapsulate(&mut self.esp, &self.shared, &self.stats, &self.io.tun, &mut batch);
+                batch.clear();
+            }
+            self.stats.add(Counter::NetRx, 1);
+            let pushed = match udp_local {
+                Some(local) => push_udp(&mut batch, &d, local),
+                None => push_raw(&mut batch, &d),
+            };
+            if let Err(reason) = pushed {
+                self.stats.drop_io(reason, 1);
+            }
+        }
+        decapsulate(&mut self.esp, &self.shared, &self.stats, &self.io.tun, &mut batch);
+        true
+    }
+}
+
+/// Decapsulates a batch and writes the inner packets into the TUN queue.
+fn decapsulate<E: Enclave>(
+    esp: &mut esp::Worker,
+    shared: &Shared<E>,
+    s: &WorkerStats,
+    tun: &TunQueue,
+    batch: &mut Batch<'_>,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    let Some(report) = crossing(shared, |enclave, t| esp.decapsulate(enclave, &t.sad, batch)) else {
+        shared.halt();
+        return;
+    };
+    s.add(Counter::Batches, 1);
+    s.add(Counter::Crossings, u64::from(report.crossings));
+    s.add(Counter::Decapsulated, u64::from(report.deliver));
+    s.add(Counter::Keepalives, u64::from(report.keepalive));
+    s.drop_io(IoDrop::Ike, u64::from(report.ike));
+    for (p, bytes) in batch.iter() {
+        if let Action::Deliver { .. } = p.action {
+            match tun.write(bytes) {
+                Ok(()) => s.add(Counter::TunTx, 1),
+                Err(_) => s.drop_io(IoDrop::TunWrite, 1),
+            }
+        }
+    }
+    s.publish_esp_drops(esp.drops());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use esp::{OutboundSaId, Transmit};
+
+    #[test]
+    fn outer_tos_reads_both_families() {
+        assert_eq!(outer_tos(&[0x45, 0xb9]), 0xb9);
+        assert_eq!(outer_tos(&[0x6b, 0x90, 0, 0]), 0xb9);
+        assert_eq!(outer_tos(&[]), 0);
+    }
+
+    #[test]
+    fn transmits_go_to_the_socket_of_their_endpoint() {
+        let local: IpAddr = "198.18.0.1".parse().unwrap();
+        let t = Transmit {
+            sa: OutboundSaId(0),
+            local,
+            remote: "198.18.0.2".parse().unwrap(),
+            encapsulation: Encapsulation::Udp { local_port: 4500, remote_port: 4501 },
+            esp_offset: 100 + 28,
+        };
+        let p = Packet { offset: 100, len: 60, frame: Frame::Ip, action: Action::Transmit(t) };
+        let bytes = [0x45u8; 60];
+        let o = udp_outgoing(&p, &bytes, SocketAddr::new(local, 4500)).unwrap();
+        assert_eq!(o.dst, "198.18.0.2:4501".parse().unwrap());
+        assert_eq!(o.bytes.len(), 32, "the UDP payload: from the ESP header on");
+        assert!(udp_outgoing(&p, &bytes, SocketAddr::new(local, 4501)).is_none());
+        assert!(raw_outgoing(&p, &bytes, false).is_none());
+        let raw =
+            Packet { action: Action::Transmit(Transmit { encapsulation: Encapsulation::Esp, ..t }), ..p };
+        assert_eq!(raw_outgoing(&raw, &bytes, false).unwrap().bytes.len(), 60);
+        assert!(raw_outgoing(&raw, &bytes, true).is_none());
+    }
+}
