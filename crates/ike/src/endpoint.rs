@@ -341,16 +341,7 @@ impl<E: Enclave> Endpoint<E> {
             self.with_sa(now, ours, |sa, ctx| sa.resend_sa_init_response(ctx, to, from));
             return;
         }
-        let (mut sa, mut ke, mut nonce) = (None, None, None);
-        for p in message.payloads() {
-            match p {
-                Payload::Sa(s) => sa = sa.or(Some(s)),
-                Payload::KeyExchange(k) => ke = ke.or(Some(k)),
-                Payload::Nonce(n) => nonce = nonce.or(Some(n)),
-                _ => {}
-            }
-        }
-        let (Some(sa), Some(ke), Some(nonce)) = (sa, ke, nonce) else {
+        let (Some(sa), Some(ke), Some(nonce)) = crate::sa::sa_ke_nonce(message) else {
             let notify = Notify::new(NotifyType::INVALID_SYNTAX, Vec::new());
             return self.refuse(from, to, spi_i, notify, Refusal::InvalidSyntax);
         };

@@ -431,6 +431,36 @@ impl Core {
         State::Deleted
     }
 
+    /// A child SA of this IKE SA as installed: endpoints and encapsulation come from the
+    /// IKE SA, the rest from the negotiation.
+    #[allow(clippy::too_many_arguments)]
+    fn child_sa(
+        &self,
+        config: &ChildConfig,
+        spi_inbound: u32,
+        spi_outbound: u32,
+        handles: enclave::ChildSaPair,
+        esp: &proposal::EspChoice,
+        local_ts: Vec<TrafficSelector>,
+        remote_ts: Vec<TrafficSelector>,
+    ) -> ChildSa {
+        ChildSa {
+            name: config.name.clone(),
+            spi_inbound,
+            spi_outbound,
+            handles,
+            suite: esp.suite,
+            esn: esp.esn,
+            local_ts,
+            remote_ts,
+            encapsulation: self.encapsulation(),
+            local: self.local,
+            remote: self.remote,
+            rekey_time: config.rekey_time,
+            life_time: config.life_time,
+        }
+    }
+
     /// The encapsulation child SAs of this IKE SA use.
     fn encapsulation(&self) -> Encapsulation {
         if self.nat.any() {
@@ -1189,16 +1219,7 @@ impl ExpectSaInitResponse {
         }
         /* <-- IKE_SA_INIT { SA, KE, Nr, N(NATD_S), N(NATD_D) } */
         let invalid = |why| Error::InvalidMessage { exchange: "IKE_SA_INIT", why };
-        let (mut sa, mut ke, mut nonce) = (None, None, None);
-        for p in message.payloads() {
-            match p {
-                Payload::Sa(s) => sa = sa.or(Some(s)),
-                Payload::KeyExchange(k) => ke = ke.or(Some(k)),
-                Payload::Nonce(n) => nonce = nonce.or(Some(n)),
-                _ => {}
-            }
-        }
-        let (Some(sa), Some(ke), Some(nonce)) = (sa, ke, nonce) else {
+        let (Some(sa), Some(ke), Some(nonce)) = sa_ke_nonce(message) else {
             return core.fail(ctx, None, Some(self.dh), invalid("SA, KE or Nr missing"));
         };
         let spi_r = message.header.responder_spi;
@@ -1417,21 +1438,15 @@ impl ExpectAuthResponse {
                 };
                 match ctx.enclave.child_sa_create(self.ike, None, None, &params) {
                     Ok(handles) => {
-                        let child = ChildSa {
-                            name: self.child.config.name.clone(),
-                            spi_inbound: spi,
-                            spi_outbound: spi_out,
+                        let child = core.child_sa(
+                            &self.child.config,
+                            spi,
+                            spi_out,
                             handles,
-                            suite: esp.suite,
-                            esn: esp.esn,
+                            &esp,
                             local_ts,
                             remote_ts,
-                            encapsulation: core.encapsulation(),
-                            local: core.local,
-                            remote: core.remote,
-                            rekey_time: self.child.config.rekey_time,
-                            life_time: self.child.config.life_time,
-                        };
+                        );
                         core.children.push(child.clone());
                         events.push(Event::ChildSaReady { sa: core.id, child });
                     }
@@ -1617,21 +1632,7 @@ impl ExpectAuthRequest {
                 Payload::TsInitiator(ts::to_payload(&narrow_i)),
                 Payload::TsResponder(ts::to_payload(&narrow_r)),
             ];
-            let child = ChildSa {
-                name: config.name.clone(),
-                spi_inbound: spi,
-                spi_outbound: spi_out,
-                handles,
-                suite: esp.suite,
-                esn: esp.esn,
-                local_ts: narrow_r,
-                remote_ts: narrow_i,
-                encapsulation: core.encapsulation(),
-                local: core.local,
-                remote: core.remote,
-                rekey_time: config.rekey_time,
-                life_time: config.life_time,
-            };
+            let child = core.child_sa(config, spi, spi_out, handles, &esp, narrow_r, narrow_i);
             return Ok((child, answer));
         }
         Err(failure)
@@ -1717,4 +1718,21 @@ impl Established {
             }
         }
     }
+}
+
+/// The first SA, KE and Nonce payloads of an IKE_SA_INIT message (RFC 7296 §1.2), in
+/// either direction; later duplicates are ignored.
+pub(crate) fn sa_ke_nonce(
+    message: &Message,
+) -> (Option<&wire::ike::Sa>, Option<&KeyExchange>, Option<&Nonce>) {
+    let (mut sa, mut ke, mut nonce) = (None, None, None);
+    for p in message.payloads() {
+        match p {
+            Payload::Sa(s) => sa = sa.or(Some(s)),
+            Payload::KeyExchange(k) => ke = ke.or(Some(k)),
+            Payload::Nonce(n) => nonce = nonce.or(Some(n)),
+            _ => {}
+        }
+    }
+    (sa, ke, nonce)
 }

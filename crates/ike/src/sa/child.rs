@@ -14,7 +14,7 @@
 
 use super::{Core, Ctx, Established, RequestKind};
 use crate::error::{Error, Side};
-use crate::event::{ChildSa, Event};
+use crate::event::Event;
 use crate::proposal;
 use crate::ts::{self, TrafficSelector};
 use core::net::SocketAddr;
@@ -196,21 +196,7 @@ pub(super) fn rekey_response<E: Enclave>(
             return;
         }
     };
-    let child = ChildSa {
-        name: config.name.clone(),
-        spi_inbound: rekey.spi,
-        spi_outbound: spi_out,
-        handles,
-        suite: esp.suite,
-        esn: esp.esn,
-        local_ts: answer_i,
-        remote_ts: answer_r,
-        encapsulation: core.encapsulation(),
-        local: core.local,
-        remote: core.remote,
-        rekey_time: config.rekey_time,
-        life_time: config.life_time,
-    };
+    let child = core.child_sa(&config, rekey.spi, spi_out, handles, &esp, answer_i, answer_r);
     core.children.push(child.clone());
     ctx.out.events.push_back(Event::ChildSaRekeyed { sa: core.id, old_spi_inbound: rekey.old, child });
     /* INFORMATIONAL { SK { D(ESP, old) } } --> */
@@ -340,21 +326,7 @@ fn answer<E: Enclave>(
         reply.extend(ke_r.map(Payload::KeyExchange));
         reply.push(Payload::TsInitiator(ts::to_payload(&narrow_i)));
         reply.push(Payload::TsResponder(ts::to_payload(&narrow_r)));
-        let child = ChildSa {
-            name: config.name.clone(),
-            spi_inbound: spi,
-            spi_outbound: spi_out,
-            handles,
-            suite: esp.suite,
-            esn: esp.esn,
-            local_ts: narrow_r,
-            remote_ts: narrow_i,
-            encapsulation: core.encapsulation(),
-            local: core.local,
-            remote: core.remote,
-            rekey_time: config.rekey_time,
-            life_time: config.life_time,
-        };
+        let child = core.child_sa(config, spi, spi_out, handles, &esp, narrow_r, narrow_i);
         core.children.push(child.clone());
         ctx.out.events.push_back(match old {
             Some(o) => Event::ChildSaRekeyed { sa: core.id, old_spi_inbound: o.spi_inbound, child },
