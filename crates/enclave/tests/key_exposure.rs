@@ -19,6 +19,10 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+mod support;
+
+use support::{inner, lay_out};
+
 const MASK: u8 = 0x5A;
 /// Shortest run of key bytes counted as an exposure (a partial copy counts too).
 const WINDOW: usize = 16;
@@ -166,27 +170,6 @@ fn scan(pid: &str, needles: &Needles) -> (BTreeMap<String, usize>, usize) {
     // The scan buffer itself must not keep plain copies around for the next scan.
     buf.fill(0);
     (found, scanned)
-}
-
-/// ESP layout of `inner` at `off` for the gateway to encrypt (header/IV written by the
-/// enclave): monotonic padding to 4 bytes, Pad Length, Next Header 4, room for the ICV.
-fn lay_out(area: &mut [u8], off: usize, inner: &[u8]) -> u32 {
-    let pad = (4 - (inner.len() + 2) % 4) % 4;
-    let payload = inner.len() + pad + 2;
-    let len = 16 + payload + 16;
-    let p = &mut area[off..off + len];
-    p.fill(0);
-    p[16..16 + inner.len()].copy_from_slice(inner);
-    for k in 0..pad {
-        p[16 + inner.len() + k] = k as u8 + 1;
-    }
-    p[16 + payload - 2] = pad as u8;
-    p[16 + payload - 1] = 4;
-    len as u32
-}
-
-fn inner(k: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|j| (k * 31 + j) as u8).collect()
 }
 
 #[test]

@@ -13,6 +13,10 @@ use cloister_enclave::process::{ExitReport, ProcessEnclave, ProcessError, Proces
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
 
+mod support;
+
+use support::{inner, lay_out};
+
 const PROV_KEY: [u8; 32] = [0x42; 32];
 
 fn config(tenant: u32) -> EnclaveConfig {
@@ -96,27 +100,6 @@ fn tunnel(p: &mut ProcessEnclave, i: &mut InlineEnclave) -> Tunnel {
     let pp = p.child_sa_create(ike_p, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
     let ip = i.child_sa_create(ike_i, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
     Tunnel { ike_p, ike_i, p: pp, i: ip }
-}
-
-/// ESP packet of `inner` at `off`: header, IV, payload with trailer (4-aligned), ICV.
-fn lay_out(area: &mut [u8], off: usize, inner: &[u8]) -> u32 {
-    let (hdr, iv, icv) = (8, 8, 16);
-    let payload = (inner.len() + 2).div_ceil(4) * 4;
-    let len = hdr + iv + payload + icv;
-    let p = &mut area[off..off + len];
-    p.fill(0);
-    p[hdr + iv..][..inner.len()].copy_from_slice(inner);
-    let pad = payload - inner.len() - 2;
-    for (k, b) in p[hdr + iv + inner.len()..][..pad].iter_mut().enumerate() {
-        *b = k as u8 + 1;
-    }
-    p[hdr + iv + payload - 2] = pad as u8;
-    p[hdr + iv + payload - 1] = 4; // IPv4
-    len as u32
-}
-
-fn inner(k: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|j| (k * 31 + j) as u8).collect()
 }
 
 #[test]

@@ -246,11 +246,14 @@ pub fn decap_input(data: &[u8]) {
             }
         };
         let State { local, worker, area, packets, .. } = state;
+        // Cannot fail: `setup` sized `area` as `packets.len()` slots of SLOT bytes.
         let mut batch = Batch::new(area, SLOT, packets).expect("batch");
         for (frame, bytes) in frames {
             if bytes.is_empty() || bytes.len() > SLOT - OFFSET {
                 continue;
             }
+            // Cannot fail: the length was checked just above and the batch has two slots
+            // for at most two frames.
             batch.push(frame, OFFSET, bytes).expect("fits");
         }
         worker.decapsulate(local, &sad, &mut batch);
