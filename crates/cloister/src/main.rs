@@ -19,6 +19,12 @@ enum Command {
     Dataplane(cmd::dataplane::Args),
     /// Decode an IKEv2 message or ESP/IP packet given as hex or a file, and print its structure.
     Decode(cmd::decode::Args),
+    /// Run one tenant's gateway (IKE, ESP data plane, enclave) until SIGINT/SIGTERM.
+    Gateway(cmd::gateway::Args),
+    /// Ask a running gateway: list SAs, initiate, rekey, terminate.
+    Sa(cmd::sa::Args),
+    /// Wrap a tenant secret (PSK, private key) for the tenant's enclave.
+    Secret(cmd::secret::Args),
     /// Run one tenant's hardened enclave process (started by the gateway, not by hand).
     #[command(hide = true)]
     EnclaveProcess(cmd::enclave_process::Args),
@@ -32,6 +38,9 @@ fn main() -> std::process::ExitCode {
         Command::Dataplane(args) => cmd::dataplane::run(args),
         Command::Decode(args) => cmd::decode::run(args),
         Command::EnclaveProcess(args) => cmd::enclave_process::run(args),
+        Command::Gateway(args) => cmd::gateway::run(args),
+        Command::Sa(args) => cmd::sa::run(args),
+        Command::Secret(args) => cmd::secret::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
     };
     match result {

@@ -69,6 +69,8 @@ struct RawSettings {
     batch: Option<usize>,
     #[serde(default)]
     offload: Option<bool>,
+    #[serde(default)]
+    listen: Vec<String>,
 }
 
 /// The `[dataplane]` settings, checked.
@@ -88,6 +90,9 @@ pub struct Settings {
     pub batch: usize,
     /// Ask the kernel for offloads.
     pub offload: bool,
+    /// ESP-in-UDP endpoints to listen on even before any SA uses them (a gateway whose SAs
+    /// come from IKE); raw ESP is also received for their address families.
+    pub listen: Vec<SocketAddr>,
 }
 
 impl Default for Settings {
@@ -100,6 +105,7 @@ impl Default for Settings {
             workers: None,
             batch: 64,
             offload: true,
+            listen: Vec::new(),
         }
     }
 }
@@ -222,6 +228,16 @@ impl Config {
                     workers: r.workers,
                     batch,
                     offload: r.offload.unwrap_or(true),
+                    listen: r
+                        .listen
+                        .iter()
+                        .map(|a| {
+                            a.parse::<SocketAddr>().map_err(|_| Error::Config {
+                                field: "dataplane.listen",
+                                why: "an address and port like 198.18.0.1:4500 or [2001:db8::1]:4500".into(),
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
                 }
             }
         };
@@ -252,7 +268,7 @@ impl Config {
         }
     }
 
-    /// The UDP addresses to listen on: every local endpoint of an ESP-in-UDP SA.
+    /// The UDP addresses to listen on: `listen`, and every local endpoint of an ESP-in-UDP SA.
     pub fn udp_listeners(&self) -> Vec<SocketAddr> {
         let set: BTreeSet<SocketAddr> = self
             .esp
@@ -262,11 +278,12 @@ impl Config {
                 Encapsulation::Udp { local_port, .. } => Some(SocketAddr::new(sa.config.local, local_port)),
                 Encapsulation::Esp => None,
             })
+            .chain(self.settings.listen.iter().copied())
             .collect();
         set.into_iter().collect()
     }
 
-    /// The families (`false`: IPv4, `true`: IPv6) that raw-ESP SAs use.
+    /// The families (`false`: IPv4, `true`: IPv6) that raw-ESP SAs or `listen` use.
     pub fn raw_families(&self) -> Vec<bool> {
         let set: BTreeSet<bool> = self
             .esp
@@ -274,6 +291,7 @@ impl Config {
             .iter()
             .filter(|sa| sa.config.encapsulation == Encapsulation::Esp)
             .map(|sa| sa.config.local.is_ipv6())
+            .chain(self.settings.listen.iter().map(SocketAddr::is_ipv6))
             .collect();
         set.into_iter().collect()
     }

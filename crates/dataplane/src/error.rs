@@ -1,7 +1,9 @@
-//! The data plane's set-up errors. Per-packet failures are never errors: they are counted
-//! ([`crate::stats`]).
+//! The data plane's set-up and control errors. Per-packet failures are never errors: they
+//! are counted ([`crate::stats`]).
 
-/// Why the data plane could not start.
+use core::net::SocketAddr;
+
+/// Why the data plane could not start, or a control call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -22,6 +24,20 @@ pub enum Error {
     /// The enclave could not start.
     #[error("enclave: {0}")]
     Enclave(#[from] enclave::Error),
+    /// No socket is bound to this local address.
+    #[error("no ESP-in-UDP socket is bound to {local}")]
+    NoSocket {
+        /// The address asked for.
+        local: SocketAddr,
+    },
+    /// The kernel refused a control datagram (e.g. an IKE message on the NAT-T port).
+    #[error("sending from {local} to {remote} failed")]
+    Send {
+        /// Our address.
+        local: SocketAddr,
+        /// The peer's.
+        remote: SocketAddr,
+    },
     /// A worker thread could not be started.
     #[error("starting worker {index}: {source}")]
     Spawn {

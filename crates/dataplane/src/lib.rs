@@ -27,6 +27,7 @@
 
 pub mod config;
 mod error;
+pub mod ike;
 pub mod keys;
 pub mod stats;
 pub mod worker;
@@ -48,6 +49,7 @@ use esp::{DropReason, LifetimeEvent, Sad, Spd, HEADROOM, TAILROOM};
 
 pub use config::{Config, Settings};
 pub use error::Error;
+pub use ike::{IkeDatagram, IkeInbox};
 pub use stats::{Counter, IoDrop, WorkerSnapshot, WorkerStats};
 
 use worker::{Shared, Tables, Worker, WorkerIo};
@@ -113,6 +115,8 @@ pub struct Dataplane<E: Enclave + 'static> {
     installed: Installed,
     udp: Vec<SocketAddr>,
     raw: Vec<bool>,
+    /// One socket per UDP address (worker 0's), for the control thread's IKE sends.
+    control_udp: Vec<Arc<UdpSocket>>,
 }
 
 impl<E: Enclave + 'static> fmt::Debug for Dataplane<E> {
@@ -138,7 +142,22 @@ impl<E: Enclave + 'static> Dataplane<E> {
     /// nowhere else), sets up the TUN device and sockets, and starts the workers.
     ///
     /// Call it from the thread (and so the network namespace) the data plane is to live in.
-    pub fn start<F>(config: &Config, mut enclave: E, mut install_keys: F) -> Result<Self, Error>
+    pub fn start<F>(config: &Config, enclave: E, install_keys: F) -> Result<Self, Error>
+    where
+        F: FnMut(&mut E, &KeyRequest<'_>) -> Result<EspSaHandle, enclave::Error>,
+    {
+        Self::start_with(config, enclave, install_keys, None)
+    }
+
+    /// [`Self::start`] for a gateway with an IKE engine: IKE messages that arrive on the
+    /// ESP-in-UDP sockets go to `ike` instead of being dropped, and SAs come and go at run
+    /// time through [`Self::update`].
+    pub fn start_with<F>(
+        config: &Config,
+        mut enclave: E,
+        mut install_keys: F,
+        ike: Option<Arc<IkeInbox>>,
+    ) -> Result<Self, Error>
     where
         F: FnMut(&mut E, &KeyRequest<'_>) -> Result<EspSaHandle, enclave::Error>,
     {
@@ -164,13 +183,14 @@ impl<E: Enclave + 'static> Dataplane<E> {
         let tun_offloads = tun.offloads();
 
         let udp_addrs = config.udp_listeners();
-        let mut udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
+        let mut udp: Vec<Vec<Arc<UdpSocket>>> = (0..n).map(|_| Vec::new()).collect();
         for addr in &udp_addrs {
             for sockets in &mut udp {
-                sockets.push(UdpSocket::bind(*addr, true, settings.offload)?);
+                sockets.push(Arc::new(UdpSocket::bind(*addr, true, settings.offload)?));
             }
         }
-        let udp_offloads = udp.first().and_then(|s| s.first()).map(UdpSocket::offloads);
+        let control_udp = udp.first().cloned().unwrap_or_default();
+        let udp_offloads = udp.first().and_then(|s| s.first()).map(|s| s.offloads());
         let raw_families = config.raw_families();
         let raw: Vec<Arc<RawEspSocket>> =
             raw_families.iter().map(|&v6| RawEspSocket::open(v6).map(Arc::new)).collect::<Result<_, _>>()?;
@@ -180,6 +200,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
             enclave: Mutex::new(enclave),
             stop: AtomicBool::new(false),
             wake: EventFd::new()?,
+            ike,
         });
         let slot = slot_len(settings.tun_mtu);
         let mut dp = Self {
@@ -191,6 +212,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
             installed,
             udp: udp_addrs,
             raw: raw_families,
+            control_udp,
         };
         for (i, (queue, udp)) in tun.into_queues().into_iter().zip(udp).enumerate() {
             let stats = Arc::new(WorkerStats::default());
@@ -240,6 +262,34 @@ impl<E: Enclave + 'static> Dataplane<E> {
         let Ok(mut t) = self.shared.tables.write() else { return Vec::new() };
         t.sad.handle_timeout(now);
         core::iter::from_fn(|| t.sad.poll_event()).take(1024).collect()
+    }
+
+    /// Changes the SA and policy tables at run time, atomically for the workers: they wait
+    /// for `f` and never see half of a change (install the inbound SA, the outbound SA and
+    /// its policies in one call). `None` if a worker panicked while holding the tables.
+    pub fn update<R>(&self, f: impl FnOnce(&mut Sad, &mut Spd) -> R) -> Option<R> {
+        let mut t = self.shared.tables.write().ok()?;
+        let Tables { sad, spd } = &mut *t;
+        Some(f(sad, spd))
+    }
+
+    /// Reads the SA and policy tables (e.g. an SA's usage for `sa list`).
+    pub fn read<R>(&self, f: impl FnOnce(&Sad, &Spd) -> R) -> Option<R> {
+        let t = self.shared.tables.read().ok()?;
+        Some(f(&t.sad, &t.spd))
+    }
+
+    /// Sends one UDP datagram (an IKE message on the NAT-T port, marker included) from the
+    /// ESP-in-UDP socket bound to `local`.
+    pub fn send_udp(&self, local: SocketAddr, remote: SocketAddr, bytes: &[u8]) -> Result<(), Error> {
+        let sock =
+            self.control_udp.iter().find(|s| s.local_addr() == local).ok_or(Error::NoSocket { local })?;
+        let r = sock.send(core::iter::once(cio::Outgoing { dst: remote, tos: 0, bytes }));
+        if r.sent == 1 {
+            Ok(())
+        } else {
+            Err(Error::Send { local, remote })
+        }
     }
 
     /// Each installed SA's usage and drops.

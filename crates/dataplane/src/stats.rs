@@ -57,6 +57,8 @@ counted_enum! {
         IcmpErrors => "icmp_errors",
         /// NAT-keepalives consumed.
         Keepalives => "keepalives",
+        /// IKE messages on the NAT-T port handed to the IKE engine.
+        IkeForwarded => "ike_forwarded",
         /// Batches handed to the ESP core.
         Batches => "batches",
         /// Enclave crossings.
@@ -85,7 +87,8 @@ counted_enum! {
         NoSocket => "no_socket",
         /// A BYPASS packet: this data plane has no clear-text path.
         Bypass => "bypass",
-        /// An IKE message on the NAT-T port: no IKE engine is attached.
+        /// An IKE message on the NAT-T port that no IKE engine took (none attached, or its
+        /// queue was full).
         Ike => "ike",
     }
 }

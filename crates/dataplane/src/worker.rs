@@ -38,6 +38,7 @@ use enclave::Enclave;
 use esp::{Action, Batch, Encapsulation, Frame, Packet, Sad, Spd, HEADROOM, TAILROOM};
 use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 
+use crate::ike::IkeInbox;
 use crate::stats::{Counter, IoDrop, WorkerStats};
 
 /// The longest a worker sleeps without checking the stop flag.
@@ -57,6 +58,8 @@ pub(crate) struct Shared<E> {
     pub(crate) enclave: Mutex<E>,
     pub(crate) stop: std::sync::atomic::AtomicBool,
     pub(crate) wake: EventFd,
+    /// Where IKE messages on ESP-in-UDP ports go; `None`: counted and dropped.
+    pub(crate) ike: Option<Arc<IkeInbox>>,
 }
 
 impl<E> Shared<E> {
@@ -75,7 +78,7 @@ impl<E> Shared<E> {
 #[derive(Debug)]
 pub(crate) struct WorkerIo {
     pub(crate) tun: TunQueue,
-    pub(crate) udp: Vec<UdpSocket>,
+    pub(crate) udp: Vec<Arc<UdpSocket>>,
     pub(crate) raw: Vec<Arc<RawEspSocket>>,
 }
 
@@ -391,7 +394,7 @@ impl<E: Enclave> Worker<E> {
 
     /// Receives once from socket `k` (UDP sockets first, then raw) and processes it all.
     fn inbound_from(&mut self, k: usize, area: &mut [u8], packets: &mut [Packet]) -> bool {
-        let udp_local = self.io.udp.get(k).map(UdpSocket::local_addr);
+        let udp_local = self.io.udp.get(k).map(|u| u.local_addr());
         let received = match (self.io.udp.get(k), self.io.raw.get(k.wrapping_sub(self.io.udp.len()))) {
             (Some(u), _) => u.recv(&mut self.rx),
             (None, Some(r)) => r.recv(&mut self.rx),
@@ -445,13 +448,17 @@ fn decapsulate<E: Enclave>(
     s.add(Counter::Crossings, u64::from(report.crossings));
     s.add(Counter::Decapsulated, u64::from(report.deliver));
     s.add(Counter::Keepalives, u64::from(report.keepalive));
-    s.drop_io(IoDrop::Ike, u64::from(report.ike));
     for (p, bytes) in batch.iter() {
-        if let Action::Deliver { .. } = p.action {
-            match tun.write(bytes) {
+        match p.action {
+            Action::Deliver { .. } => match tun.write(bytes) {
                 Ok(()) => s.add(Counter::TunTx, 1),
                 Err(_) => s.drop_io(IoDrop::TunWrite, 1),
-            }
+            },
+            Action::Ike { remote, local } => match &shared.ike {
+                Some(inbox) if inbox.push(remote, local, bytes) => s.add(Counter::IkeForwarded, 1),
+                _ => s.drop_io(IoDrop::Ike, 1),
+            },
+            _ => {}
         }
     }
     s.publish_esp_drops(esp.drops());

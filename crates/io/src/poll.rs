@@ -39,8 +39,8 @@ pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<u3
     Ok(set)
 }
 
-/// An eventfd: once notified it stays readable (it is never read), so every `poll` that
-/// includes it returns at once from then on.
+/// An eventfd: once notified it stays readable until [`EventFd::clear`], so every `poll`
+/// that includes it returns at once until then (the stop event is never cleared).
 #[derive(Debug)]
 pub struct EventFd {
     fd: OwnedFd,
@@ -63,6 +63,14 @@ impl EventFd {
         let rc = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
         cvt_len(rc).map(drop)
     }
+
+    /// Makes it unreadable again (a wake-up event that was handled); never blocks.
+    pub fn clear(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: read(2) writes at most the 8 bytes of `count`, on our stack for the call;
+        // the descriptor is non-blocking, so an unnotified eventfd returns EAGAIN.
+        let _ = unsafe { libc::read(self.fd.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+    }
 }
 
 impl AsFd for EventFd {
@@ -84,5 +92,10 @@ mod tests {
         e.notify().unwrap();
         assert_eq!(wait_readable(&fds, Duration::from_secs(5)).unwrap(), 0b10);
         assert_eq!(wait_readable(&fds, Duration::from_secs(5)).unwrap(), 0b10);
+        e.clear();
+        assert_eq!(wait_readable(&fds, Duration::from_millis(10)).unwrap(), 0, "cleared");
+        e.clear();
+        e.notify().unwrap();
+        assert_eq!(wait_readable(&fds, Duration::from_secs(5)).unwrap(), 0b10, "notified again");
     }
 }

@@ -1,0 +1,96 @@
+//! `cloister gateway --config FILE`: one tenant's gateway (IKE engine, ESP data plane, and
+//! the tenant's enclave) until SIGINT or SIGTERM.
+//!
+//! The enclave is a hardened child process by default (`enclave = "process"`): this
+//! process then never holds a PSK, SK_* or ESP key. The provisioning key still passes
+//! through here on its way to the enclave until attested provisioning replaces it
+//! (docs/threat-model.md).
+//!
+//! Output for scripts: one `gateway: ...` line once running, then one line per IKE or child
+//! SA event (`ike: ...`, `child: ...`), and the data plane's counters at exit.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use dataplane::WorkerSnapshot;
+use enclave::attest::{CodeIdentity, SoftwareAttestation};
+use enclave::process::{ProcessEnclave, ProcessSpec};
+use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, TenantId};
+use gateway::{config::read_provisioning_key, Backend, Gateway, GatewayConfig};
+
+/// Arguments of `cloister gateway`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Configuration file (TOML): `[gateway]`, `[dataplane]`, `connections`, `secrets`.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// Runs `cloister gateway`.
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let config = GatewayConfig::load(&args.config).with_context(|| format!("{}", args.config.display()))?;
+    // Blocked before any thread starts, so workers inherit the mask and signals wait here.
+    let signals = cio::signal::Signals::block_termination()?;
+    let key = read_provisioning_key(&config.settings.provisioning_key)?;
+    let enclave_config = EnclaveConfig {
+        tenant: TenantId(config.settings.tenant),
+        provisioning_key: ProvisioningKey::from_bytes(*key),
+        trusted_min_seal_counter: 0,
+        limits: Limits::default(),
+    };
+    drop(key);
+    let platform_key = SoftwareAttestation::generate_platform_key()?;
+    match config.settings.enclave {
+        Backend::Process => {
+            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
+            let e = ProcessEnclave::start(spec, enclave_config, &platform_key)
+                .context("starting the enclave process")?;
+            let pid = e.pid().map_or_else(|| "?".into(), |p| p.to_string());
+            serve(&config, e, &signals, &format!("process pid {pid}"))
+        }
+        Backend::Inline => {
+            let attestation = SoftwareAttestation::new(
+                &platform_key,
+                CodeIdentity::CurrentExecutable,
+                &enclave_config.measured_bytes(),
+            )?;
+            let e = InlineEnclave::start(enclave_config, Box::new(attestation))?;
+            serve(&config, e, &signals, "inline")
+        }
+    }
+}
+
+fn serve<E: Enclave + 'static>(
+    config: &GatewayConfig,
+    enclave: E,
+    signals: &cio::signal::Signals,
+    backend: &str,
+) -> anyhow::Result<()> {
+    let mut gw = Gateway::start(config, enclave, Box::new(|line| println!("{line}")))?;
+    let dp = gw.dataplane();
+    let ike: Vec<String> = gw.ike_addresses().iter().map(ToString::to_string).collect();
+    let (udp, _) = dp.listeners();
+    let udp: Vec<String> = udp.iter().map(ToString::to_string).collect();
+    println!(
+        "gateway: tenant {} enclave {backend} ike=[{}] esp_udp=[{}] tun {} workers={} control {} offloads: {}",
+        config.settings.tenant,
+        ike.join(","),
+        udp.join(","),
+        dp.tun_name(),
+        dp.workers(),
+        config.settings.control_socket.display(),
+        dp.offloads()
+    );
+    let signal = loop {
+        if let Some(s) = signals.wait(Duration::ZERO)? {
+            break s;
+        }
+        gw.round(gateway::daemon::MAX_WAIT);
+    };
+    println!("gateway: {}, stopping", cio::signal::Signals::name(signal));
+    let report = gw.stop();
+    println!("{}", WorkerSnapshot::sum(&report.workers));
+    anyhow::ensure!(report.panicked.is_empty(), "workers {:?} panicked", report.panicked);
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! `cloister sa ...`: asks a running gateway over its control socket, like `swanctl`.
+
+use std::path::PathBuf;
+
+use gateway::config::DEFAULT_CONTROL_SOCKET;
+
+/// Arguments of `cloister sa`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The gateway's control socket.
+    #[arg(long, default_value = DEFAULT_CONTROL_SOCKET)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// IKE and child SAs with their usage (never keys), like `swanctl --list-sas`.
+    List,
+    /// The IKE engine's drops and refusals and the data plane's counters.
+    Counters,
+    /// Start a configured connection as initiator.
+    Initiate {
+        /// The connection's name.
+        connection: String,
+    },
+    /// Rekey a child SA now (CREATE_CHILD_SA).
+    RekeyChild {
+        /// Its inbound SPI, in hex, as `sa list` prints it.
+        spi: String,
+    },
+    /// Delete an IKE SA and its child SAs.
+    TerminateIke {
+        /// Its number, as `sa list` prints it (`#N`).
+        id: String,
+    },
+}
+
+/// Runs `cloister sa`.
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let request = match &args.what {
+        What::List => "list".to_owned(),
+        What::Counters => "counters".to_owned(),
+        What::Initiate { connection } => format!("initiate {connection}"),
+        What::RekeyChild { spi } => format!("rekey-child {spi}"),
+        What::TerminateIke { id } => format!("terminate-ike {id}"),
+    };
+    let reply = gateway::control::call(&args.socket, &request)?;
+    print!("{reply}");
+    anyhow::ensure!(!reply.starts_with("error:"), "the gateway refused the request");
+    Ok(())
+}

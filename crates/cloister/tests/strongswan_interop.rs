@@ -1,0 +1,377 @@
+//! Interop with a real, independent IKEv2 and ESP implementation: strongSwan 5.9 (charon
+//! with `kernel-libipsec`, its userspace ESP, since this kernel has none) in one network
+//! namespace, `cloister gateway` with its enclave process in another.
+//!
+//! Each case brings a tunnel up (strongSwan or Cloister initiating), pings through it and
+//! runs iperf3 for 5 s through it, so IKE (PSK) and ESP-in-UDP interoperate at run time, for
+//! each IKE suite of the issue and both outer address families. Needs root (namespaces);
+//! elsewhere each case prints a notice and passes without running.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use testnet::{Netns, Process, Veth};
+
+const CLOISTER: &str = env!("CARGO_BIN_EXE_cloister");
+const CHARON: &str = "/usr/lib/ipsec/charon";
+const PSK: &str = "cloister-interop-psk-0123456789abcdef";
+const SITE_ID: &str = "site-a.cloister.test";
+const GW_ID: &str = "gw.cloister.test";
+/// The site's inner address (strongSwan side) and the gateway's (on Cloister's TUN).
+const SITE_INNER: &str = "198.19.1.1";
+const GW_INNER: &str = "198.19.2.1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// (site outer, gateway outer, prefix length).
+    fn outer(self) -> (&'static str, &'static str, u8) {
+        match self {
+            Self::V4 => ("198.18.0.1", "198.18.0.2", 24),
+            Self::V6 => ("2001:db8::1", "2001:db8::2", 64),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Initiator {
+    StrongSwan,
+    Cloister,
+}
+
+/// The IKE suite and the ESP suite that goes with it.
+fn esp_for(ike: &str) -> &'static str {
+    match ike {
+        "aes256-sha256-modp3072" => "aes256-sha256",
+        "chacha20poly1305-prfsha256-x25519" => "chacha20poly1305",
+        "aes128gcm16-prfsha384-ecp384" => "aes128gcm16",
+        _ => "aes256gcm16",
+    }
+}
+
+fn charon_conf(dir: &Path) -> String {
+    format!(
+        r#"charon {{
+  load = random nonce openssl pem pkcs1 pkcs8 x509 pubkey curve25519 hmac kdf sha2 aes gcm chapoly kernel-libipsec kernel-netlink socket-default vici updown
+  install_virtual_ip = no
+  retransmit_tries = 3
+  plugins {{
+    vici {{ socket = unix://{d}/charon.vici }}
+  }}
+  filelog {{
+    main {{ path = {d}/charon.log
+      time_format = %s
+      default = 1
+      ike = 2
+      cfg = 2
+    }}
+  }}
+}}
+"#,
+        d = dir.display()
+    )
+}
+
+fn swanctl_conf(site: &str, gw: &str, ike: &str) -> String {
+    format!(
+        r#"connections {{
+  gw {{
+    version = 2
+    local_addrs = {site}
+    remote_addrs = {gw}
+    proposals = {ike}
+    local {{ auth = psk
+            id = {SITE_ID} }}
+    remote {{ auth = psk
+             id = {GW_ID} }}
+    children {{
+      net {{
+        local_ts = {SITE_INNER}/32
+        remote_ts = 198.19.2.0/24
+        esp_proposals = {esp}
+        start_action = none
+      }}
+    }}
+  }}
+}}
+secrets {{
+  ike-gw {{ id-a = {SITE_ID}
+           id-b = {GW_ID}
+           secret = "{PSK}" }}
+}}
+"#,
+        esp = esp_for(ike)
+    )
+}
+
+fn gateway_conf(site: &str, gw: &str, ike: &str) -> String {
+    format!(
+        r#"[gateway]
+tenant = 1
+enclave = "process"
+provisioning_key = "provisioning.key"
+control_socket = "gw.sock"
+
+[dataplane]
+tun = "clgw0"
+tun_addresses = ["{GW_INNER}/32"]
+listen = ["{listen}"]
+workers = 2
+
+[connections.site-a]
+local_addrs = ["{gw}"]
+remote_addrs = ["{site}"]
+proposals = ["{ike}"]
+local = {{ auth = "psk", id = "{GW_ID}", secret = "psk" }}
+remote = {{ auth = "psk", id = "{SITE_ID}" }}
+children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], esp_proposals = ["{esp}"] }}
+
+[secrets.psk]
+file = "psk.blob"
+"#,
+        listen = if gw.contains(':') { format!("[{gw}]:4500") } else { format!("{gw}:4500") },
+        esp = esp_for(ike)
+    )
+}
+
+/// A strongSwan site and a Cloister gateway, joined by a veth pair.
+struct Testbed {
+    // Processes first: they are stopped (on drop) before their namespaces go.
+    _charon: Process,
+    cloister: Process,
+    site: Netns,
+    gw: Netns,
+}
+
+impl Testbed {
+    fn start(family: Family, ike: &str) -> Self {
+        let (site_addr, gw_addr, plen) = family.outer();
+        let site = Netns::new("site").unwrap();
+        let gw = Netns::new("gw").unwrap();
+        Veth::connect(&site, "wan0", &gw, "wan0").unwrap();
+        site.add_addr("wan0", &format!("{site_addr}/{plen}")).unwrap();
+        gw.add_addr("wan0", &format!("{gw_addr}/{plen}")).unwrap();
+        site.add_addr("lo", &format!("{SITE_INNER}/32")).unwrap();
+
+        // Cloister: provisioning key, the PSK wrapped for tenant 1, the gateway.
+        let key = gw.write_file("provisioning.key", &format!("{}\n", "5a".repeat(32))).unwrap();
+        set_mode(&key, 0o600);
+        let blob = gw.dir().join("psk.blob");
+        wrap_psk(&key, &blob);
+        let conf = gw.write_file("gateway.toml", &gateway_conf(site_addr, gw_addr, ike)).unwrap();
+        let mut cloister =
+            gw.spawn("cloister", &[CLOISTER, "gateway", "--config", conf.to_str().unwrap()]).unwrap();
+        cloister.wait_for_log("gateway: tenant 1", Duration::from_secs(30)).unwrap();
+
+        // strongSwan: its own /run (its PID file path is fixed), config in the scratch dir.
+        let sdir = site.dir().to_path_buf();
+        site.write_file("strongswan.conf", &charon_conf(&sdir)).unwrap();
+        let swanctl =
+            site.write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike)).unwrap();
+        let strongswan_conf = sdir.join("strongswan.conf");
+        let charon = site
+            .spawn_env(
+                "charon",
+                &["sh", "-c", &format!("mount -t tmpfs cloister-run /run && exec {CHARON}")],
+                &[("STRONGSWAN_CONF", strongswan_conf.to_str().unwrap())],
+            )
+            .unwrap();
+        let vici = sdir.join("charon.vici");
+        testnet::wait_until("charon's vici socket", Duration::from_secs(20), || vici.exists()).unwrap();
+        let tb = Self { _charon: charon, cloister, site, gw };
+        tb.swanctl(&["--load-all", "--file", swanctl.to_str().unwrap()]);
+        tb
+    }
+
+    fn swanctl(&self, args: &[&str]) -> String {
+        let uri = format!("unix://{}", self.site.dir().join("charon.vici").display());
+        let mut argv = vec!["swanctl"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["--uri", &uri]);
+        let out = self.site.exec(&argv, Duration::from_secs(40)).unwrap();
+        assert!(
+            out.success,
+            "swanctl {args:?} failed:\n{}\n{}\ncharon:\n{}",
+            out.stdout,
+            out.stderr,
+            self.logs()
+        );
+        out.stdout
+    }
+
+    fn sa(&self, args: &[&str]) -> String {
+        let sock = self.gw.dir().join("gw.sock");
+        let mut argv = vec![CLOISTER, "sa", "--socket", sock.to_str().unwrap()];
+        argv.extend_from_slice(args);
+        let out = self.gw.exec(&argv, Duration::from_secs(15)).unwrap();
+        assert!(out.success, "cloister sa {args:?}:\n{}\n{}", out.stdout, out.stderr);
+        out.stdout
+    }
+
+    fn logs(&self) -> String {
+        let charon = std::fs::read_to_string(self.site.dir().join("charon.log")).unwrap_or_default();
+        format!("--- cloister\n{}\n--- charon\n{}", self.cloister.log(), testnet::excerpt(&charon))
+    }
+
+    fn up(&mut self, initiator: Initiator) {
+        match initiator {
+            Initiator::StrongSwan => {
+                self.swanctl(&["--initiate", "--child", "net", "--timeout", "30"]);
+            }
+            Initiator::Cloister => {
+                let reply = self.sa(&["initiate", "site-a"]);
+                assert!(reply.contains("initiating site-a"), "{reply}");
+            }
+        }
+        let deadline = Duration::from_secs(30);
+        if let Err(e) = self.cloister.wait_for_log("child: net installed", deadline) {
+            panic!("no child SA: {e}\n{}", self.logs());
+        }
+        if initiator == Initiator::Cloister {
+            // The responder installs its SAs when it answers; wait until charon lists it.
+            let uri = format!("unix://{}", self.site.dir().join("charon.vici").display());
+            let ok = testnet::wait_until("charon's child SA", Duration::from_secs(20), || {
+                self.site
+                    .exec(&["swanctl", "--list-sas", "--uri", &uri], Duration::from_secs(10))
+                    .is_ok_and(|o| o.stdout.contains("INSTALLED"))
+            });
+            assert!(ok.is_ok(), "charon has no child SA\n{}", self.logs());
+        }
+    }
+
+    fn ping(&self, count: u32) -> String {
+        let c = count.to_string();
+        let out = self
+            .site
+            .exec(
+                &["ping", "-n", "-q", "-c", &c, "-i", "0.2", "-W", "2", "-I", SITE_INNER, GW_INNER],
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        assert!(
+            out.success && out.stdout.contains(&format!(" {count} received")),
+            "ping through the tunnel failed:\n{}\n{}",
+            out.stdout,
+            self.logs()
+        );
+        out.stdout.lines().find(|l| l.contains("received")).unwrap_or_default().to_owned()
+    }
+
+    /// iperf3 TCP for 5 s from the site to the gateway's inner address; returns Mbit/s.
+    fn iperf(&self) -> f64 {
+        let mut server =
+            self.gw.spawn("iperf3", &["iperf3", "-s", "-1", "--forceflush", "-B", GW_INNER]).unwrap();
+        server.wait_for_log("Server listening", Duration::from_secs(20)).unwrap();
+        let out = self
+            .site
+            .exec(&["iperf3", "-c", GW_INNER, "-B", SITE_INNER, "-t", "5", "-J"], Duration::from_secs(30))
+            .unwrap();
+        drop(server);
+        // iperf3 -J can exit 0 with an "error" member.
+        assert!(
+            out.success && !out.stdout.contains("\"error\""),
+            "iperf3 failed:\n{}\n{}\n{}",
+            out.stdout,
+            out.stderr,
+            self.logs()
+        );
+        let v: f64 = out
+            .stdout
+            .split("\"sum_received\"")
+            .nth(1)
+            .and_then(|s| s.split("\"bits_per_second\":").nth(1))
+            .and_then(|s| s.split([',', '\n', '}']).next())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0.0);
+        assert!(v > 0.0, "iperf3 moved nothing:\n{}", out.stdout);
+        v / 1e6
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn wrap_psk(key: &Path, out: &Path) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(CLOISTER)
+        .args(["secret", "wrap", "--tenant", "1", "--kind", "psk", "--provisioning-key"])
+        .arg(key)
+        .arg("--out")
+        .arg(out)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{PSK}\n").as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "secret wrap: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains(PSK));
+}
+
+fn case(initiator: Initiator, family: Family, ike: &str) {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        return;
+    }
+    let mut tb = Testbed::start(family, ike);
+    tb.up(initiator);
+    let ping = tb.ping(5);
+    let mbits = tb.iperf();
+    let list = tb.sa(&["list"]);
+    assert!(list.contains("Established") && list.contains("net: INSTALLED, TUNNEL-in-UDP"), "{list}");
+    assert!(!list.contains(PSK));
+    let charon = tb.swanctl(&["--list-sas"]);
+    eprintln!(
+        "interop strongswan {initiator:?}-initiates {family:?} {ike} psk: ping {ping}; iperf3 {mbits:.0} Mbit/s\n{list}{charon}"
+    );
+    // Delete from strongSwan's side: both ends clean up.
+    tb.swanctl(&["--terminate", "--ike", "gw", "--timeout", "20"]);
+    let gone = testnet::wait_until("Cloister's SAs gone", Duration::from_secs(10), || {
+        tb.sa(&["list"]).contains("no IKE SAs")
+    });
+    assert!(gone.is_ok(), "{}\n{}", tb.sa(&["list"]), tb.logs());
+    assert!(tb.cloister.log().contains("deleted: PeerDeleted"), "{}", tb.logs());
+}
+
+#[test]
+fn strongswan_initiates_v4_aes256gcm16_prfsha256_ecp256() {
+    case(Initiator::StrongSwan, Family::V4, "aes256gcm16-prfsha256-ecp256");
+}
+
+#[test]
+fn strongswan_initiates_v4_aes256_sha256_modp3072() {
+    case(Initiator::StrongSwan, Family::V4, "aes256-sha256-modp3072");
+}
+
+#[test]
+fn strongswan_initiates_v4_chacha20poly1305_prfsha256_x25519() {
+    case(Initiator::StrongSwan, Family::V4, "chacha20poly1305-prfsha256-x25519");
+}
+
+#[test]
+fn strongswan_initiates_v4_aes128gcm16_prfsha384_ecp384() {
+    case(Initiator::StrongSwan, Family::V4, "aes128gcm16-prfsha384-ecp384");
+}
+
+#[test]
+fn strongswan_initiates_v6_aes256gcm16_prfsha256_ecp256() {
+    case(Initiator::StrongSwan, Family::V6, "aes256gcm16-prfsha256-ecp256");
+}
+
+#[test]
+fn cloister_initiates_v4_aes256gcm16_prfsha256_ecp256() {
+    case(Initiator::Cloister, Family::V4, "aes256gcm16-prfsha256-ecp256");
+}
+
+#[test]
+fn cloister_initiates_v6_chacha20poly1305_prfsha256_x25519() {
+    case(Initiator::Cloister, Family::V6, "chacha20poly1305-prfsha256-x25519");
+}

@@ -1,0 +1,326 @@
+//! Child SAs from the IKE engine, installed into the ESP data plane's tables.
+//!
+//! One negotiated child SA becomes an inbound SA (by our SPI), an outbound SA and one
+//! PROTECT policy per pair of narrowed selectors. A rekey is make-before-break (RFC 7296
+//! §2.8): the new pair is installed, the policies move to the new outbound SA, the old
+//! outbound SA goes, and the old inbound SA stays until the engine deletes it, so packets
+//! the peer sent with the old SA still arrive.
+
+use core::net::IpAddr;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use esp::{
+    AddressRange, Encapsulation, Lifetime, LifetimeLimits, OutboundSaId, Policy, PolicyAction, PolicyId,
+    PolicySelector, PortRange, SaConfig, TrafficSelector,
+};
+use ike::{ChildSa, SaId};
+
+/// Policies of gateway child SAs sit after any operator-installed ones.
+const CHILD_POLICY_PRIORITY: u32 = 1000;
+
+/// What was installed for one child SA (keyed by its inbound SPI).
+#[derive(Debug, Clone)]
+pub(crate) struct Installed {
+    /// The IKE SA it belongs to.
+    pub(crate) ike: SaId,
+    /// The child as negotiated (no key bytes: enclave handles only).
+    pub(crate) child: ChildSa,
+    /// Its outbound SA while it carries outbound traffic; `None` once a rekey replaced it.
+    pub(crate) outbound: Option<OutboundSaId>,
+    /// Its PROTECT policies (moved to the successor on rekey).
+    pub(crate) policies: Vec<PolicyId>,
+    /// When it was installed.
+    pub(crate) since: Instant,
+}
+
+/// The child SAs installed in the data plane.
+#[derive(Debug, Default)]
+pub(crate) struct Children {
+    by_spi: BTreeMap<u32, Installed>,
+}
+
+/// An ESP selector from a negotiated IKE selector.
+fn esp_ts(ts: &ike::ts::TrafficSelector) -> Option<TrafficSelector> {
+    Some(TrafficSelector {
+        addresses: AddressRange::range(ts.start, ts.end).ok()?,
+        protocol: ts.ip_protocol,
+        ports: PortRange { start: ts.start_port, end: ts.end_port },
+    })
+}
+
+/// The data plane's view of one direction.
+fn sa_config(child: &ChildSa, inbound: bool) -> Option<SaConfig> {
+    let (spi, handle) = if inbound {
+        (child.spi_inbound, child.handles.inbound)
+    } else {
+        (child.spi_outbound, child.handles.outbound)
+    };
+    let mut c = SaConfig::new(spi, handle, child.suite, child.local.ip(), child.remote.ip());
+    c.esn = child.esn;
+    c.encapsulation = match child.encapsulation {
+        ike::Encapsulation::None => Encapsulation::Esp,
+        ike::Encapsulation::Udp { local_port, remote_port } => Encapsulation::Udp { local_port, remote_port },
+    };
+    c.local_selectors = child.local_ts.iter().map(esp_ts).collect::<Option<_>>()?;
+    c.remote_selectors = child.remote_ts.iter().map(esp_ts).collect::<Option<_>>()?;
+    // Soft expiry asks the engine to rekey; hard expiry stops traffic and deletes it.
+    c.lifetime = Lifetime {
+        soft: LifetimeLimits { time: Some(child.rekey_time), ..LifetimeLimits::default() },
+        hard: LifetimeLimits { time: Some(child.life_time), ..LifetimeLimits::default() },
+    };
+    Some(c)
+}
+
+/// One PROTECT selector per (local, remote) pair that some packet can match.
+fn selectors(child: &ChildSa) -> Vec<PolicySelector> {
+    let mut out = Vec::new();
+    for l in child.local_ts.iter().filter_map(esp_ts) {
+        for r in child.remote_ts.iter().filter_map(esp_ts) {
+            if l.addresses.is_ipv6() != r.addresses.is_ipv6() {
+                continue;
+            }
+            let protocol = match (l.protocol, r.protocol) {
+                (a, b) if a == b || b == 0 => a,
+                (0, b) => b,
+                _ => continue,
+            };
+            out.push(PolicySelector {
+                local: l.addresses,
+                remote: r.addresses,
+                protocol,
+                local_ports: l.ports,
+                remote_ports: r.ports,
+            });
+        }
+    }
+    out
+}
+
+/// Why a child could not be installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum InstallError {
+    /// A selector has mixed families or an inverted range.
+    #[error("unusable traffic selectors")]
+    Selectors,
+    /// The data plane refused the SA (e.g. an SPI already installed).
+    #[error("data plane: {0}")]
+    Esp(String),
+    /// The tables are unusable.
+    #[error("the data plane's tables are poisoned")]
+    Poisoned,
+    /// No installed child has that SPI.
+    #[error("no child SA with inbound SPI {0:#010x}")]
+    Unknown(u32),
+}
+
+impl Children {
+    /// Installs a new child SA: inbound, outbound and its policies, in one table update.
+    pub(crate) fn install<E: enclave::Enclave + 'static>(
+        &mut self,
+        dp: &dataplane::Dataplane<E>,
+        ike: SaId,
+        child: ChildSa,
+        now: Instant,
+    ) -> Result<(), InstallError> {
+        let (inb, out) =
+            sa_config(&child, true).zip(sa_config(&child, false)).ok_or(InstallError::Selectors)?;
+        let sels = selectors(&child);
+        let spi = child.spi_inbound;
+        let (outbound, policies) = dp
+            .update(|sad, spd| -> Result<_, InstallError> {
+                sad.add_inbound(inb, now).map_err(|e| InstallError::Esp(e.to_string()))?;
+                let id = match sad.add_outbound(out, now) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = sad.remove_inbound(spi);
+                        return Err(InstallError::Esp(e.to_string()));
+                    }
+                };
+                let policies = sels
+                    .iter()
+                    .map(|&selector| {
+                        spd.insert(Policy {
+                            priority: CHILD_POLICY_PRIORITY,
+                            selector,
+                            action: PolicyAction::Protect(id),
+                        })
+                    })
+                    .collect();
+                Ok((id, policies))
+            })
+            .ok_or(InstallError::Poisoned)??;
+        self.by_spi.insert(spi, Installed { ike, child, outbound: Some(outbound), policies, since: now });
+        Ok(())
+    }
+
+    /// Installs `new` as the successor of the child with inbound SPI `old`: the policies
+    /// move to the new outbound SA and the old outbound SA is removed; the old inbound SA
+    /// stays until [`Self::remove`].
+    pub(crate) fn rekeyed<E: enclave::Enclave + 'static>(
+        &mut self,
+        dp: &dataplane::Dataplane<E>,
+        ike: SaId,
+        old: u32,
+        new: ChildSa,
+        now: Instant,
+    ) -> Result<(), InstallError> {
+        let (inb, out) = sa_config(&new, true).zip(sa_config(&new, false)).ok_or(InstallError::Selectors)?;
+        let spi = new.spi_inbound;
+        let (old_out, policies) = match self.by_spi.get_mut(&old) {
+            Some(o) => (o.outbound.take(), core::mem::take(&mut o.policies)),
+            None => (None, Vec::new()),
+        };
+        let sels = if policies.is_empty() { selectors(&new) } else { Vec::new() };
+        let result = dp
+            .update(|sad, spd| -> Result<_, InstallError> {
+                sad.add_inbound(inb, now).map_err(|e| InstallError::Esp(e.to_string()))?;
+                let id = match sad.add_outbound(out, now) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = sad.remove_inbound(spi);
+                        return Err(InstallError::Esp(e.to_string()));
+                    }
+                };
+                let mut policies = policies.clone();
+                if let Some(o) = old_out {
+                    spd.retarget(o, id);
+                    let _ = sad.remove_outbound(o);
+                }
+                // The old child was unknown (or had no policies): give the new one its own.
+                for &selector in &sels {
+                    policies.push(spd.insert(Policy {
+                        priority: CHILD_POLICY_PRIORITY,
+                        selector,
+                        action: PolicyAction::Protect(id),
+                    }));
+                }
+                Ok((id, policies))
+            })
+            .ok_or(InstallError::Poisoned)?;
+        match result {
+            Ok((id, policies)) => {
+                self.by_spi
+                    .insert(spi, Installed { ike, child: new, outbound: Some(id), policies, since: now });
+                Ok(())
+            }
+            Err(e) => {
+                // Keep the old child carrying traffic.
+                if let Some(o) = self.by_spi.get_mut(&old) {
+                    o.outbound = old_out;
+                    o.policies = policies;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes a child SA: its policies, its outbound SA (if still current) and its
+    /// inbound SA. Traffic its policies covered is then dropped, never sent in the clear.
+    pub(crate) fn remove<E: enclave::Enclave + 'static>(
+        &mut self,
+        dp: &dataplane::Dataplane<E>,
+        spi: u32,
+    ) -> Result<Installed, InstallError> {
+        let c = self.by_spi.remove(&spi).ok_or(InstallError::Unknown(spi))?;
+        dp.update(|sad, spd| {
+            for p in &c.policies {
+                spd.remove(*p);
+            }
+            if let Some(o) = c.outbound {
+                let _ = sad.remove_outbound(o);
+            }
+            let _ = sad.remove_inbound(spi);
+        })
+        .ok_or(InstallError::Poisoned)?;
+        Ok(c)
+    }
+
+    /// The child whose inbound SA or outbound SA this is.
+    pub(crate) fn find(&self, sa: esp::SaRef) -> Option<&Installed> {
+        match sa {
+            esp::SaRef::Inbound { spi } => self.by_spi.get(&spi),
+            esp::SaRef::Outbound { id, .. } => self.by_spi.values().find(|c| c.outbound == Some(id)),
+        }
+    }
+
+    /// Every installed child, by inbound SPI.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Installed> {
+        self.by_spi.values()
+    }
+
+    /// The remote selectors' address ranges of every installed child (for routes).
+    pub(crate) fn remote_ranges(child: &ChildSa) -> Vec<(IpAddr, IpAddr)> {
+        child.remote_ts.iter().map(|t| (t.start, t.end)).collect()
+    }
+}
+
+/// The CIDR prefixes that exactly cover `start..=end` (at most `limit`; `None` if more).
+pub(crate) fn range_prefixes(start: IpAddr, end: IpAddr, limit: usize) -> Option<Vec<(IpAddr, u8)>> {
+    let (lo, hi, bits, v6) = match (start, end) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (u128::from(u32::from(a)), u128::from(u32::from(b)), 32u32, false),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), 128u32, true),
+        _ => return None,
+    };
+    if lo > hi {
+        return None;
+    }
+    // `cur` is aligned to 2^k, so its block's last address is `cur | (2^k - 1)`.
+    let block_end = |cur: u128, k: u32| if k >= 128 { u128::MAX } else { cur | ((1u128 << k) - 1) };
+    let mut out = Vec::new();
+    let mut cur = lo;
+    loop {
+        let mut k = if cur == 0 { bits } else { cur.trailing_zeros().min(bits) };
+        while k > 0 && block_end(cur, k) > hi {
+            k -= 1;
+        }
+        let addr = if v6 { IpAddr::V6(cur.into()) } else { IpAddr::V4(u32::try_from(cur).ok()?.into()) };
+        out.push((addr, u8::try_from(bits - k).ok()?));
+        if out.len() > limit {
+            return None;
+        }
+        let end = block_end(cur, k);
+        if end >= hi {
+            return Some(out);
+        }
+        cur = end + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ranges_become_the_fewest_exact_prefixes() {
+        assert_eq!(
+            range_prefixes(ip("198.19.1.0"), ip("198.19.1.255"), 8),
+            Some(vec![(ip("198.19.1.0"), 24)])
+        );
+        assert_eq!(range_prefixes(ip("198.19.1.1"), ip("198.19.1.1"), 8), Some(vec![(ip("198.19.1.1"), 32)]));
+        assert_eq!(
+            range_prefixes(ip("198.19.1.1"), ip("198.19.1.4"), 8),
+            Some(vec![(ip("198.19.1.1"), 32), (ip("198.19.1.2"), 31), (ip("198.19.1.4"), 32)])
+        );
+        assert_eq!(range_prefixes(ip("0.0.0.0"), ip("255.255.255.255"), 8), Some(vec![(ip("0.0.0.0"), 0)]));
+        assert_eq!(
+            range_prefixes(ip("::"), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), 8),
+            Some(vec![(ip("::"), 0)])
+        );
+        assert_eq!(
+            range_prefixes(ip("2001:db8:1::"), ip("2001:db8:1:ffff:ffff:ffff:ffff:ffff"), 8),
+            Some(vec![(ip("2001:db8:1::"), 48)])
+        );
+        assert_eq!(range_prefixes(ip("198.19.1.1"), ip("198.19.1.254"), 4), None, "too many");
+        assert_eq!(range_prefixes(ip("198.19.1.2"), ip("198.19.1.1"), 4), None, "inverted");
+        assert_eq!(range_prefixes(ip("198.19.1.1"), ip("::1"), 4), None, "mixed");
+        assert_eq!(
+            range_prefixes(ip("255.255.255.255"), ip("255.255.255.255"), 4),
+            Some(vec![(ip("255.255.255.255"), 32)])
+        );
+    }
+}

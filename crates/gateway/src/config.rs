@@ -1,0 +1,297 @@
+//! The gateway's one configuration file: `[gateway]` (this crate), `[dataplane]` (the ESP
+//! data plane's settings, as for `cloister dataplane`) and `connections`/`secrets` in
+//! swanctl.conf's vocabulary (the IKE engine's, `ike::Config`).
+//!
+//! ```toml
+//! [gateway]
+//! tenant = 1
+//! enclave = "process"                      # or "inline" (keys in the gateway process)
+//! provisioning_key = "provisioning.key"    # 64 hex digits, mode 0600 (until attested provisioning)
+//! control_socket = "/run/cloister/gateway.sock"
+//!
+//! [dataplane]
+//! tun = "clgw0"
+//! tun_addresses = ["198.19.2.1/32"]
+//! listen = ["198.18.0.2:4500"]             # IKE also listens on port 500 of these addresses
+//!
+//! [connections.site-a] ...                 # as in swanctl.conf
+//! [secrets.site-a-psk]
+//! file = "site-a.psk.blob"                 # made by `cloister secret wrap`
+//! ```
+//!
+//! Relative paths are relative to the configuration file. Errors name the field and never
+//! quote a value (a secret pasted into the wrong field must not reach a log).
+
+use core::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The port IKE starts on (RFC 7296 §2); NAT traversal moves it to the ESP-in-UDP port.
+pub const IKE_PORT: u16 = 500;
+/// The ESP-in-UDP and NAT-T IKE port (RFC 3948).
+pub const NATT_PORT: u16 = 4500;
+
+/// Which enclave backend holds the tenant's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// One hardened process per tenant (the default): keys never in the gateway process.
+    #[default]
+    Process,
+    /// In-process trusted code: for a gateway that itself runs inside a TEE, and for tests.
+    Inline,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGateway {
+    tenant: Option<u32>,
+    enclave: Option<Backend>,
+    provisioning_key: Option<String>,
+    control_socket: Option<String>,
+}
+
+/// The `[gateway]` table, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The tenant this gateway serves.
+    pub tenant: u32,
+    /// The enclave backend.
+    pub enclave: Backend,
+    /// The provisioning key's file.
+    pub provisioning_key: PathBuf,
+    /// Where `cloister sa list` connects.
+    pub control_socket: PathBuf,
+}
+
+/// The whole checked configuration.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// `[gateway]`.
+    pub settings: Settings,
+    /// `[dataplane]`, with no static SAs.
+    pub dataplane: dataplane::Config,
+    /// `connections` and `secrets`.
+    pub ike: ike::Config,
+    /// The configuration file's directory, for its secrets' relative paths.
+    pub dir: PathBuf,
+}
+
+/// The default control socket.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/cloister/gateway.sock";
+
+fn resolve(dir: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        dir.join(p)
+    }
+}
+
+impl GatewayConfig {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.into(), source })?;
+        let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        Self::parse(&text, &dir)
+    }
+
+    /// Checks a configuration's text; relative paths are taken from `dir`.
+    pub fn parse(text: &str, dir: &Path) -> Result<Self> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| Error::Config { field: "file", why: position(text, &e) })?;
+        for statics in ["sa", "policy"] {
+            if table.contains_key(statics) {
+                return Err(Error::Config {
+                    field: if statics == "sa" { "sa" } else { "policy" },
+                    why:
+                        "static SAs and policies belong to `cloister dataplane`; the gateway's come from IKE"
+                            .into(),
+                });
+            }
+        }
+        let raw: RawGateway = match table.remove("gateway") {
+            Some(v) => v.try_into().map_err(|e: toml::de::Error| Error::Config {
+                field: "gateway",
+                why: redacted(e.message()),
+            })?,
+            None => RawGateway { tenant: None, enclave: None, provisioning_key: None, control_socket: None },
+        };
+        let tenant = raw.tenant.unwrap_or(1);
+        if tenant == 0 {
+            return Err(Error::Config { field: "gateway.tenant", why: "tenant 0 is reserved".into() });
+        }
+        let provisioning_key = raw
+            .provisioning_key
+            .ok_or(Error::Config { field: "gateway.provisioning_key", why: "required".into() })?;
+        let settings = Settings {
+            tenant,
+            enclave: raw.enclave.unwrap_or_default(),
+            provisioning_key: resolve(dir, &provisioning_key),
+            control_socket: resolve(dir, raw.control_socket.as_deref().unwrap_or(DEFAULT_CONTROL_SOCKET)),
+        };
+
+        let mut dp = toml::Table::new();
+        if let Some(d) = table.remove("dataplane") {
+            dp.insert("dataplane".into(), d);
+        }
+        let dataplane = dataplane::Config::parse(&dp.to_string()).map_err(Error::Dataplane)?;
+        if dataplane.settings.listen.is_empty() {
+            return Err(Error::Config {
+                field: "dataplane.listen",
+                why: "at least one address and port, e.g. \"198.18.0.2:4500\"".into(),
+            });
+        }
+        if let Some(bad) =
+            dataplane.settings.listen.iter().find(|a| a.port() != NATT_PORT || a.ip().is_unspecified())
+        {
+            return Err(Error::Config {
+                field: "dataplane.listen",
+                why: format!("{bad}: a concrete address on port {NATT_PORT} (IKE replies leave from it)"),
+            });
+        }
+        let ike = ike::Config::from_toml(&table.to_string()).map_err(Error::Ike)?;
+        if ike.connections.is_empty() {
+            return Err(Error::Config { field: "connections", why: "no connection is configured".into() });
+        }
+        Ok(Self { settings, dataplane, ike, dir: dir.to_path_buf() })
+    }
+
+    /// The addresses IKE listens on, port 500 (NAT-T IKE shares the data plane's 4500).
+    pub fn ike_listeners(&self) -> Vec<SocketAddr> {
+        let mut v: Vec<IpAddr> = self.dataplane.settings.listen.iter().map(SocketAddr::ip).collect();
+        v.sort();
+        v.dedup();
+        v.into_iter().map(|ip| SocketAddr::new(ip, IKE_PORT)).collect()
+    }
+
+    /// A secret's wrapped blob file.
+    pub fn secret_path(&self, file: &str) -> PathBuf {
+        resolve(&self.dir, file)
+    }
+}
+
+/// A serde message up to its first quoted value (a value could be a secret).
+fn redacted(message: &str) -> String {
+    let cut = message.split(['"', '\'']).next().unwrap_or("").trim_end();
+    cut.trim_end_matches(':').to_owned()
+}
+
+/// A toml error's position, without the parser's excerpt of the file.
+fn position(text: &str, e: &toml::de::Error) -> String {
+    e.span().map_or_else(
+        || "not valid TOML".to_owned(),
+        |s| {
+            let before = text.get(..s.start).unwrap_or("");
+            format!("not valid TOML at line {}", before.matches('\n').count() + 1)
+        },
+    )
+}
+
+/// Reads a provisioning key file: 64 hex digits, readable by its owner only.
+pub fn read_provisioning_key(path: &Path) -> Result<zeroize::Zeroizing<[u8; 32]>> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|source| Error::Read { path: path.into(), source })?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(Error::KeyFile { path: path.into(), why: "readable by others: chmod 600 it" });
+    }
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.into(), source })?,
+    );
+    let hex = text.trim();
+    let mut key = zeroize::Zeroizing::new([0u8; 32]);
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::KeyFile { path: path.into(), why: "not 64 hex digits" });
+    }
+    for (i, k) in key.iter_mut().enumerate() {
+        let pair = hex.get(2 * i..2 * i + 2).unwrap_or("00");
+        *k =
+            u8::from_str_radix(pair, 16).map_err(|_| Error::KeyFile { path: path.into(), why: "not hex" })?;
+    }
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONNECTION: &str = r#"
+[connections.site-a]
+local_addrs = ["198.18.0.2"]
+remote_addrs = ["198.18.0.1"]
+proposals = ["aes256gcm16-prfsha256-ecp256"]
+local = { auth = "psk", id = "gw.cloister.test", secret = "psk" }
+remote = { auth = "psk", id = "site-a.cloister.test" }
+children.net = { local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], esp_proposals = ["aes256gcm16"] }
+[secrets.psk]
+file = "psk.blob"
+"#;
+
+    fn gateway(extra: &str) -> String {
+        format!(
+            "[gateway]\nprovisioning_key = \"pk\"\n{extra}\n[dataplane]\ntun = \"clgw0\"\nlisten = [\"198.18.0.2:4500\"]\n{CONNECTION}"
+        )
+    }
+
+    #[test]
+    fn one_file_feeds_gateway_dataplane_and_ike() {
+        let c = GatewayConfig::parse(&gateway("tenant = 7"), Path::new("/etc/cl")).unwrap();
+        assert_eq!(c.settings.tenant, 7);
+        assert_eq!(c.settings.enclave, Backend::Process);
+        assert_eq!(c.settings.provisioning_key, PathBuf::from("/etc/cl/pk"));
+        assert_eq!(c.dataplane.settings.tun, "clgw0");
+        assert_eq!(c.ike_listeners(), vec!["198.18.0.2:500".parse().unwrap()]);
+        assert_eq!(c.ike.connections.len(), 1);
+        assert_eq!(c.secret_path("psk.blob"), PathBuf::from("/etc/cl/psk.blob"));
+    }
+
+    #[test]
+    fn bad_settings_name_their_field() {
+        let field = |text: &str| match GatewayConfig::parse(text, Path::new(".")) {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(&gateway("tenant = 0")), "gateway.tenant");
+        assert_eq!(
+            field(&CONNECTION.replace("[connections", "[gateway]\nprovisioning_key = \"k\"\n[connections")),
+            "dataplane.listen"
+        );
+        assert_eq!(field(&gateway("").replace("198.18.0.2:4500", "198.18.0.2:4501")), "dataplane.listen");
+        assert_eq!(field(&format!("{}\n[[sa]]\nname = \"x\"", gateway(""))), "sa");
+        assert_eq!(field(&gateway("").replace("provisioning_key = \"pk\"", "")), "gateway.provisioning_key");
+        assert!(matches!(
+            GatewayConfig::parse(&gateway("secret = \"hunter2\""), Path::new(".")),
+            Err(Error::Config { field: "gateway", why }) if why.contains("unknown field `secret`") && !why.contains("hunter2")
+        ));
+        assert!(matches!(
+            GatewayConfig::parse(&gateway("control_socket = 4\ntenant = \"hunter2\""), Path::new(".")),
+            Err(Error::Config { field: "gateway", why }) if !why.contains("hunter2")
+        ));
+        assert!(matches!(
+            GatewayConfig::parse(&gateway("").replace("tun = ", "tun_mtu = 99\ntun = "), Path::new(".")),
+            Err(Error::Dataplane(_))
+        ));
+    }
+
+    #[test]
+    fn provisioning_key_files_must_be_private_hex() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("cl-gw-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("k");
+        std::fs::write(&p, format!("{}\n", "ab".repeat(32))).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(read_provisioning_key(&p), Err(Error::KeyFile { .. })));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(*read_provisioning_key(&p).unwrap(), [0xab; 32]);
+        std::fs::write(&p, "abc").unwrap();
+        assert!(matches!(read_provisioning_key(&p), Err(Error::KeyFile { why: "not 64 hex digits", .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,387 @@
+//! The gateway's control thread: drives the sans-IO IKE engine with sockets and a clock,
+//! installs the child SAs it negotiates into the ESP data plane, acts on SA lifetimes, and
+//! answers the control socket.
+//!
+//! ```text
+//!  UDP 500 ──────────────┐                          ┌─▶ UDP 500 / data plane's 4500 socket
+//!  4500 (IKE, via the ───┼─▶ ike::Endpoint ─events─▶│   install / rekey / remove child SAs
+//!  data plane's inbox)   │      ▲     (enclave)     └─▶ Dataplane::update (ESP tables)
+//!  lifetime ticks ───────┘      └── soft expiry: rekey_child, hard expiry: delete_child
+//! ```
+//!
+//! Every wait is bounded ([`MAX_WAIT`]), every read loop is bounded per round, and nothing
+//! here sees a key: the engine and the data plane hold enclave handles only.
+
+use core::net::{IpAddr, SocketAddr};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::ErrorKind;
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dataplane::{Dataplane, IkeInbox};
+use enclave::Enclave;
+use esp::{LifetimeKind, SaRef};
+use ike::{Endpoint, EndpointConfig, Event, SaId};
+
+use crate::children::{range_prefixes, Children};
+use crate::config::{GatewayConfig, IKE_PORT};
+use crate::control::{self, ControlServer, Request};
+use crate::error::{Error, Result};
+use crate::shared::SharedEnclave;
+
+/// The longest the loop sleeps without looking at signals, timers and the stop flag.
+pub const MAX_WAIT: Duration = Duration::from_millis(200);
+/// How often SA lifetimes are evaluated.
+const LIFETIME_TICK: Duration = Duration::from_secs(1);
+/// Datagrams read per socket per round (the rest wait for the next round).
+const READS_PER_ROUND: usize = 256;
+/// IKE messages the data plane may queue for this thread.
+const INBOX_LIMIT: usize = 1024;
+/// Routes added for one child's remote selectors at most.
+const ROUTES_PER_SELECTOR: usize = 16;
+
+/// A running gateway for one tenant.
+pub struct Gateway<E: Enclave + 'static> {
+    engine: Endpoint<SharedEnclave<E>>,
+    dp: Dataplane<SharedEnclave<E>>,
+    inbox: Arc<IkeInbox>,
+    ike_sockets: Vec<UdpSocket>,
+    children: Children,
+    identities: BTreeMap<SaId, (String, String)>,
+    routes: BTreeSet<(IpAddr, u8)>,
+    control: Option<ControlServer>,
+    next_tick: Instant,
+    log: Box<dyn FnMut(&str) + Send>,
+}
+
+impl<E: Enclave + 'static> core::fmt::Debug for Gateway<E> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("tun", &self.dp.tun_name())
+            .field("ike_sockets", &self.ike_sockets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Text of an identity for logs and `sa list`.
+pub fn identity(id: &wire::ike::Identification) -> String {
+    use wire::ike::IdType;
+    let text = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
+    match id.ty {
+        IdType::FQDN | IdType::RFC822_ADDR => text(&id.data),
+        IdType::IPV4_ADDR => <[u8; 4]>::try_from(id.data.as_slice())
+            .map_or_else(|_| "?".into(), |a| core::net::Ipv4Addr::from(a).to_string()),
+        IdType::IPV6_ADDR => <[u8; 16]>::try_from(id.data.as_slice())
+            .map_or_else(|_| "?".into(), |a| core::net::Ipv6Addr::from(a).to_string()),
+        other => format!("{other:?} ({} bytes)", id.data.len()),
+    }
+}
+
+impl<E: Enclave + 'static> Gateway<E> {
+    /// Provisions the configuration's secrets into `enclave`, starts the data plane and
+    /// binds the IKE sockets. Call it in the network namespace the gateway serves.
+    pub fn start(config: &GatewayConfig, enclave: E, log: Box<dyn FnMut(&str) + Send>) -> Result<Self> {
+        let mut shared = SharedEnclave::new(enclave);
+        let mut engine = Endpoint::new(shared.clone(), EndpointConfig::default());
+        for s in &config.ike.secrets {
+            let Some(file) = &s.file else {
+                return Err(Error::Config {
+                    field: "secrets",
+                    why: format!("secret {} has no file", s.name),
+                });
+            };
+            let path = config.secret_path(file);
+            let blob =
+                zeroize::Zeroizing::new(std::fs::read(&path).map_err(|source| Error::Read { path, source })?);
+            let handle = shared.provision_secret(&blob)?;
+            engine.add_secret(&s.name, handle);
+        }
+        for c in &config.ike.connections {
+            engine.add_connection(c.clone()).map_err(Error::Ike)?;
+        }
+        let inbox = Arc::new(IkeInbox::new(INBOX_LIMIT).map_err(Error::Dataplane)?);
+        let dp = Dataplane::start_with(
+            &config.dataplane,
+            shared.clone(),
+            dataplane::keys::refuse,
+            Some(Arc::clone(&inbox)),
+        )
+        .map_err(Error::Dataplane)?;
+        let mut ike_sockets = Vec::new();
+        for addr in config.ike_listeners() {
+            let s = UdpSocket::bind(addr)
+                .map_err(|source| Error::Io { what: format!("binding {addr}"), source })?;
+            s.set_nonblocking(true).map_err(|source| Error::Io { what: format!("{addr}"), source })?;
+            ike_sockets.push(s);
+        }
+        let control = Some(ControlServer::bind(&config.settings.control_socket)?);
+        Ok(Self {
+            engine,
+            dp,
+            inbox,
+            ike_sockets,
+            children: Children::default(),
+            identities: BTreeMap::new(),
+            routes: BTreeSet::new(),
+            control,
+            next_tick: Instant::now() + LIFETIME_TICK,
+            log,
+        })
+    }
+
+    /// The data plane (for its start-up line and counters).
+    pub fn dataplane(&self) -> &Dataplane<SharedEnclave<E>> {
+        &self.dp
+    }
+
+    /// The IKE listening addresses.
+    pub fn ike_addresses(&self) -> Vec<SocketAddr> {
+        self.ike_sockets.iter().filter_map(|s| s.local_addr().ok()).collect()
+    }
+
+    /// Runs one round: reads what arrived, runs timers, sends, handles events and control
+    /// requests, then waits at most `wait` for more input.
+    pub fn round(&mut self, wait: Duration) {
+        let now = Instant::now();
+        self.read_sockets(now);
+        for d in self.inbox.drain() {
+            self.engine.handle_datagram(now, d.remote, d.local, &d.bytes);
+        }
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        if now >= self.next_tick {
+            self.next_tick = now + LIFETIME_TICK;
+            self.lifetimes(now);
+        }
+        self.flush(now);
+        self.serve_control(now);
+        self.flush(now);
+        let until_engine =
+            self.engine.poll_timeout().map_or(wait, |t| t.saturating_duration_since(Instant::now()));
+        let until_tick = self.next_tick.saturating_duration_since(Instant::now());
+        let timeout = wait.min(until_engine).min(until_tick).min(MAX_WAIT);
+        let mut fds: Vec<_> = self.ike_sockets.iter().map(AsFd::as_fd).collect();
+        fds.push(self.inbox.as_fd());
+        if let Some(c) = &self.control {
+            fds.push(c.as_fd());
+        }
+        let _ = cio::poll::wait_readable(&fds, timeout);
+    }
+
+    fn read_sockets(&mut self, now: Instant) {
+        let mut buf = vec![0u8; 65_536];
+        for i in 0..self.ike_sockets.len() {
+            let Some(sock) = self.ike_sockets.get(i) else { continue };
+            let Ok(local) = sock.local_addr() else { continue };
+            for _ in 0..READS_PER_ROUND {
+                match sock.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        let bytes = buf.get(..n).unwrap_or(&[]);
+                        self.engine.handle_datagram(now, from, local, bytes);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// Sends the engine's datagrams and acts on its events, until both are empty.
+    fn flush(&mut self, now: Instant) {
+        // Bounded: events can cause transmits and the other way round only a few times.
+        for _ in 0..64 {
+            let mut worked = false;
+            while let Some(t) = self.engine.poll_transmit() {
+                worked = true;
+                self.send(&t);
+            }
+            while let Some(e) = self.engine.poll_event() {
+                worked = true;
+                self.on_event(now, e);
+            }
+            if !worked {
+                break;
+            }
+        }
+    }
+
+    fn send(&mut self, t: &ike::Transmit) {
+        let sent = if t.local.port() == IKE_PORT {
+            self.ike_sockets
+                .iter()
+                .find(|s| s.local_addr().is_ok_and(|a| a == t.local))
+                .is_some_and(|s| s.send_to(&t.contents, t.remote).is_ok())
+        } else {
+            self.dp.send_udp(t.local, t.remote, &t.contents).is_ok()
+        };
+        if !sent {
+            (self.log)(&format!(
+                "ike: could not send {} bytes {} -> {}",
+                t.contents.len(),
+                t.local,
+                t.remote
+            ));
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, e: Event) {
+        match e {
+            Event::IkeSaEstablished {
+                sa,
+                connection,
+                role,
+                choice,
+                local_id,
+                remote_id,
+                local,
+                remote,
+                nat,
+                seal,
+            } => {
+                let ids = (identity(&local_id), identity(&remote_id));
+                (self.log)(&format!(
+                    "ike: {connection} #{} established as {role:?}: {} @ {local} <-> {} @ {remote}, {:?}/{:?}/{:?}, nat {nat:?}, \
+                     trusted IKE-SA bytes {} -> {} after clear-and-seal",
+                    sa.0, ids.0, ids.1, choice.suite, choice.prf, choice.group, seal.ike_sa_bytes_before, seal.ike_sa_bytes_after
+                ));
+                self.identities.insert(sa, ids);
+            }
+            Event::ChildSaReady { sa, child } => {
+                let (name, spi_in, spi_out) = (child.name.clone(), child.spi_inbound, child.spi_outbound);
+                self.add_routes(&child);
+                match self.children.install(&self.dp, sa, child, now) {
+                    Ok(()) => (self.log)(&format!(
+                        "child: {name} installed, in {spi_in:08x} out {spi_out:08x} (IKE SA #{})",
+                        sa.0
+                    )),
+                    Err(err) => {
+                        (self.log)(&format!("child: {name} {spi_in:08x} not installed: {err}; deleting it"));
+                        let _ = self.engine.delete_child(now, sa, spi_in);
+                    }
+                }
+            }
+            Event::ChildSaRekeyed { sa, old_spi_inbound, child } => {
+                let (name, spi_in, spi_out) = (child.name.clone(), child.spi_inbound, child.spi_outbound);
+                match self.children.rekeyed(&self.dp, sa, old_spi_inbound, child, now) {
+                    Ok(()) => (self.log)(&format!(
+                        "child: {name} rekeyed {old_spi_inbound:08x} -> in {spi_in:08x} out {spi_out:08x}"
+                    )),
+                    Err(err) => {
+                        (self.log)(&format!("child: {name} rekey to {spi_in:08x} not installed: {err}"));
+                        let _ = self.engine.delete_child(now, sa, spi_in);
+                    }
+                }
+            }
+            Event::ChildSaDeleted { sa, child } => match self.children.remove(&self.dp, child.spi_inbound) {
+                Ok(_) => (self.log)(&format!(
+                    "child: {} {:08x} deleted (IKE SA #{})",
+                    child.name, child.spi_inbound, sa.0
+                )),
+                Err(err) => (self.log)(&format!("child: {} delete: {err}", child.name)),
+            },
+            Event::ChildSaFailed { sa, child, error } => {
+                (self.log)(&format!("child: {child} failed on IKE SA #{}: {error}", sa.0));
+            }
+            Event::IkeSaDeleted { sa, reason } => {
+                self.identities.remove(&sa);
+                (self.log)(&format!("ike: #{} deleted: {reason:?}", sa.0));
+            }
+            Event::IkeSaFailed { sa, connection, error } => {
+                (self.log)(&format!("ike: {connection} #{} failed: {error}", sa.0));
+            }
+            other => (self.log)(&format!("ike: event {other:?}")),
+        }
+    }
+
+    /// Routes the child's remote selectors into the TUN device (once per prefix). They
+    /// stay after the child goes: with no SA, the data plane drops that traffic (counted),
+    /// which is what a VPN must do, rather than let it take the default route in clear.
+    fn add_routes(&mut self, child: &ike::ChildSa) {
+        for (start, end) in Children::remote_ranges(child) {
+            let Some(prefixes) = range_prefixes(start, end, ROUTES_PER_SELECTOR) else {
+                (self.log)(&format!("route: {start}-{end} needs too many prefixes; add routes by hand"));
+                continue;
+            };
+            for (addr, len) in prefixes {
+                if self.routes.insert((addr, len)) {
+                    if let Err(e) =
+                        cio::netdev::add_route(self.dp.tun_name(), cio::netdev::Prefix { addr, len })
+                    {
+                        (self.log)(&format!("route: {addr}/{len} via {}: {e}", self.dp.tun_name()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Soft expiry: the child is rekeyed (once); hard expiry: it is deleted.
+    fn lifetimes(&mut self, now: Instant) {
+        for ev in self.dp.handle_timeout(now) {
+            let Some(c) = self.children.find(ev.sa) else { continue };
+            let (ike, spi) = (c.ike, c.child.spi_inbound);
+            // A child already replaced by a rekey only waits for its Delete.
+            let current = c.outbound.is_some();
+            match ev.kind {
+                LifetimeKind::Soft if current && matches!(ev.sa, SaRef::Outbound { .. }) => {
+                    if let Err(e) = self.engine.rekey_child(now, ike, spi) {
+                        (self.log)(&format!("child: rekey of {spi:08x}: {e}"));
+                    } else {
+                        (self.log)(&format!("child: {spi:08x} soft lifetime ({:?}): rekeying", ev.trigger));
+                    }
+                }
+                LifetimeKind::Hard if matches!(ev.sa, SaRef::Inbound { .. }) => {
+                    (self.log)(&format!("child: {spi:08x} hard lifetime ({:?}): deleting", ev.trigger));
+                    if self.engine.delete_child(now, ike, spi).is_err() {
+                        let _ = self.children.remove(&self.dp, spi);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn serve_control(&mut self, now: Instant) {
+        let Some(server) = self.control.take() else { return };
+        for _ in 0..16 {
+            let Some(mut conn) = server.accept() else { break };
+            let Some(request) = conn.request() else { continue };
+            let reply = match request {
+                Ok(Request::List) => {
+                    control::list(&self.engine, &self.children, &self.identities, &self.dp, now)
+                }
+                Ok(Request::Initiate(name)) => match self.engine.initiate(now, &name) {
+                    Ok(sa) => format!("initiating {name} as IKE SA #{}\n", sa.0),
+                    Err(e) => format!("error: {e}\n"),
+                },
+                Ok(Request::RekeyChild(spi)) => {
+                    match self.children.iter().find(|c| c.child.spi_inbound == spi) {
+                        Some(c) => match self.engine.rekey_child(now, c.ike, spi) {
+                            Ok(()) => format!("rekeying child {spi:08x}\n"),
+                            Err(e) => format!("error: {e}\n"),
+                        },
+                        None => format!("error: no child SA with inbound SPI {spi:08x}\n"),
+                    }
+                }
+                Ok(Request::TerminateIke(id)) => match self.engine.delete_ike(now, SaId(id)) {
+                    Ok(()) => format!("deleting IKE SA #{id}\n"),
+                    Err(e) => format!("error: {e}\n"),
+                },
+                Ok(Request::Counters) => control::counters(&self.engine, &self.dp, &self.inbox),
+                Err(e) => format!("error: {e}\n"),
+            };
+            conn.reply(&reply);
+        }
+        self.control = Some(server);
+    }
+
+    /// Stops the data plane and removes the control socket; returns the data plane's report.
+    pub fn stop(mut self) -> dataplane::StopReport {
+        if let Some(c) = self.control.take() {
+            c.remove();
+        }
+        self.dp.stop()
+    }
+}

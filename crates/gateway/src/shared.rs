@@ -1,0 +1,153 @@
+//! One tenant enclave used by two threads: the IKE engine (control thread) creates SAs,
+//! the data plane's workers use them. Both hold a [`SharedEnclave`], which forwards every
+//! call under one mutex, so handles created by one are valid for the other.
+//!
+//! The price: an IKE step (a MODP-3072 DH takes milliseconds) holds the enclave while ESP
+//! batches wait. A per-role lane in the enclave would lift that; until then IKE steps are
+//! short next to a tunnel's life, and the data plane's batches keep the lock briefly.
+
+use core::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use enclave::attest::Evidence;
+use enclave::{
+    AuthInput, AuthMethod, AuthSpec, AuthVerified, BatchSummary, ChildSaPair, ChildSaParams, Counters,
+    DhExchange, DhGroup, DhHandle, Enclave, EspDescriptor, EspSaHandle, EspStatus, IkeSaHandle, IkeSaParams,
+    MemoryReport, PeerCredential, Result, SealedBlob, SecretHandle, SecretKind, TenantId,
+};
+
+/// An enclave behind a mutex, cloneable; every clone is the same enclave.
+#[derive(Debug)]
+pub struct SharedEnclave<E> {
+    inner: Arc<Mutex<E>>,
+    tenant: TenantId,
+}
+
+impl<E> Clone for SharedEnclave<E> {
+    fn clone(&self) -> Self {
+        Self { inner: Arc::clone(&self.inner), tenant: self.tenant }
+    }
+}
+
+impl<E: Enclave> SharedEnclave<E> {
+    /// Shares `enclave`.
+    pub fn new(enclave: E) -> Self {
+        let tenant = enclave.tenant();
+        Self { inner: Arc::new(Mutex::new(enclave)), tenant }
+    }
+
+    /// The enclave, locked (a poisoned lock is taken over: the enclave's own state is
+    /// consistent after any call, since calls are all-or-nothing on its side).
+    pub fn lock(&self) -> MutexGuard<'_, E> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl<E: Enclave> Enclave for SharedEnclave<E> {
+    fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
+        self.lock().evidence(report_data)
+    }
+    fn memory_report(&self) -> MemoryReport {
+        self.lock().memory_report()
+    }
+    fn counters(&self) -> Counters {
+        self.lock().counters()
+    }
+    fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
+        self.lock().provision_secret(wrapped)
+    }
+    fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {
+        self.lock().secret_kind(secret)
+    }
+    fn delete_secret(&mut self, secret: SecretHandle) -> Result<()> {
+        self.lock().delete_secret(secret)
+    }
+    fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
+        self.lock().random_nonce(out)
+    }
+    fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
+        self.lock().dh_generate(group, public_out)
+    }
+    fn dh_delete(&mut self, dh: DhHandle) -> Result<()> {
+        self.lock().dh_delete(dh)
+    }
+    fn ike_sa_create(&mut self, dh: DhExchange<'_>, params: &IkeSaParams<'_>) -> Result<IkeSaHandle> {
+        self.lock().ike_sa_create(dh, params)
+    }
+    fn ike_sa_rekey(
+        &mut self,
+        old: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        dh: DhExchange<'_>,
+        params: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        self.lock().ike_sa_rekey(old, sealed_sk_d, dh, params)
+    }
+    fn auth_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        credential: SecretHandle,
+        spec: AuthSpec,
+        input: &AuthInput<'_>,
+        out: &mut [u8],
+    ) -> Result<(AuthMethod, usize)> {
+        self.lock().auth_compute(ike, credential, spec, input, out)
+    }
+    fn auth_verify(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: PeerCredential<'_>,
+        method: u8,
+        auth_data: &[u8],
+        input: &AuthInput<'_>,
+    ) -> Result<AuthVerified> {
+        self.lock().auth_verify(ike, peer, method, auth_data, input)
+    }
+    fn sk_encrypt(
+        &mut self,
+        ike: IkeSaHandle,
+        message: &mut [u8],
+        aad_len: usize,
+        plaintext_len: usize,
+    ) -> Result<()> {
+        self.lock().sk_encrypt(ike, message, aad_len, plaintext_len)
+    }
+    fn sk_decrypt(&mut self, ike: IkeSaHandle, message: &mut [u8], aad_len: usize) -> Result<Range<usize>> {
+        self.lock().sk_decrypt(ike, message, aad_len)
+    }
+    fn child_sa_create(
+        &mut self,
+        ike: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        pfs: Option<DhExchange<'_>>,
+        params: &ChildSaParams<'_>,
+    ) -> Result<ChildSaPair> {
+        self.lock().child_sa_create(ike, sealed_sk_d, pfs, params)
+    }
+    fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        self.lock().clear_and_seal(ike)
+    }
+    fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        self.lock().ike_sa_seal_state(ike)
+    }
+    fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
+        self.lock().ike_sa_restore(state)
+    }
+    fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
+        self.lock().ike_sa_delete(ike)
+    }
+    fn esp_batch(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary> {
+        self.lock().esp_batch(packets, descriptors, status)
+    }
+    fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
+        self.lock().esp_sa_delete(sa)
+    }
+}
