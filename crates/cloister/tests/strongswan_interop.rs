@@ -341,37 +341,117 @@ fn case(initiator: Initiator, family: Family, ike: &str) {
     assert!(tb.cloister.log().contains("deleted: PeerDeleted"), "{}", tb.logs());
 }
 
-#[test]
-fn strongswan_initiates_v4_aes256gcm16_prfsha256_ecp256() {
-    case(Initiator::StrongSwan, Family::V4, "aes256gcm16-prfsha256-ecp256");
+/// One test per initiator × outer family × IKE suite (PSK).
+macro_rules! matrix {
+    ($($name:ident: $init:ident $fam:ident $suite:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                case(Initiator::$init, Family::$fam, $suite);
+            }
+        )*
+    };
+}
+
+matrix! {
+    strongswan_initiates_v4_aes256gcm16_prfsha256_ecp256: StrongSwan V4 "aes256gcm16-prfsha256-ecp256";
+    strongswan_initiates_v4_aes256_sha256_modp3072: StrongSwan V4 "aes256-sha256-modp3072";
+    strongswan_initiates_v4_chacha20poly1305_prfsha256_x25519: StrongSwan V4 "chacha20poly1305-prfsha256-x25519";
+    strongswan_initiates_v4_aes128gcm16_prfsha384_ecp384: StrongSwan V4 "aes128gcm16-prfsha384-ecp384";
+    strongswan_initiates_v6_aes256gcm16_prfsha256_ecp256: StrongSwan V6 "aes256gcm16-prfsha256-ecp256";
+    strongswan_initiates_v6_aes256_sha256_modp3072: StrongSwan V6 "aes256-sha256-modp3072";
+    strongswan_initiates_v6_chacha20poly1305_prfsha256_x25519: StrongSwan V6 "chacha20poly1305-prfsha256-x25519";
+    strongswan_initiates_v6_aes128gcm16_prfsha384_ecp384: StrongSwan V6 "aes128gcm16-prfsha384-ecp384";
+    cloister_initiates_v4_aes256gcm16_prfsha256_ecp256: Cloister V4 "aes256gcm16-prfsha256-ecp256";
+    cloister_initiates_v4_aes256_sha256_modp3072: Cloister V4 "aes256-sha256-modp3072";
+    cloister_initiates_v4_chacha20poly1305_prfsha256_x25519: Cloister V4 "chacha20poly1305-prfsha256-x25519";
+    cloister_initiates_v4_aes128gcm16_prfsha384_ecp384: Cloister V4 "aes128gcm16-prfsha384-ecp384";
+    cloister_initiates_v6_aes256gcm16_prfsha256_ecp256: Cloister V6 "aes256gcm16-prfsha256-ecp256";
+    cloister_initiates_v6_aes256_sha256_modp3072: Cloister V6 "aes256-sha256-modp3072";
+    cloister_initiates_v6_chacha20poly1305_prfsha256_x25519: Cloister V6 "chacha20poly1305-prfsha256-x25519";
+    cloister_initiates_v6_aes128gcm16_prfsha384_ecp384: Cloister V6 "aes128gcm16-prfsha384-ecp384";
+}
+
+/// Who starts a child SA rekey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rekeyer {
+    StrongSwan,
+    Cloister,
+}
+
+/// Pings every 10 ms through the tunnel while one side rekeys the child SA: no ping may be
+/// lost, the new SA must carry the traffic, and the old one must be gone on both sides.
+fn rekey_under_traffic(rekeyer: Rekeyer) {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        return;
+    }
+    let mut tb = Testbed::start(Family::V4, "aes256gcm16-prfsha256-ecp256");
+    tb.up(Initiator::StrongSwan);
+    let old_spi = tb
+        .sa(&["list"])
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("in  ").map(|r| r.split(',').next().unwrap_or("").to_owned()))
+        .expect("an inbound SPI");
+    const PINGS: u32 = 400;
+    let mut ping = tb
+        .site
+        .spawn(
+            "ping",
+            &[
+                "ping",
+                "-n",
+                "-q",
+                "-c",
+                &PINGS.to_string(),
+                "-i",
+                "0.01",
+                "-W",
+                "1",
+                "-I",
+                SITE_INNER,
+                GW_INNER,
+            ],
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    match rekeyer {
+        Rekeyer::StrongSwan => {
+            tb.swanctl(&["--rekey", "--child", "net"]);
+        }
+        Rekeyer::Cloister => {
+            let reply = tb.sa(&["rekey-child", &old_spi]);
+            assert!(reply.contains("rekeying child"), "{reply}");
+        }
+    }
+    if let Err(e) = tb.cloister.wait_for_log(&format!("rekeyed {old_spi} ->"), Duration::from_secs(20)) {
+        panic!("no rekey: {e}\n{}", tb.logs());
+    }
+    if let Err(e) = tb.cloister.wait_for_log(&format!("{old_spi} deleted"), Duration::from_secs(20)) {
+        panic!("old child SA not deleted: {e}\n{}", tb.logs());
+    }
+    let done = testnet::wait_until("ping to finish", Duration::from_secs(30), || !ping.is_running());
+    assert!(done.is_ok(), "ping did not finish");
+    let summary = ping.log();
+    let line = summary.lines().find(|l| l.contains("received")).unwrap_or_default().to_owned();
+    let list = tb.sa(&["list"]);
+    let charon = tb.swanctl(&["--list-sas"]);
+    eprintln!("rekey under traffic, {rekeyer:?} rekeys the child: {line}\n{list}{charon}");
+    assert!(
+        line.contains(&format!("{PINGS} packets transmitted, {PINGS} received")),
+        "lost pings: {line}\n{}",
+        tb.logs()
+    );
+    assert!(!list.contains(&old_spi), "old SA still listed:\n{list}");
+    assert_eq!(charon.matches("INSTALLED").count(), 1, "charon keeps exactly the new child:\n{charon}");
 }
 
 #[test]
-fn strongswan_initiates_v4_aes256_sha256_modp3072() {
-    case(Initiator::StrongSwan, Family::V4, "aes256-sha256-modp3072");
+fn strongswan_rekeys_the_child_under_traffic_without_loss() {
+    rekey_under_traffic(Rekeyer::StrongSwan);
 }
 
 #[test]
-fn strongswan_initiates_v4_chacha20poly1305_prfsha256_x25519() {
-    case(Initiator::StrongSwan, Family::V4, "chacha20poly1305-prfsha256-x25519");
-}
-
-#[test]
-fn strongswan_initiates_v4_aes128gcm16_prfsha384_ecp384() {
-    case(Initiator::StrongSwan, Family::V4, "aes128gcm16-prfsha384-ecp384");
-}
-
-#[test]
-fn strongswan_initiates_v6_aes256gcm16_prfsha256_ecp256() {
-    case(Initiator::StrongSwan, Family::V6, "aes256gcm16-prfsha256-ecp256");
-}
-
-#[test]
-fn cloister_initiates_v4_aes256gcm16_prfsha256_ecp256() {
-    case(Initiator::Cloister, Family::V4, "aes256gcm16-prfsha256-ecp256");
-}
-
-#[test]
-fn cloister_initiates_v6_chacha20poly1305_prfsha256_x25519() {
-    case(Initiator::Cloister, Family::V6, "chacha20poly1305-prfsha256-x25519");
+fn cloister_rekeys_the_child_under_traffic_without_loss() {
+    rekey_under_traffic(Rekeyer::Cloister);
 }

@@ -157,6 +157,46 @@ pub fn call(path: &Path, request: &str) -> Result<String> {
     Ok(reply)
 }
 
+/// A transform suite as strongSwan prints it (`AES_GCM_16-256`, `AES_CBC-256/HMAC_SHA2_256_128`).
+pub fn suite_name(s: enclave::Suite) -> String {
+    use enclave::{Cipher, Integ};
+    let cipher = match s.cipher {
+        Cipher::AesCbc128 => "AES_CBC-128",
+        Cipher::AesCbc256 => "AES_CBC-256",
+        Cipher::AesGcm16_128 => "AES_GCM_16-128",
+        Cipher::AesGcm16_256 => "AES_GCM_16-256",
+        Cipher::ChaCha20Poly1305 => "CHACHA20_POLY1305-256",
+        _ => "UNKNOWN_CIPHER",
+    };
+    let integ = s.integ.map(|i| match i {
+        Integ::HmacSha256_128 => "HMAC_SHA2_256_128",
+        Integ::HmacSha384_192 => "HMAC_SHA2_384_192",
+        Integ::HmacSha512_256 => "HMAC_SHA2_512_256",
+        _ => "UNKNOWN_INTEG",
+    });
+    integ.map_or_else(|| cipher.to_owned(), |i| format!("{cipher}/{i}"))
+}
+
+/// An IKE PRF and DH group as strongSwan prints them.
+fn prf_group_name(prf: enclave::Prf, group: enclave::DhGroup) -> String {
+    use enclave::{DhGroup, Prf};
+    let p = match prf {
+        Prf::HmacSha256 => "PRF_HMAC_SHA2_256",
+        Prf::HmacSha384 => "PRF_HMAC_SHA2_384",
+        Prf::HmacSha512 => "PRF_HMAC_SHA2_512",
+        _ => "UNKNOWN_PRF",
+    };
+    let g = match group {
+        DhGroup::Modp2048 => "MODP_2048",
+        DhGroup::Modp3072 => "MODP_3072",
+        DhGroup::EcpP256 => "ECP_256",
+        DhGroup::EcpP384 => "ECP_384",
+        DhGroup::Curve25519 => "CURVE_25519",
+        _ => "UNKNOWN_GROUP",
+    };
+    format!("{p}/{g}")
+}
+
 fn ago(since: Instant, now: Instant) -> String {
     format!("{}s ago", now.saturating_duration_since(since).as_secs())
 }
@@ -186,7 +226,7 @@ pub(crate) fn list<E: Enclave + 'static>(
         let _ = writeln!(out, "  local  '{lid}' @ {}", sa.local());
         let _ = writeln!(out, "  remote '{rid}' @ {}", sa.remote());
         if let Some(c) = sa.choice() {
-            let _ = writeln!(out, "  {:?}/{:?}/{:?}", c.suite, c.prf, c.group);
+            let _ = writeln!(out, "  {}/{}", suite_name(c.suite), prf_group_name(c.prf, c.group));
         }
         for c in children.iter().filter(|c| c.ike == sa.id()) {
             let ch = &c.child;
@@ -245,6 +285,20 @@ pub(crate) fn counters<E: Enclave + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn suites_read_as_strongswan_prints_them() {
+        use enclave::{Cipher, Integ, Suite};
+        assert_eq!(suite_name(Suite { cipher: Cipher::AesGcm16_256, integ: None }), "AES_GCM_16-256");
+        assert_eq!(
+            suite_name(Suite { cipher: Cipher::AesCbc256, integ: Some(Integ::HmacSha256_128) }),
+            "AES_CBC-256/HMAC_SHA2_256_128"
+        );
+        assert_eq!(
+            prf_group_name(enclave::Prf::HmacSha384, enclave::DhGroup::EcpP384),
+            "PRF_HMAC_SHA2_384/ECP_384"
+        );
+    }
 
     #[test]
     fn requests_parse_and_refuse_clearly() {

@@ -243,9 +243,9 @@ impl<E: Enclave + 'static> Gateway<E> {
             } => {
                 let ids = (identity(&local_id), identity(&remote_id));
                 (self.log)(&format!(
-                    "ike: {connection} #{} established as {role:?}: {} @ {local} <-> {} @ {remote}, {:?}/{:?}/{:?}, nat {nat:?}, \
+                    "ike: {connection} #{} established as {role:?}: {} @ {local} <-> {} @ {remote}, {}/{:?}/{:?}, nat {nat:?}, \
                      trusted IKE-SA bytes {} -> {} after clear-and-seal",
-                    sa.0, ids.0, ids.1, choice.suite, choice.prf, choice.group, seal.ike_sa_bytes_before, seal.ike_sa_bytes_after
+                    sa.0, ids.0, ids.1, crate::control::suite_name(choice.suite), choice.prf, choice.group, seal.ike_sa_bytes_before, seal.ike_sa_bytes_after
                 ));
                 self.identities.insert(sa, ids);
             }
