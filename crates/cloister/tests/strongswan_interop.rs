@@ -38,6 +38,39 @@ impl Family {
     }
 }
 
+/// How the two ends authenticate. Certificates are crates/ike/tests/certs' fixtures
+/// (strongSwan is site-a, Cloister site-b, one CA per key type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    Psk,
+    Ecdsa,
+    Rsa,
+}
+
+impl Auth {
+    /// (fixture key type, CA file, enclave secret kind).
+    fn cert(self) -> Option<(&'static str, &'static str, &'static str)> {
+        match self {
+            Self::Psk => None,
+            Self::Ecdsa => Some(("p256", "ca-ec.pem", "ecdsa-p256")),
+            Self::Rsa => Some(("rsa", "ca-rsa.pem", "rsa")),
+        }
+    }
+
+    /// Cloister's identity: the certificates are site-b's.
+    fn gw_id(self) -> &'static str {
+        if self == Self::Psk {
+            GW_ID
+        } else {
+            "site-b.cloister.test"
+        }
+    }
+}
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ike/tests/certs").join(name)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Initiator {
     StrongSwan,
@@ -77,7 +110,12 @@ fn charon_conf(dir: &Path) -> String {
     )
 }
 
-fn swanctl_conf(site: &str, gw: &str, ike: &str) -> String {
+fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
+    let gw_id = auth.gw_id();
+    let (local_auth, remote_auth) = match auth {
+        Auth::Psk => ("auth = psk".to_owned(), "auth = psk".to_owned()),
+        _ => ("auth = pubkey\n            certs = site.pem".to_owned(), "auth = pubkey".to_owned()),
+    };
     format!(
         r#"connections {{
   gw {{
@@ -85,10 +123,10 @@ fn swanctl_conf(site: &str, gw: &str, ike: &str) -> String {
     local_addrs = {site}
     remote_addrs = {gw}
     proposals = {ike}
-    local {{ auth = psk
+    local {{ {local_auth}
             id = {SITE_ID} }}
-    remote {{ auth = psk
-             id = {GW_ID} }}
+    remote {{ {remote_auth}
+             id = {gw_id} }}
     children {{
       net {{
         local_ts = {SITE_INNER}/32
@@ -101,7 +139,7 @@ fn swanctl_conf(site: &str, gw: &str, ike: &str) -> String {
 }}
 secrets {{
   ike-gw {{ id-a = {SITE_ID}
-           id-b = {GW_ID}
+           id-b = {gw_id}
            secret = "{PSK}" }}
 }}
 "#,
@@ -109,7 +147,18 @@ secrets {{
     )
 }
 
-fn gateway_conf(site: &str, gw: &str, ike: &str) -> String {
+fn gateway_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
+    let gw_id = auth.gw_id();
+    let (local, remote) = match auth {
+        Auth::Psk => (
+            format!(r#"{{ auth = "psk", id = "{gw_id}", secret = "psk" }}"#),
+            format!(r#"{{ auth = "psk", id = "{SITE_ID}" }}"#),
+        ),
+        _ => (
+            format!(r#"{{ auth = "pubkey", certs = ["gw.pem"], id = "{gw_id}", secret = "psk" }}"#),
+            format!(r#"{{ auth = "pubkey", cacerts = ["ca.pem"], id = "{SITE_ID}" }}"#),
+        ),
+    };
     format!(
         r#"[gateway]
 tenant = 1
@@ -127,8 +176,8 @@ workers = 2
 local_addrs = ["{gw}"]
 remote_addrs = ["{site}"]
 proposals = ["{ike}"]
-local = {{ auth = "psk", id = "{GW_ID}", secret = "psk" }}
-remote = {{ auth = "psk", id = "{SITE_ID}" }}
+local = {local}
+remote = {remote}
 children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], esp_proposals = ["{esp}"] }}
 
 [secrets.psk]
@@ -149,7 +198,7 @@ struct Testbed {
 }
 
 impl Testbed {
-    fn start(family: Family, ike: &str) -> Self {
+    fn start(family: Family, ike: &str, auth: Auth) -> Self {
         let (site_addr, gw_addr, plen) = family.outer();
         let site = Netns::new("site").unwrap();
         let gw = Netns::new("gw").unwrap();
@@ -162,8 +211,23 @@ impl Testbed {
         let key = gw.write_file("provisioning.key", &format!("{}\n", "5a".repeat(32))).unwrap();
         set_mode(&key, 0o600);
         let blob = gw.dir().join("psk.blob");
-        wrap_psk(&key, &blob);
-        let conf = gw.write_file("gateway.toml", &gateway_conf(site_addr, gw_addr, ike)).unwrap();
+        match auth.cert() {
+            None => wrap_secret(&key, &blob, "psk", format!("{PSK}\n").as_bytes()),
+            Some((kind, ca, secret_kind)) => {
+                let pkcs8 = std::fs::read(fixture(&format!("b-{kind}.key.der"))).unwrap();
+                wrap_secret(&key, &blob, secret_kind, &pkcs8);
+                std::fs::copy(fixture(&format!("b-{kind}.pem")), gw.dir().join("gw.pem")).unwrap();
+                std::fs::copy(fixture(ca), gw.dir().join("ca.pem")).unwrap();
+                let sw = site.dir().join("swanctl");
+                for sub in ["x509", "x509ca", "private"] {
+                    std::fs::create_dir_all(sw.join(sub)).unwrap();
+                }
+                std::fs::copy(fixture(&format!("a-{kind}.pem")), sw.join("x509/site.pem")).unwrap();
+                std::fs::copy(fixture(ca), sw.join("x509ca/ca.pem")).unwrap();
+                std::fs::copy(fixture(&format!("a-{kind}.key.der")), sw.join("private/site.der")).unwrap();
+            }
+        }
+        let conf = gw.write_file("gateway.toml", &gateway_conf(site_addr, gw_addr, ike, auth)).unwrap();
         let mut cloister =
             gw.spawn("cloister", &[CLOISTER, "gateway", "--config", conf.to_str().unwrap()]).unwrap();
         cloister.wait_for_log("gateway: tenant 1", Duration::from_secs(30)).unwrap();
@@ -172,7 +236,7 @@ impl Testbed {
         let sdir = site.dir().to_path_buf();
         site.write_file("strongswan.conf", &charon_conf(&sdir)).unwrap();
         let swanctl =
-            site.write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike)).unwrap();
+            site.write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike, auth)).unwrap();
         let strongswan_conf = sdir.join("strongswan.conf");
         let charon = site
             .spawn_env(
@@ -298,10 +362,10 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn wrap_psk(key: &Path, out: &Path) {
+fn wrap_secret(key: &Path, out: &Path, kind: &str, secret: &[u8]) {
     use std::io::Write;
     let mut child = std::process::Command::new(CLOISTER)
-        .args(["secret", "wrap", "--tenant", "1", "--kind", "psk", "--provisioning-key"])
+        .args(["secret", "wrap", "--tenant", "1", "--kind", kind, "--provisioning-key"])
         .arg(key)
         .arg("--out")
         .arg(out)
@@ -310,18 +374,18 @@ fn wrap_psk(key: &Path, out: &Path) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(format!("{PSK}\n").as_bytes()).unwrap();
+    child.stdin.take().unwrap().write_all(secret).unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "secret wrap: {}", String::from_utf8_lossy(&o.stderr));
     assert!(!String::from_utf8_lossy(&o.stdout).contains(PSK));
 }
 
-fn case(initiator: Initiator, family: Family, ike: &str) {
+fn case(initiator: Initiator, family: Family, ike: &str, auth: Auth) {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
         eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
         return;
     }
-    let mut tb = Testbed::start(family, ike);
+    let mut tb = Testbed::start(family, ike, auth);
     tb.up(initiator);
     let ping = tb.ping(5);
     let mbits = tb.iperf();
@@ -330,7 +394,7 @@ fn case(initiator: Initiator, family: Family, ike: &str) {
     assert!(!list.contains(PSK));
     let charon = tb.swanctl(&["--list-sas"]);
     eprintln!(
-        "interop strongswan {initiator:?}-initiates {family:?} {ike} psk: ping {ping}; iperf3 {mbits:.0} Mbit/s\n{list}{charon}"
+        "interop strongswan {initiator:?}-initiates {family:?} {ike} {auth:?}: ping {ping}; iperf3 {mbits:.0} Mbit/s\n{list}{charon}"
     );
     // Delete from strongSwan's side: both ends clean up.
     tb.swanctl(&["--terminate", "--ike", "gw", "--timeout", "20"]);
@@ -341,35 +405,39 @@ fn case(initiator: Initiator, family: Family, ike: &str) {
     assert!(tb.cloister.log().contains("deleted: PeerDeleted"), "{}", tb.logs());
 }
 
-/// One test per initiator × outer family × IKE suite (PSK).
+/// One test per initiator × outer family × IKE suite with PSK, and certificate cases.
 macro_rules! matrix {
-    ($($name:ident: $init:ident $fam:ident $suite:literal;)*) => {
+    ($($name:ident: $init:ident $fam:ident $suite:literal $auth:ident;)*) => {
         $(
             #[test]
             fn $name() {
-                case(Initiator::$init, Family::$fam, $suite);
+                case(Initiator::$init, Family::$fam, $suite, Auth::$auth);
             }
         )*
     };
 }
 
 matrix! {
-    strongswan_initiates_v4_aes256gcm16_prfsha256_ecp256: StrongSwan V4 "aes256gcm16-prfsha256-ecp256";
-    strongswan_initiates_v4_aes256_sha256_modp3072: StrongSwan V4 "aes256-sha256-modp3072";
-    strongswan_initiates_v4_chacha20poly1305_prfsha256_x25519: StrongSwan V4 "chacha20poly1305-prfsha256-x25519";
-    strongswan_initiates_v4_aes128gcm16_prfsha384_ecp384: StrongSwan V4 "aes128gcm16-prfsha384-ecp384";
-    strongswan_initiates_v6_aes256gcm16_prfsha256_ecp256: StrongSwan V6 "aes256gcm16-prfsha256-ecp256";
-    strongswan_initiates_v6_aes256_sha256_modp3072: StrongSwan V6 "aes256-sha256-modp3072";
-    strongswan_initiates_v6_chacha20poly1305_prfsha256_x25519: StrongSwan V6 "chacha20poly1305-prfsha256-x25519";
-    strongswan_initiates_v6_aes128gcm16_prfsha384_ecp384: StrongSwan V6 "aes128gcm16-prfsha384-ecp384";
-    cloister_initiates_v4_aes256gcm16_prfsha256_ecp256: Cloister V4 "aes256gcm16-prfsha256-ecp256";
-    cloister_initiates_v4_aes256_sha256_modp3072: Cloister V4 "aes256-sha256-modp3072";
-    cloister_initiates_v4_chacha20poly1305_prfsha256_x25519: Cloister V4 "chacha20poly1305-prfsha256-x25519";
-    cloister_initiates_v4_aes128gcm16_prfsha384_ecp384: Cloister V4 "aes128gcm16-prfsha384-ecp384";
-    cloister_initiates_v6_aes256gcm16_prfsha256_ecp256: Cloister V6 "aes256gcm16-prfsha256-ecp256";
-    cloister_initiates_v6_aes256_sha256_modp3072: Cloister V6 "aes256-sha256-modp3072";
-    cloister_initiates_v6_chacha20poly1305_prfsha256_x25519: Cloister V6 "chacha20poly1305-prfsha256-x25519";
-    cloister_initiates_v6_aes128gcm16_prfsha384_ecp384: Cloister V6 "aes128gcm16-prfsha384-ecp384";
+    strongswan_initiates_v4_aes256gcm16_prfsha256_ecp256: StrongSwan V4 "aes256gcm16-prfsha256-ecp256" Psk;
+    strongswan_initiates_v4_aes256_sha256_modp3072: StrongSwan V4 "aes256-sha256-modp3072" Psk;
+    strongswan_initiates_v4_chacha20poly1305_prfsha256_x25519: StrongSwan V4 "chacha20poly1305-prfsha256-x25519" Psk;
+    strongswan_initiates_v4_aes128gcm16_prfsha384_ecp384: StrongSwan V4 "aes128gcm16-prfsha384-ecp384" Psk;
+    strongswan_initiates_v6_aes256gcm16_prfsha256_ecp256: StrongSwan V6 "aes256gcm16-prfsha256-ecp256" Psk;
+    strongswan_initiates_v6_aes256_sha256_modp3072: StrongSwan V6 "aes256-sha256-modp3072" Psk;
+    strongswan_initiates_v6_chacha20poly1305_prfsha256_x25519: StrongSwan V6 "chacha20poly1305-prfsha256-x25519" Psk;
+    strongswan_initiates_v6_aes128gcm16_prfsha384_ecp384: StrongSwan V6 "aes128gcm16-prfsha384-ecp384" Psk;
+    cloister_initiates_v4_aes256gcm16_prfsha256_ecp256: Cloister V4 "aes256gcm16-prfsha256-ecp256" Psk;
+    cloister_initiates_v4_aes256_sha256_modp3072: Cloister V4 "aes256-sha256-modp3072" Psk;
+    cloister_initiates_v4_chacha20poly1305_prfsha256_x25519: Cloister V4 "chacha20poly1305-prfsha256-x25519" Psk;
+    cloister_initiates_v4_aes128gcm16_prfsha384_ecp384: Cloister V4 "aes128gcm16-prfsha384-ecp384" Psk;
+    cloister_initiates_v6_aes256gcm16_prfsha256_ecp256: Cloister V6 "aes256gcm16-prfsha256-ecp256" Psk;
+    cloister_initiates_v6_aes256_sha256_modp3072: Cloister V6 "aes256-sha256-modp3072" Psk;
+    cloister_initiates_v6_chacha20poly1305_prfsha256_x25519: Cloister V6 "chacha20poly1305-prfsha256-x25519" Psk;
+    cloister_initiates_v6_aes128gcm16_prfsha384_ecp384: Cloister V6 "aes128gcm16-prfsha384-ecp384" Psk;
+    strongswan_initiates_v4_ecdsa_certificates: StrongSwan V4 "aes256gcm16-prfsha256-ecp256" Ecdsa;
+    strongswan_initiates_v6_rsa_certificates: StrongSwan V6 "aes256-sha256-modp3072" Rsa;
+    cloister_initiates_v4_rsa_certificates: Cloister V4 "aes256gcm16-prfsha256-ecp256" Rsa;
+    cloister_initiates_v6_ecdsa_certificates: Cloister V6 "chacha20poly1305-prfsha256-x25519" Ecdsa;
 }
 
 /// Who starts a child SA rekey.
@@ -386,7 +454,7 @@ fn rekey_under_traffic(rekeyer: Rekeyer) {
         eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
         return;
     }
-    let mut tb = Testbed::start(Family::V4, "aes256gcm16-prfsha256-ecp256");
+    let mut tb = Testbed::start(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk);
     tb.up(Initiator::StrongSwan);
     let old_spi = tb
         .sa(&["list"])

@@ -156,7 +156,9 @@ impl GatewayConfig {
                 why: format!("{bad}: a concrete address on port {NATT_PORT} (IKE replies leave from it)"),
             });
         }
-        let ike = ike::Config::from_toml(&table.to_string()).map_err(Error::Ike)?;
+        // Certificate paths, like secrets', are relative to the configuration file.
+        let mut read = |p: &str| std::fs::read(resolve(dir, p));
+        let ike = ike::Config::from_toml_with(&table.to_string(), &mut read).map_err(Error::Ike)?;
         if ike.connections.is_empty() {
             return Err(Error::Config { field: "connections", why: "no connection is configured".into() });
         }

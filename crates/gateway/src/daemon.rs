@@ -85,6 +85,8 @@ impl<E: Enclave + 'static> Gateway<E> {
     pub fn start(config: &GatewayConfig, enclave: E, log: Box<dyn FnMut(&str) + Send>) -> Result<Self> {
         let mut shared = SharedEnclave::new(enclave);
         let mut engine = Endpoint::new(shared.clone(), EndpointConfig::default());
+        // Certificate validity needs the wall clock; the engine itself reads no clock.
+        engine.set_wall_clock(Instant::now(), std::time::SystemTime::now());
         for s in &config.ike.secrets {
             let Some(file) = &s.file else {
                 return Err(Error::Config {
@@ -154,6 +156,8 @@ impl<E: Enclave + 'static> Gateway<E> {
         }
         if now >= self.next_tick {
             self.next_tick = now + LIFETIME_TICK;
+            // Follows steps of the system clock (certificate validity).
+            self.engine.set_wall_clock(now, std::time::SystemTime::now());
             self.lifetimes(now);
         }
         self.flush(now);

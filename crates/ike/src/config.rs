@@ -30,10 +30,27 @@
 //! file = "/etc/cloister/site-b.psk.wrapped"   # a provisioning blob, opened by the enclave only
 //! ```
 //!
+//! Certificates (`auth = "pubkey"`, swanctl's words again):
+//!
+//! ```toml
+//! [connections.site-c.local]
+//! auth = "pubkey"                          # or rsa, rsa/pss, ecdsa; -sha256/-sha384/-sha512 to pin hashes
+//! certs = ["site-a.pem"]                   # ours first; more certificates = intermediates sent with it
+//! id = "site-a.cloister.test"              # default: the certificate's subject DN; must be in the certificate
+//! secret = "site-a-key"                    # the private key's *name*: a [secrets.NAME] blob for the enclave
+//!
+//! [connections.site-c.remote]
+//! auth = "pubkey"                          # "rsa/pss" etc. restrict what the peer may use
+//! cacerts = ["ca.pem"]                     # the CAs its certificate must chain to (PEM or DER)
+//! id = "C=CH, O=Example, CN=site-c"        # a DN (strongSwan order) or any identity above; %any
+//! ```
+//!
 //! [`Config::from_toml`] checks everything a file can get wrong and names the connection,
-//! field and value in its error. Pre-shared keys never appear here: a connection names a
-//! secret, the secret is provisioned into the enclave as a wrapped blob, and the engine
-//! receives only its handle ([`crate::Endpoint::add_secret`]).
+//! field and value in its error. Pre-shared keys and private keys never appear here: a
+//! connection names a secret, the secret is provisioned into the enclave as a wrapped blob,
+//! and the engine receives only its handle ([`crate::Endpoint::add_secret`]). Certificate
+//! files are read when the configuration is loaded ([`Config::from_toml_with`] lets the
+//! caller say how), never during an exchange.
 
 use core::net::IpAddr;
 use std::collections::BTreeMap;
@@ -42,9 +59,13 @@ use std::time::Duration;
 use serde::Deserialize;
 use wire::ike::{IdType, Identification};
 
+use crate::auth::AuthPolicy;
+use crate::cert::{self, Certificate};
 use crate::error::{Error, Result};
 use crate::proposal::{EspProposal, IkeProposal};
 use crate::ts::TsSpec;
+
+mod sides;
 
 /// A validated configuration: connections and the secrets they name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +108,15 @@ pub struct Connection {
     pub local_id: Identification,
     /// The identity the peer must prove; `None` accepts any.
     pub remote_id: Option<Identification>,
-    /// The name of the pre-shared key (a [`SecretRef`]).
+    /// How we authenticate (`local.auth`).
+    pub local_auth: AuthPolicy,
+    /// How the peer must authenticate (`remote.auth`).
+    pub remote_auth: AuthPolicy,
+    /// Our certificate, then the intermediate CA certificates sent with it (`local.certs`).
+    pub local_certs: Vec<Certificate>,
+    /// The CAs the peer's certificate must chain to (`remote.cacerts`).
+    pub remote_cacerts: Vec<Certificate>,
+    /// The name of the pre-shared key or private key (a [`SecretRef`]).
     pub secret: String,
     /// Child SA configurations, by name order; the first is negotiated in IKE_AUTH.
     pub children: Vec<ChildConfig>,
@@ -108,16 +137,6 @@ pub struct ChildConfig {
     pub rekey_time: Duration,
     /// Hard lifetime.
     pub life_time: Duration,
-}
-
-/// How a side authenticates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum AuthKind {
-    /// Pre-shared key (Shared Key MIC).
-    Psk,
-    /// Public key (certificates): not implemented yet.
-    Pubkey,
 }
 
 /// A duration as strongSwan writes it: seconds, or a number with s/m/h/d.
@@ -166,16 +185,20 @@ struct RawConnection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLocal {
-    auth: Option<AuthKind>,
+    auth: Option<String>,
     id: Option<String>,
     secret: Option<String>,
+    #[serde(default)]
+    certs: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRemote {
-    auth: Option<AuthKind>,
+    auth: Option<String>,
     id: Option<String>,
+    #[serde(default)]
+    cacerts: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -196,14 +219,24 @@ const DEFAULT_IKE_REKEY: Duration = Duration::from_secs(4 * 3600);
 const DEFAULT_CHILD_REKEY: Duration = Duration::from_secs(3600);
 
 impl Config {
-    /// Parses and validates a TOML configuration.
+    /// Parses and validates a TOML configuration; certificate files are read from the file
+    /// system as named (relative to the current directory).
     pub fn from_toml(text: &str) -> Result<Self> {
+        Self::from_toml_with(text, &mut |path| std::fs::read(path))
+    }
+
+    /// Parses and validates a TOML configuration, reading each certificate file named in it
+    /// with `read` (e.g. relative to the configuration's directory, or from memory).
+    pub fn from_toml_with(
+        text: &str,
+        read: &mut dyn FnMut(&str) -> std::io::Result<Vec<u8>>,
+    ) -> Result<Self> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
         let secrets: Vec<SecretRef> =
             raw.secrets.into_iter().map(|(name, s)| SecretRef { name, file: s.file }).collect();
         let mut connections = Vec::new();
         for (name, c) in raw.connections {
-            let conn = Connection::validate(name, c)?;
+            let conn = Connection::validate(name, c, read)?;
             if !secrets.is_empty() && !secrets.iter().any(|s| s.name == conn.secret) {
                 return Err(Error::UnknownSecret { connection: conn.name, secret: conn.secret });
             }
@@ -310,8 +343,12 @@ pub fn parse_identity(text: &str) -> core::result::Result<Option<Identification>
     if let Some(rest) = text.strip_prefix('@') {
         return Ok(id(IdType::FQDN, rest));
     }
+    if let Some(rest) = text.strip_prefix("asn1dn:") {
+        let dn = rest.strip_prefix('#').and_then(decode_hex).ok_or("asn1dn: needs #hexadecimal DER")?;
+        return Ok(Some(Identification::new(IdType::DER_ASN1_DN, dn)));
+    }
     if text.contains('=') {
-        return Err("distinguished-name identities come with certificate support (not yet)");
+        return Ok(Some(Identification::new(IdType::DER_ASN1_DN, cert::name::parse(text)?)));
     }
     if text.contains('@') {
         return Ok(id(IdType::RFC822_ADDR, text));
@@ -330,7 +367,11 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
 
 impl Connection {
     /// Validates one raw connection table.
-    fn validate(name: String, c: RawConnection) -> Result<Self> {
+    fn validate(
+        name: String,
+        c: RawConnection,
+        read: &mut dyn FnMut(&str) -> std::io::Result<Vec<u8>>,
+    ) -> Result<Self> {
         let invalid = |field, value: &str, why| Error::InvalidValue {
             connection: name.clone(),
             field,
@@ -371,31 +412,8 @@ impl Connection {
             field: "local",
             why: "our authentication (auth = \"psk\", secret = \"name\")",
         })?;
-        let remote = c.remote.unwrap_or(RawRemote { auth: None, id: None });
-        for (field, auth) in [("local.auth", local.auth), ("remote.auth", remote.auth)] {
-            if auth == Some(AuthKind::Pubkey) {
-                return Err(invalid(field, "pubkey", "certificate authentication is not implemented yet"));
-            }
-        }
-        let secret = local.secret.filter(|s| !s.trim().is_empty()).ok_or(Error::MissingField {
-            connection: name.clone(),
-            field: "local.secret",
-            why: "the name of the pre-shared key for auth = \"psk\"",
-        })?;
-        let local_id = match &local.id {
-            Some(text) => parse_identity(text)
-                .map_err(|why| invalid("local.id", text, why))?
-                .ok_or(invalid("local.id", text, "our own identity cannot be %any"))?,
-            None => local_addrs.first().map(|a| Identification::from_ip(*a)).ok_or(Error::MissingField {
-                connection: name.clone(),
-                field: "local.id",
-                why: "there is no local address to default it to",
-            })?,
-        };
-        let remote_id = match &remote.id {
-            Some(text) => parse_identity(text).map_err(|why| invalid("remote.id", text, why))?,
-            None => None,
-        };
+        let remote = c.remote.unwrap_or(RawRemote { auth: None, id: None, cacerts: Vec::new() });
+        let sides = sides::validate(&name, local, remote, &local_addrs, read)?;
 
         let mut children = Vec::new();
         for (child_name, ch) in c.children {
@@ -417,9 +435,13 @@ impl Connection {
             over_time,
             dpd_delay,
             encap: c.encap,
-            local_id,
-            remote_id,
-            secret,
+            local_id: sides.local_id,
+            remote_id: sides.remote_id,
+            local_auth: sides.local_auth,
+            remote_auth: sides.remote_auth,
+            local_certs: sides.local_certs,
+            remote_cacerts: sides.remote_cacerts,
+            secret: sides.secret,
             children,
         })
     }
@@ -430,12 +452,22 @@ impl Connection {
             && (self.remote_addrs.is_empty() || self.remote_addrs.contains(&remote))
     }
 
-    /// Whether the peer's identity is acceptable for this connection.
+    /// Whether the peer's identity is acceptable for this connection (DNs compared as
+    /// strongSwan does, see [`crate::cert`]).
     pub fn accepts_identity(&self, id: &Identification) -> bool {
         match &self.remote_id {
             None => true,
+            Some(want) if want.ty == IdType::DER_ASN1_DN && id.ty == IdType::DER_ASN1_DN => {
+                cert::name::equal_der(&want.data, &id.data)
+            }
             Some(want) => want.ty == id.ty && want.data.eq_ignore_ascii_case(&id.data),
         }
+    }
+
+    /// Whether either side authenticates with signatures, so IKE_SA_INIT announces the
+    /// hashes we verify (RFC 7427 §4).
+    pub fn uses_signatures(&self) -> bool {
+        self.local_auth.is_signature() || self.remote_auth.is_signature()
     }
 }
 
@@ -560,7 +592,8 @@ children.all = {}
 
     #[test]
     fn identities_parse_like_strongswan() {
-        let parse = |s| parse_identity(s).unwrap().unwrap();
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let parse = |s: &str| parse_identity(s).unwrap().unwrap();
         assert_eq!(parse("198.18.0.1").ty, IdType::IPV4_ADDR);
         assert_eq!(parse("2001:db8::1").ty, IdType::IPV6_ADDR);
         assert_eq!(parse("moon.example").ty, IdType::FQDN);
@@ -571,7 +604,10 @@ children.all = {}
         assert_eq!(parse("@#0a0b").data, vec![0x0a, 0x0b]);
         assert_eq!(parse("keyid:tenant-7").ty, IdType::KEY_ID);
         assert_eq!(parse_identity("%any"), Ok(None));
-        assert!(parse_identity("CN=moon, O=example").is_err());
+        let dn = parse("C=CH, O=example, CN=moon");
+        assert_eq!(dn.ty, IdType::DER_ASN1_DN);
+        assert_eq!(dn.data, parse(&("asn1dn:#".to_owned() + &hex(&dn.data))).data);
+        assert!(parse_identity("CN=moon, XX=example").is_err());
         assert!(parse_identity("@#xyz").is_err());
         assert!(parse_identity(" ").is_err());
     }
@@ -608,8 +644,10 @@ children.all = {}
             (edit("rekey_time = \"4h\"", "rekey_time = \"4 weeks\""), "rekey_time"),
             (edit("life_time = \"66m\"", "life_time = \"30m\""), "life_time"),
             (edit("198.18.1.0/24", "198.18.1.0/40"), "local_ts"),
-            (edit("id = \"@site-b", "id = \"CN=x, O=@site-b"), "remote.id"),
-            (edit("auth = \"psk\"\nid = \"site-a", "auth = \"pubkey\"\nid = \"site-a"), "local.auth"),
+            (edit("id = \"@site-b", "id = \"CN=x, Q=@site-b"), "remote.id"),
+            (edit("auth = \"psk\"\nid = \"site-a", "auth = \"pubkey\"\nid = \"site-a"), "local.certs"),
+            (edit("auth = \"psk\"\nid = \"site-a", "auth = \"eap\"\nid = \"site-a"), "local.auth"),
+            (edit("auth = \"psk\"\nid = \"@site-b", "auth = \"pubkey\"\nid = \"@site-b"), "remote.cacerts"),
             (edit("secret = \"site-b-psk\"", "secret = \"other\""), "other"),
             (edit("secret = \"site-b-psk\"", "psk = \"hunter2\""), "unknown field"),
             (edit("dpd_delay = 30", "dpd_delay = true"), "configuration"),

@@ -4,13 +4,14 @@
 use core::net::SocketAddr;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use enclave::{Enclave, SecretHandle};
+use enclave::{Enclave, SecretHandle, SecretKind};
 use wire::ike::{
     ExchangeType, HeaderFlags, IkeHeader, KeyExchange, Message, Nonce, Notify, NotifyType, Payload, Sa,
 };
 
+use crate::auth::AuthPolicy;
 use crate::config::Connection;
 use crate::cookie::CookieJar;
 use crate::error::{Error, Result};
@@ -30,17 +31,42 @@ pub struct EndpointConfig {
     pub retransmit_timeout: Duration,
     /// Transmissions of a request (the first included) before the peer counts as gone.
     pub retransmit_tries: u32,
+    /// Announce RFC 7427 signatures (N(SIGNATURE_HASH_ALGORITHMS)) when a connection uses
+    /// certificates, as strongswan.conf's `charon.signature_authentication` does; without
+    /// it, ECDSA peers use RFC 4754's methods 9 and 10.
+    pub signature_authentication: bool,
 }
 
 impl Default for EndpointConfig {
-    /// strongSwan-like: cookies from 10 half-open SAs, 30 s half-open, 2 s doubling, 5 tries.
+    /// strongSwan-like: cookies from 10 half-open SAs, 30 s half-open, 2 s doubling, 5 tries,
+    /// RFC 7427 signatures announced.
     fn default() -> Self {
         Self {
             cookie_threshold: 10,
             half_open_timeout: Duration::from_secs(30),
             retransmit_timeout: Duration::from_secs(2),
             retransmit_tries: 5,
+            signature_authentication: true,
         }
+    }
+}
+
+/// What a connection needs its secret to be, if `kind` is not that.
+fn unfit_secret(connection: &Connection, kind: SecretKind) -> Option<&'static str> {
+    use enclave::PublicKeyKind as K;
+    use SecretKind as S;
+    match (&connection.local_auth, connection.local_certs.first().map(|c| c.public_key().kind)) {
+        (AuthPolicy::Psk, _) => (kind != S::PreSharedKey).then_some("a pre-shared key"),
+        (AuthPolicy::Signature(_), Some(key)) => {
+            let fits = matches!(
+                (kind, key),
+                (S::RsaPrivateKey, K::Rsa)
+                    | (S::EcdsaP256PrivateKey, K::EcdsaP256)
+                    | (S::EcdsaP384PrivateKey, K::EcdsaP384)
+            );
+            (!fits).then_some("a private key of the type of local.certs' first certificate")
+        }
+        (AuthPolicy::Signature(_), None) => Some("usable without local.certs"),
     }
 }
 
@@ -62,6 +88,8 @@ pub struct Endpoint<E> {
     half_open: usize,
     child_spis: HashSet<u32>,
     cookies: CookieJar,
+    /// An instant and the wall-clock time then: certificate validity is checked against it.
+    wall_clock: Option<(Instant, SystemTime)>,
     out: Output,
 }
 
@@ -78,6 +106,7 @@ impl<E: Enclave> Endpoint<E> {
             half_open: 0,
             child_spis: HashSet::new(),
             cookies: CookieJar::new(),
+            wall_clock: None,
             out: Output::default(),
         }
     }
@@ -97,13 +126,29 @@ impl<E: Enclave> Endpoint<E> {
         self.secrets.insert(name.to_owned(), secret);
     }
 
-    /// Adds a connection; its secret must have been added.
+    /// Tells the endpoint the wall-clock time at `now`; later times are derived from the
+    /// `Instant`s it is given. Certificates are checked against it, and refused while it is
+    /// unknown. Set it again to follow wall-clock adjustments.
+    pub fn set_wall_clock(&mut self, now: Instant, wall: SystemTime) {
+        self.wall_clock = Some((now, wall));
+    }
+
+    /// Adds a connection; its secret must have been added, and be a pre-shared key for
+    /// `auth = "psk"` or the private key of the certificate's type for `auth = "pubkey"`.
     pub fn add_connection(&mut self, connection: Connection) -> Result<()> {
         if self.connections.iter().any(|c| c.name == connection.name) {
             return Err(Error::DuplicateConnection { connection: connection.name });
         }
-        if !self.secrets.contains_key(&connection.secret) {
+        let Some(&handle) = self.secrets.get(&connection.secret) else {
             return Err(Error::UnknownSecret { connection: connection.name, secret: connection.secret });
+        };
+        let kind = self.enclave.secret_kind(handle)?;
+        if let Some(expected) = unfit_secret(&connection, kind) {
+            return Err(Error::WrongSecretKind {
+                connection: connection.name,
+                secret: connection.secret,
+                expected,
+            });
         }
         self.connections.push(Arc::new(connection));
         Ok(())
@@ -118,7 +163,7 @@ impl<E: Enclave> Endpoint<E> {
             .find(|c| c.name == connection)
             .cloned()
             .ok_or(Error::UnknownConnection { name: connection.to_owned() })?;
-        let psk = *self
+        let secret = *self
             .secrets
             .get(&conn.secret)
             .ok_or(Error::UnknownSecret { connection: conn.name.clone(), secret: conn.secret.clone() })?;
@@ -133,7 +178,7 @@ impl<E: Enclave> Endpoint<E> {
         let new = NewSa {
             id,
             conn,
-            psk,
+            secret,
             local: SocketAddr::new(local, IKE_PORT),
             remote: SocketAddr::new(remote, IKE_PORT),
         };
@@ -251,12 +296,17 @@ impl<E: Enclave> Endpoint<E> {
 
     /// The processing context.
     fn ctx(&mut self, now: Instant) -> Ctx<'_, E> {
+        let wall = self.wall_clock.and_then(|(then, wall)| match now.checked_duration_since(then) {
+            Some(later) => wall.checked_add(later),
+            None => wall.checked_sub(then.saturating_duration_since(now)),
+        });
         Ctx {
             enclave: &mut self.enclave,
             config: &self.config,
             out: &mut self.out,
             child_spis: &mut self.child_spis,
             now,
+            wall,
         }
     }
 
@@ -370,7 +420,7 @@ impl<E: Enclave> Endpoint<E> {
             let notify = Notify::new(NotifyType::INVALID_SYNTAX, Vec::new());
             return self.refuse(from, to, spi_i, notify, Refusal::InvalidSyntax);
         }
-        let Some(psk) = self.secrets.get(&conn.secret).copied() else {
+        let Some(secret) = self.secrets.get(&conn.secret).copied() else {
             let notify = Notify::new(NotifyType::NO_PROPOSAL_CHOSEN, Vec::new());
             return self.refuse(from, to, spi_i, notify, Refusal::NoProposalChosen);
         };
@@ -379,7 +429,7 @@ impl<E: Enclave> Endpoint<E> {
         };
         let init =
             AcceptedInit { datagram: data, message, choice, number, ke: &ke.data, nonce_i: &nonce.data };
-        let new = NewSa { id, conn, psk, local: to, remote: from };
+        let new = NewSa { id, conn, secret, local: to, remote: from };
         match IkeSa::respond(&mut self.ctx(now), new, &init) {
             Ok(ike_sa) => {
                 self.sas.insert(id.0, ike_sa);

@@ -6,6 +6,8 @@
 
 use wire::ike::NotifyType;
 
+use crate::cert::CertError;
+
 /// Why a configuration was refused, a command failed, or an IKE SA or child SA failed.
 ///
 /// No variant carries key bytes: secrets are named, never included.
@@ -86,6 +88,28 @@ pub enum Error {
         /// The secret's name (the name only, never its value).
         secret: String,
     },
+    /// A certificate file named by a connection could not be used.
+    #[error("connection {connection:?}: {field}: {path:?}: {why}")]
+    CertificateFile {
+        /// The connection.
+        connection: String,
+        /// The field naming the file (`local.certs`, `remote.cacerts`).
+        field: &'static str,
+        /// The file as named.
+        path: String,
+        /// What is wrong with it.
+        why: CertError,
+    },
+    /// A connection's secret is provisioned, but of a kind its `auth` cannot use.
+    #[error("connection {connection:?}: secret {secret:?} is not {expected}")]
+    WrongSecretKind {
+        /// The connection.
+        connection: String,
+        /// The secret's name.
+        secret: String,
+        /// What the connection needs.
+        expected: &'static str,
+    },
     /// Two connections share a name.
     #[error("connection {connection:?} is defined twice")]
     DuplicateConnection {
@@ -144,6 +168,17 @@ pub enum Error {
     /// The peer's identity is not the one configured: AUTHENTICATION_FAILED is sent.
     #[error("peer identity does not match the configured remote id")]
     IdentityMismatch,
+    /// The peer's certificate was refused (chain, validity, usage, or the ID it certifies):
+    /// AUTHENTICATION_FAILED is sent.
+    #[error("peer certificate refused: {0}")]
+    PeerCertificate(CertError),
+    /// The peer's AUTH verified, but with a method or signature scheme `remote.auth` does
+    /// not allow: AUTHENTICATION_FAILED is sent.
+    #[error("peer's AUTH method {method} or its signature scheme is not allowed by remote.auth")]
+    AuthMethodRefused {
+        /// The Auth Method it used.
+        method: u8,
+    },
     /// The traffic selectors had no acceptable intersection: TS_UNACCEPTABLE.
     #[error("traffic selectors unacceptable ({side})")]
     TsUnacceptable {

@@ -12,12 +12,17 @@
 //!   traffic selector narrowing; clear-and-seal of SK_d once authenticated;
 //!   retransmission with exponential backoff and message-ID windows; INFORMATIONAL
 //!   Deletes (child and IKE) and liveness checks; CREATE_CHILD_SA child rekeys and new
-//!   child SAs, with or without PFS, keyed from the sealed SK_d.
+//!   child SAs, with or without PFS, keyed from the sealed SK_d;
+//! * [`cert`] and [`auth`]: IKE_AUTH with X.509 certificates (RSA PKCS#1 v1.5 and PSS,
+//!   ECDSA P-256/P-384; RFC 7427 and RFC 4754), CERT/CERTREQ, chain validation against
+//!   configured CAs at a wall-clock time the caller supplies, identities matched to
+//!   certificates; the private key never leaves the enclave.
 //!
 //! What it does not do: open sockets, read the clock, spawn threads or sleep (time is an
 //! argument, see STYLE.md §2); hold key bytes (it holds enclave handles, nonces and public
-//! values only); certificates, IKE SA rekeys (refused with NO_ADDITIONAL_SAS for now),
-//! rekey collisions, lifetimes, IKE fragmentation, MOBIKE. See `docs/ike.md`.
+//! values only); certificate revocation (CRL, OCSP), IKE SA rekeys (refused with
+//! NO_ADDITIONAL_SAS for now), rekey collisions, lifetimes, IKE fragmentation, MOBIKE. See
+//! `docs/ike.md`.
 //!
 //! ```text
 //! handle_datagram(now, from, to, bytes) ─┐            ┌─> poll_transmit() -> Transmit
@@ -28,6 +33,8 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod auth;
+pub mod cert;
 pub mod config;
 mod cookie;
 mod endpoint;
@@ -39,10 +46,12 @@ mod sa;
 mod sk;
 pub mod ts;
 
+pub use auth::{AuthPolicy, HashAlgorithm, SignatureFamily, SignaturePolicy};
+pub use cert::{CertError, Certificate};
 pub use config::{ChildConfig, Config, Connection};
 pub use endpoint::{Endpoint, EndpointConfig};
 pub use error::{Error, Result, Side};
 pub use event::{
     ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, Refusal, SaId, SealReport, Transmit,
 };
-pub use sa::{IkeSa, IkeSaState, IKE_PORT, NATT_PORT};
+pub use sa::{IkeSa, IkeSaState, PeerAuth, IKE_PORT, NATT_PORT};

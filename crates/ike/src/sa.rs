@@ -18,17 +18,18 @@ use core::mem;
 use core::net::SocketAddr;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use enclave::{
-    AuthInput, AuthSpec, ChildSaParams, DhExchange, DhGroup, DhHandle, Enclave, IkeSaHandle, IkeSaParams,
-    PeerCredential, Role, SealedBlob, SecretHandle,
+    AuthInput, ChildSaParams, DhExchange, DhGroup, DhHandle, Enclave, IkeSaHandle, IkeSaParams, Role,
+    SealedBlob, SecretHandle,
 };
 use wire::ike::{
     Authentication, Delete, ExchangeType, HeaderFlags, Identification, IkeHeader, KeyExchange, Message,
     Nonce, Notify, NotifyType, Payload, ProtocolId, TrafficSelectors,
 };
 
+use crate::auth::PeerHashes;
 use crate::config::{ChildConfig, Connection};
 use crate::endpoint::EndpointConfig;
 use crate::error::{Error, Side};
@@ -40,7 +41,10 @@ use crate::proposal::{self, EspProposal, IkeChoice};
 use crate::sk::{self, OpenError};
 use crate::ts::{self, TrafficSelector};
 
+mod authenticate;
 mod child;
+
+pub use authenticate::PeerAuth;
 
 /// IKE's port (RFC 7296 §2).
 pub const IKE_PORT: u16 = 500;
@@ -90,6 +94,8 @@ pub(crate) struct Ctx<'a, E> {
     pub(crate) child_spis: &'a mut HashSet<u32>,
     /// The current time.
     pub(crate) now: Instant,
+    /// The wall-clock time at `now`, if the endpoint knows it (certificate validity).
+    pub(crate) wall: Option<SystemTime>,
 }
 
 impl<E: Enclave> Ctx<'_, E> {
@@ -191,7 +197,12 @@ struct Pending {
 pub(crate) struct Core {
     id: SaId,
     conn: Arc<Connection>,
-    psk: SecretHandle,
+    /// The pre-shared key or our private key.
+    secret: SecretHandle,
+    /// The hashes the peer announced for RFC 7427 signatures, if it did (in IKE_SA_INIT).
+    peer_hashes: Option<PeerHashes>,
+    /// How the peer proved its identity, once it has.
+    peer_auth: Option<PeerAuth>,
     role: Role,
     spi_i: u64,
     spi_r: u64,
@@ -515,6 +526,8 @@ struct Inner<'a> {
     ts_i: Option<&'a TrafficSelectors>,
     ts_r: Option<&'a TrafficSelectors>,
     error: Option<NotifyType>,
+    /// Every CERT payload, in order.
+    certs: Vec<&'a wire::ike::Certificate>,
 }
 
 impl<'a> Inner<'a> {
@@ -528,6 +541,7 @@ impl<'a> Inner<'a> {
                 Payload::Sa(sa) => s.sa = s.sa.or(Some(sa)),
                 Payload::TsInitiator(t) => s.ts_i = s.ts_i.or(Some(t)),
                 Payload::TsResponder(t) => s.ts_r = s.ts_r.or(Some(t)),
+                Payload::Certificate(c) => s.certs.push(c),
                 Payload::Notify(n) if n.ty.is_error() => s.error = s.error.or(Some(n.ty)),
                 _ => {}
             }
@@ -547,7 +561,11 @@ fn peer_error(notify: NotifyType) -> Error {
 }
 
 /// The IKE_SA_INIT request payloads.
-fn sa_init_request(core: &Core, st: &ExpectSaInitResponse) -> Result<Vec<u8>, Error> {
+fn sa_init_request(
+    core: &Core,
+    st: &ExpectSaInitResponse,
+    config: &EndpointConfig,
+) -> Result<Vec<u8>, Error> {
     let mut payloads = Vec::new();
     if let Some(cookie) = &st.cookie {
         // The cookie goes first (§2.6).
@@ -557,6 +575,9 @@ fn sa_init_request(core: &Core, st: &ExpectSaInitResponse) -> Result<Vec<u8>, Er
     payloads.push(Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(st.group.id()), st.ke.clone())));
     payloads.push(Payload::Nonce(Nonce { data: st.nonce_i.clone() }));
     payloads.extend(nat::notifies(core.spi_i, 0, core.local, core.remote, core.conn.encap));
+    if core.conn.uses_signatures() && config.signature_authentication {
+        payloads.push(authenticate::hashes_notify());
+    }
     let header = core.header(ExchangeType::IKE_SA_INIT, false, 0);
     Ok(Message::new(header, payloads).to_vec()?)
 }
@@ -565,7 +586,7 @@ fn sa_init_request(core: &Core, st: &ExpectSaInitResponse) -> Result<Vec<u8>, Er
 pub(crate) struct NewSa {
     pub(crate) id: SaId,
     pub(crate) conn: Arc<Connection>,
-    pub(crate) psk: SecretHandle,
+    pub(crate) secret: SecretHandle,
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
 }
@@ -596,7 +617,9 @@ impl IkeSa {
             core: Core {
                 id: new.id,
                 conn: new.conn,
-                psk: new.psk,
+                secret: new.secret,
+                peer_hashes: None,
+                peer_auth: None,
                 role: Role::Initiator,
                 spi_i: new.id.0,
                 spi_r: 0,
@@ -616,7 +639,7 @@ impl IkeSa {
             state: State::Deleted,
         };
         let st = ExpectSaInitResponse { dh, group, ke, nonce_i, cookie: None, retries: 0 };
-        let bytes = match sa_init_request(&sa.core, &st) {
+        let bytes = match sa_init_request(&sa.core, &st, ctx.config) {
             Ok(b) => b,
             Err(e) => {
                 let _ = ctx.enclave.dh_delete(dh);
@@ -661,6 +684,11 @@ impl IkeSa {
         if nat.supported {
             payloads.extend(nat::notifies(spi_i, spi_r, new.local, new.remote, new.conn.encap));
         }
+        let peer_hashes = authenticate::peer_hashes(init.message);
+        if peer_hashes.is_some() && new.conn.uses_signatures() && ctx.config.signature_authentication {
+            payloads.push(authenticate::hashes_notify());
+        }
+        payloads.extend(authenticate::certreq(&new.conn));
         let header = IkeHeader::new(spi_i, spi_r, ExchangeType::IKE_SA_INIT, HeaderFlags::RESPONSE, 0);
         let response = match Message::new(header, payloads).to_vec() {
             Ok(r) => r,
@@ -680,7 +708,9 @@ impl IkeSa {
             core: Core {
                 id: new.id,
                 conn: new.conn,
-                psk: new.psk,
+                secret: new.secret,
+                peer_hashes,
+                peer_auth: None,
                 role: Role::Responder,
                 spi_i,
                 spi_r,
@@ -747,6 +777,11 @@ impl IkeSa {
     /// The peer's address and port now in use.
     pub fn remote(&self) -> SocketAddr {
         self.core.remote
+    }
+
+    /// How the peer authenticated (method, signature scheme, certificate), once it has.
+    pub fn peer_auth(&self) -> Option<&PeerAuth> {
+        self.core.peer_auth.as_ref()
     }
 
     /// What NAT detection found.
@@ -1255,6 +1290,7 @@ impl ExpectSaInitResponse {
             Err(e) => return core.fail(ctx, None, None, e.into()),
         };
         core.spi_r = spi_r;
+        core.peer_hashes = authenticate::peer_hashes(message);
         core.nat = nat::detect(message, core.local, core.remote);
         if core.conn.encap && core.nat.supported {
             core.nat.local_behind_nat = true;
@@ -1282,7 +1318,7 @@ impl ExpectSaInitResponse {
 
     /// Sends IKE_SA_INIT again after a cookie or group change (a new request, same ID 0).
     fn resend<E: Enclave>(self, core: &mut Core, ctx: &mut Ctx<'_, E>) -> State {
-        match sa_init_request(core, &self) {
+        match sa_init_request(core, &self, ctx.config) {
             Ok(bytes) => {
                 /* IKE_SA_INIT { [N(COOKIE)], SA, KE, Ni, N(NATD_S), N(NATD_D) } --> */
                 core.send_request(ctx, ExchangeType::IKE_SA_INIT, 0, bytes, RequestKind::SaInit);
@@ -1316,28 +1352,23 @@ impl ExpectAuthResponse {
         let ts_r: Vec<TrafficSelector> =
             config.remote_ts.iter().map(|t| t.resolve(core.remote.ip())).collect();
         let id_i = core.conn.local_id.clone();
-        let mut auth = [0u8; 64];
         let input =
             AuthInput { real_message: sa_init_request, peer_nonce: &nonce_r, id_body: &id_i.body_bytes() };
-        let computed = ctx.enclave.auth_compute(ike, core.psk, AuthSpec::SharedKey, &input, &mut auth);
-        let (method, len) = match computed {
-            Ok(r) => r,
+        let auth = match authenticate::our_auth(core, ctx, ike, &input) {
+            Ok(a) => a,
             Err(e) => {
                 ctx.child_spis.remove(&spi);
-                return Err(e.into());
+                return Err(e);
             }
         };
-        let mut inner = vec![
-            Payload::IdInitiator(id_i),
-            Payload::Notify(Notify::new(NotifyType::INITIAL_CONTACT, vec![])),
-        ];
+        let mut inner = vec![Payload::IdInitiator(id_i)];
+        inner.extend(authenticate::certs(&core.conn));
+        inner.push(Payload::Notify(Notify::new(NotifyType::INITIAL_CONTACT, vec![])));
+        inner.extend(authenticate::certreq(&core.conn));
         if let Some(id_r) = &core.conn.remote_id {
             inner.push(Payload::IdResponder(id_r.clone()));
         }
-        inner.push(Payload::Auth(Authentication::new(
-            wire::ike::AuthMethod(method.id()),
-            auth.get(..len).unwrap_or_default().to_vec(),
-        )));
+        inner.push(Payload::Auth(auth));
         inner.push(Payload::Sa(proposal::esp_sa_payload(&config.esp_proposals, spi, false)));
         inner.push(Payload::TsInitiator(ts::to_payload(&ts_i)));
         inner.push(Payload::TsResponder(ts::to_payload(&ts_r)));
@@ -1349,7 +1380,7 @@ impl ExpectAuthResponse {
                 return Err(e);
             }
         };
-        /* IKE_AUTH { SK { IDi, N(INITIAL_CONTACT), [IDr], AUTH, SAi2, TSi, TSr } } --> */
+        /* IKE_AUTH { SK { IDi, [CERT+], N(INITIAL_CONTACT), [CERTREQ], [IDr], AUTH, SAi2, TSi, TSr } } --> */
         core.send_request(ctx, ExchangeType::IKE_AUTH, 1, bytes, RequestKind::Auth);
         let proposals = config.esp_proposals.clone();
         Ok(Self {
@@ -1378,19 +1409,18 @@ impl ExpectAuthResponse {
             };
             return fail(core, ctx, error);
         };
-        /* <-- IKE_AUTH { SK { IDr, AUTH, SAr2, TSi, TSr } } */
-        let identity_ok = core.conn.accepts_identity(id_r);
+        /* <-- IKE_AUTH { SK { IDr, [CERT+], AUTH, SAr2, TSi, TSr } } */
         let input = AuthInput {
             real_message: &self.response,
             peer_nonce: &self.nonce_i,
             id_body: &id_r.body_bytes(),
         };
-        let verified = identity_ok
-            && ctx
-                .enclave
-                .auth_verify(self.ike, PeerCredential::SharedKey(core.psk), auth.method.0, &auth.data, &input)
-                .is_ok();
-        if !verified {
+        let verified = if core.conn.accepts_identity(id_r) {
+            authenticate::verify_peer(core, ctx, self.ike, &found, id_r, auth, &input)
+        } else {
+            Err(Error::IdentityMismatch)
+        };
+        if let Err(error) = verified {
             // §2.21.2: tell the responder in a separate INFORMATIONAL, then forget the SA.
             let header = core.header(ExchangeType::INFORMATIONAL, false, core.next_request);
             let notify = Payload::Notify(Notify::new(NotifyType::AUTHENTICATION_FAILED, Vec::new()));
@@ -1398,13 +1428,9 @@ impl ExpectAuthResponse {
                 /* INFORMATIONAL { SK { N(AUTHENTICATION_FAILED) } } --> */
                 ctx.out.send(core.local, core.remote, &bytes);
             }
-            let error = if identity_ok {
-                Error::AuthenticationFailed { side: Side::Local }
-            } else {
-                Error::IdentityMismatch
-            };
             return fail(core, ctx, error);
         }
+        core.peer_auth = verified.ok();
         // The child SA, if the responder accepted it.
         let child = match (found.sa, found.ts_i, found.ts_r, found.error) {
             (Some(sa), Some(ts_i), Some(ts_r), _) => {
@@ -1506,7 +1532,7 @@ impl ExpectAuthRequest {
             let _ = core.respond(ctx, ike, &choice, ExchangeType::IKE_AUTH, 1, payload, to);
             core.fail(ctx, Some(ike), None, error)
         };
-        /* IKE_AUTH { SK { IDi, [IDr], AUTH, SAi2, TSi, TSr } } --> */
+        /* IKE_AUTH { SK { IDi, [CERT+], [CERTREQ], [IDr], AUTH, SAi2, TSi, TSr } } --> */
         let (Some(id_i), Some(auth)) = (found.id_i, found.auth) else {
             let error = Error::InvalidMessage { exchange: "IKE_AUTH", why: "IDi or AUTH missing" };
             return notify_and_fail(core, ctx, NotifyType::INVALID_SYNTAX, error);
@@ -1516,36 +1542,26 @@ impl ExpectAuthRequest {
         }
         let input =
             AuthInput { real_message: &self.request, peer_nonce: &self.nonce_r, id_body: &id_i.body_bytes() };
-        if ctx
-            .enclave
-            .auth_verify(ike, PeerCredential::SharedKey(core.psk), auth.method.0, &auth.data, &input)
-            .is_err()
-        {
-            let error = Error::AuthenticationFailed { side: Side::Local };
-            return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, error);
+        match authenticate::verify_peer(core, ctx, ike, &found, id_i, auth, &input) {
+            Ok(peer) => core.peer_auth = Some(peer),
+            Err(error) => return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, error),
         }
         // Our AUTH over our IKE_SA_INIT response and Ni.
         let id_r = core.conn.local_id.clone();
-        let mut auth_data = [0u8; 64];
         let input = AuthInput {
             real_message: &self.response,
             peer_nonce: &self.nonce_i,
             id_body: &id_r.body_bytes(),
         };
-        let (method, len) =
-            match ctx.enclave.auth_compute(ike, core.psk, AuthSpec::SharedKey, &input, &mut auth_data) {
-                Ok(r) => r,
-                Err(e) => return core.fail(ctx, Some(ike), None, e.into()),
-            };
+        let auth = match authenticate::our_auth(core, ctx, ike, &input) {
+            Ok(a) => a,
+            Err(e) => return core.fail(ctx, Some(ike), None, e),
+        };
         // §2.23: with a NAT on the path, keep talking to where the authenticated request came from.
         (core.local, core.remote) = to;
-        let mut reply = vec![
-            Payload::IdResponder(id_r),
-            Payload::Auth(Authentication::new(
-                wire::ike::AuthMethod(method.id()),
-                auth_data.get(..len).unwrap_or_default().to_vec(),
-            )),
-        ];
+        let mut reply = vec![Payload::IdResponder(id_r)];
+        reply.extend(authenticate::certs(&core.conn));
+        reply.push(Payload::Auth(auth));
         let mut events = Vec::new();
         match self.child(core, ctx, &found) {
             Ok((child, answer)) => {
@@ -1558,7 +1574,7 @@ impl ExpectAuthRequest {
                 events.push(Event::ChildSaFailed { sa: core.id, child: name, error });
             }
         }
-        /* <-- IKE_AUTH { SK { IDr, AUTH, SAr2, TSi, TSr } } */
+        /* <-- IKE_AUTH { SK { IDr, [CERT+], AUTH, SAr2, TSi, TSr } } */
         if let Err(e) = core.respond(ctx, ike, &choice, ExchangeType::IKE_AUTH, 1, reply, to) {
             core.release_unreported(ctx);
             return core.fail(ctx, Some(ike), None, e);

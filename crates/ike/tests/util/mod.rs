@@ -5,14 +5,14 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use cloister_ike::{ChildSa, Config, Endpoint, EndpointConfig, Event, SaId, Transmit};
 use enclave::attest::{CodeIdentity, SoftwareAttestation};
 use enclave::provision::wrap_secret;
 use enclave::{
-    Enclave, EnclaveConfig, EspDescriptor, EspStatus, InlineEnclave, Limits, ProvisioningKey, SecretKind,
-    TenantId,
+    Enclave, EnclaveConfig, EspDescriptor, EspStatus, InlineEnclave, Limits, ProvisioningKey, SecretHandle,
+    SecretKind, TenantId,
 };
 
 pub const PROVISIONING_KEY: [u8; 32] = [0x42; 32];
@@ -41,23 +41,90 @@ pub fn start_enclave(tenant: u32) -> InlineEnclave {
     InlineEnclave::start(config, Box::new(attestation)).unwrap()
 }
 
+/// Wraps `secret` for `enclave` (as the tenant's provisioning tool would) and provisions it.
+pub fn provision(enclave: &mut InlineEnclave, kind: SecretKind, secret: &[u8]) -> SecretHandle {
+    let key = ProvisioningKey::from_bytes(PROVISIONING_KEY);
+    let blob = wrap_secret(&key, enclave.tenant(), kind, secret).unwrap();
+    enclave.provision_secret(&blob).unwrap()
+}
+
 /// An endpoint with the connections of `toml`, whose secret `psk` holds `psk`.
 pub fn endpoint(toml: &str, psk: &[u8], config: EndpointConfig) -> Endpoint<InlineEnclave> {
     let mut enclave = start_enclave(1);
-    let blob = wrap_secret(
-        &ProvisioningKey::from_bytes(PROVISIONING_KEY),
-        enclave.tenant(),
-        SecretKind::PreSharedKey,
-        psk,
-    )
-    .unwrap();
-    let handle = enclave.provision_secret(&blob).unwrap();
+    let handle = provision(&mut enclave, SecretKind::PreSharedKey, psk);
     let mut ep = Endpoint::new(enclave, config);
     ep.add_secret("psk", handle);
     for conn in Config::from_toml(toml).unwrap().connections {
         ep.add_connection(conn).unwrap();
     }
     ep
+}
+
+/// 2026-01-01T00:00:00Z: inside the test certificates' validity (2025 to 2035).
+pub fn wall() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600)
+}
+
+/// The absolute path of a file of tests/certs (see its README).
+pub fn cert_file(name: &str) -> String {
+    format!("{}/tests/certs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The enclave's kind for a tests/certs private key, by its name (`a-rsa`, `b-p384`, ...).
+pub fn key_kind(name: &str) -> SecretKind {
+    if name.ends_with("p256") {
+        SecretKind::EcdsaP256PrivateKey
+    } else if name.ends_with("p384") {
+        SecretKind::EcdsaP384PrivateKey
+    } else {
+        SecretKind::RsaPrivateKey
+    }
+}
+
+/// An endpoint with the connections of `toml`: secret `key` is the private key
+/// tests/certs/KEY.key.der (PKCS#8), secret `psk` the pre-shared key of [`Pair`].
+pub fn pubkey_endpoint(toml: &str, key: &str, config: EndpointConfig) -> Endpoint<InlineEnclave> {
+    let mut enclave = start_enclave(1);
+    let pkcs8 = std::fs::read(cert_file(&format!("{key}.key.der"))).unwrap();
+    let key_handle = provision(&mut enclave, key_kind(key), &pkcs8);
+    let psk = provision(&mut enclave, SecretKind::PreSharedKey, b"a shared secret of the tenant");
+    let mut ep = Endpoint::new(enclave, config);
+    ep.add_secret("key", key_handle);
+    ep.add_secret("psk", psk);
+    for conn in Config::from_toml(toml).unwrap().connections {
+        ep.add_connection(conn).unwrap();
+    }
+    ep
+}
+
+/// Site A's (initiator's) configuration with these `local` and `remote` tables' contents.
+pub fn pubkey_initiator(local: &str, remote: &str) -> String {
+    format!(
+        r#"
+[connections.to-b]
+local_addrs = ["{I_ADDR}"]
+remote_addrs = ["{R_ADDR}"]
+proposals = ["aes256gcm16-prfsha256-ecp256"]
+local = {{ {local} }}
+remote = {{ {remote} }}
+children.net = {{ local_ts = ["198.18.1.0/24"], remote_ts = ["198.18.2.0/24"], esp_proposals = ["aes256gcm16"] }}
+"#
+    )
+}
+
+/// Site B's (responder's) configuration with these `local` and `remote` tables' contents.
+pub fn pubkey_responder(local: &str, remote: &str) -> String {
+    format!(
+        r#"
+[connections.from-a]
+local_addrs = ["{R_ADDR}"]
+remote_addrs = ["%any"]
+proposals = ["aes256gcm16-prfsha256-ecp256"]
+local = {{ {local} }}
+remote = {{ {remote} }}
+children.net = {{ local_ts = ["198.18.2.0/24"], remote_ts = ["198.18.0.0/16"], esp_proposals = ["aes256gcm16"] }}
+"#
+    )
 }
 
 /// The initiator's configuration (site A) with these proposals.
@@ -167,6 +234,13 @@ impl Pair {
             log: Vec::new(),
             filter: Box::new(|_| true),
         }
+    }
+
+    /// Gives both endpoints the wall-clock time [`wall`] at the current virtual time.
+    pub fn with_wall_clock(mut self) -> Self {
+        self.i.set_wall_clock(self.now, wall());
+        self.r.set_wall_clock(self.now, wall());
+        self
     }
 
     /// A pair with default endpoint settings and these proposals on both sides.
