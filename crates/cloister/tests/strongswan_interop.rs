@@ -15,7 +15,9 @@ use testnet::{Netns, Process, Veth};
 
 const CLOISTER: &str = env!("CARGO_BIN_EXE_cloister");
 const CHARON: &str = "/usr/lib/ipsec/charon";
-const PSK: &str = "cloister-interop-psk-0123456789abcdef";
+/// Random-looking on purpose: a PSK with a common run in it (say the hex digits
+/// `0123456789abcdef`) would be "found" in any binary's formatting tables.
+const PSK: &str = "Kq7v-Tz3W-pL9x-Rm2c-Yh5n-Bd8f-Gs4j-Nw6e";
 const SITE_ID: &str = "site-a.cloister.test";
 const GW_ID: &str = "gw.cloister.test";
 /// The site's inner address (strongSwan side) and the gateway's (on Cloister's TUN).
@@ -87,7 +89,10 @@ fn esp_for(ike: &str) -> &'static str {
     }
 }
 
-fn charon_conf(dir: &Path) -> String {
+/// charon's configuration; with `log_keys`, level 4 for `ike` and `chd`, at which charon
+/// logs SK_* and the child SAs' keys.
+fn charon_conf(dir: &Path, log_keys: bool) -> String {
+    let level = if log_keys { 4 } else { 2 };
     format!(
         r#"charon {{
   load = random nonce openssl pem pkcs1 pkcs8 x509 pubkey curve25519 hmac kdf sha2 aes gcm chapoly kernel-libipsec kernel-netlink socket-default vici updown
@@ -99,8 +104,10 @@ fn charon_conf(dir: &Path) -> String {
   filelog {{
     main {{ path = {d}/charon.log
       time_format = %s
+      flush_line = yes
       default = 1
-      ike = 2
+      ike = {level}
+      chd = {level}
       cfg = 2
     }}
   }}
@@ -199,6 +206,10 @@ struct Testbed {
 
 impl Testbed {
     fn start(family: Family, ike: &str, auth: Auth) -> Self {
+        Self::start_with(family, ike, auth, false)
+    }
+
+    fn start_with(family: Family, ike: &str, auth: Auth, log_keys: bool) -> Self {
         let (site_addr, gw_addr, plen) = family.outer();
         let site = Netns::new("site").unwrap();
         let gw = Netns::new("gw").unwrap();
@@ -234,7 +245,7 @@ impl Testbed {
 
         // strongSwan: its own /run (its PID file path is fixed), config in the scratch dir.
         let sdir = site.dir().to_path_buf();
-        site.write_file("strongswan.conf", &charon_conf(&sdir)).unwrap();
+        site.write_file("strongswan.conf", &charon_conf(&sdir, log_keys)).unwrap();
         let swanctl =
             site.write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike, auth)).unwrap();
         let strongswan_conf = sdir.join("strongswan.conf");
@@ -522,4 +533,127 @@ fn strongswan_rekeys_the_child_under_traffic_without_loss() {
 #[test]
 fn cloister_rekeys_the_child_under_traffic_without_loss() {
     rekey_under_traffic(Rekeyer::Cloister);
+}
+
+/// The secrets charon logged at level 4 (`NAME => N bytes @ ADDR` and hex-dump lines), by
+/// name, each occurrence numbered.
+fn charon_keys(log: &str) -> Vec<(String, Vec<u8>)> {
+    const NAMES: [&str; 11] = [
+        "Sk_d secret",
+        "Sk_ai secret",
+        "Sk_ar secret",
+        "Sk_ei secret",
+        "Sk_er secret",
+        "Sk_pi secret",
+        "Sk_pr secret",
+        "encryption initiator key",
+        "encryption responder key",
+        "integrity initiator key",
+        "integrity responder key",
+    ];
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    // charon's threads log concurrently: each thread's dump continues its own last header.
+    let mut current: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for line in log.lines() {
+        let Some((prefix, rest)) = line.split_once("] ") else { continue };
+        let thread =
+            prefix.split('[').next().unwrap_or("").split_whitespace().last().unwrap_or("").to_owned();
+        if let Some((name, _)) = rest.split_once(" => ") {
+            match NAMES.iter().find(|n| **n == name) {
+                Some(n) => {
+                    let k = out.iter().filter(|(o, _)| o.starts_with(n)).count();
+                    out.push((format!("{n} #{k}"), Vec::new()));
+                    current.insert(thread, out.len() - 1);
+                }
+                None => {
+                    current.remove(&thread);
+                }
+            }
+            continue;
+        }
+        let Some(&i) = current.get(&thread) else { continue };
+        // "   16: 05 2E BC ...  ascii": hex pairs after the offset, up to the ASCII column.
+        let dump = rest.split_once(": ").filter(|(offset, _)| offset.trim().parse::<usize>().is_ok());
+        let Some((_, dump)) = dump else {
+            current.remove(&thread);
+            continue;
+        };
+        let bytes = dump.get(..48.min(dump.len())).unwrap_or("");
+        for tok in bytes.split_whitespace() {
+            match u8::from_str_radix(tok, 16) {
+                Ok(b) if tok.len() == 2 => out[i].1.push(b),
+                _ => break,
+            }
+        }
+    }
+    out.retain(|(_, k)| !k.is_empty());
+    out
+}
+
+/// Issue 5's end-to-end key exposure check: strongSwan logs every key it shares with us;
+/// none may be in the memory of the `cloister gateway` process, while the enclave process
+/// must hold the ones it keeps after clear-and-seal (positive control, so the scan can fail).
+#[test]
+fn no_key_that_strongswan_logged_is_in_the_gateway_process() {
+    use testnet::memscan::{scan, Needles};
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        return;
+    }
+    let mut tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, true);
+    tb.up(Initiator::StrongSwan);
+    tb.ping(20);
+    let log = std::fs::read_to_string(tb.site.dir().join("charon.log")).unwrap();
+    let keys = charon_keys(&log);
+    let mut needles = Needles::new();
+    needles.add("PSK", PSK.as_bytes()).unwrap();
+    for (name, key) in &keys {
+        needles.add(name, key).unwrap();
+    }
+    let names = needles.names();
+    for expected in ["Sk_d secret #0", "Sk_ei secret #0", "Sk_pi secret #0", "encryption initiator key #0"] {
+        assert!(names.iter().any(|n| n == expected), "charon logged no {expected}: {names:?}");
+    }
+    let gateway_pid = tb.cloister.pid();
+    let start = tb.cloister.log();
+    let enclave_pid: u32 = start
+        .split("enclave process pid ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the enclave's pid in the start line");
+    let gw = scan(gateway_pid, &needles).unwrap();
+    let enc = scan(enclave_pid, &needles).unwrap();
+    eprintln!(
+        "key exposure end to end: {} keys from charon's log + PSK: {names:?}\n  gateway pid {gateway_pid}: {} bytes scanned, found {:?}\n  enclave pid {enclave_pid}: {} bytes scanned, found {:?}",
+        keys.len(),
+        gw.scanned,
+        gw.found,
+        enc.scanned,
+        enc.found
+    );
+    assert!(gw.scanned > 1 << 20 && enc.scanned > 1 << 20, "scans read too little");
+    assert!(gw.found.is_empty(), "keys in the gateway process: {:?}", gw.found);
+    // What the enclave keeps after clear-and-seal: the PSK, SK_e*, both ESP keys.
+    for held in [
+        "PSK",
+        "Sk_ei secret #0",
+        "Sk_er secret #0",
+        "encryption initiator key #0",
+        "encryption responder key #0",
+    ] {
+        assert!(
+            enc.found.contains_key(held),
+            "positive control: {held} not found in the enclave: {:?}",
+            enc.found
+        );
+    }
+    // Clear-and-seal (EnclaveVPN §4.5.2), end to end: SK_d lives only sealed, SK_p* are gone.
+    for cleared in ["Sk_d secret #0", "Sk_pi secret #0", "Sk_pr secret #0"] {
+        assert!(
+            !enc.found.contains_key(cleared),
+            "{cleared} still in the enclave after clear-and-seal: {:?}",
+            enc.found
+        );
+    }
 }

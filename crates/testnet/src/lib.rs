@@ -14,6 +14,7 @@
 mod addr;
 mod cmd;
 mod error;
+pub mod memscan;
 mod netns;
 mod process;
 
