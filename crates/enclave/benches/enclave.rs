@@ -11,9 +11,13 @@
 //! decrypt median ratio, pipelined process over inline.
 //!
 //! Knobs (environment): `ROUNDS` (7), `RUN_MS` (target milliseconds per measurement, 120),
-//! `DEPTH` (pipelined batches, i.e. packet regions, 3), `CLOISTER_ENCLAVE_BIN` (the enclave
-//! program; default: this package's `cloister-enclave-process`), and for profiling
-//! `FOCUS=<size>:<encrypt|decrypt>:<inline|piped|sync>` (only that measurement, `ROUNDS` times).
+//! `DEPTH` (pipelined batches, i.e. packet regions, 3), `PIN` (1: the gateway thread on CPU 0,
+//! the enclave process and the inline runs on CPU 1; 0: the scheduler places them),
+//! `CLOISTER_ENCLAVE_BIN` (the enclave program; default: this package's
+//! `cloister-enclave-process`), and for profiling
+//! `FOCUS=<size>:<encrypt|decrypt>:<inline|piped|sync>[:alt]` (only that measurement, `ROUNDS`
+//! times; with `:alt`, each run a quarter as long and preceded by an inline run of the same
+//! length, as in the rounds, and both printed).
 // A benchmark: a failed set-up step is a bug in the benchmark, and it should stop loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // Offsets and lengths lie inside a 512 KiB area; counts are far below u32::MAX.
@@ -61,12 +65,43 @@ fn start_inline(tenant: u32) -> cloister_enclave::InlineEnclave {
     cloister_enclave::InlineEnclave::start(c, Box::new(att)).unwrap()
 }
 
+/// The core of the gateway thread, and the core of the measured enclave process (on which
+/// the inline backend is measured too) when pinned.
+const GATEWAY_CPU: usize = 0;
+const ENCLAVE_CPU: usize = 1;
+
+/// Whether to pin (`PIN`, default 1, and at least two CPUs): the gateway thread on
+/// [`GATEWAY_CPU`], the measured enclave process and the inline runs on [`ENCLAVE_CPU`].
+/// Decided once, before the pinning narrows what `available_parallelism` sees.
+fn pinned() -> bool {
+    static PINNED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PINNED.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::env::var("PIN").map_or(true, |v| v != "0") && cpus >= 2
+    })
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_this_thread(cpu: usize) {
+    // SAFETY: cpu_set_t is a plain bit array (all zeros: empty); `cpu` is below CPU_SETSIZE
+    // on any machine this runs on; sched_setaffinity only reads the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+    }
+}
+
 /// The enclave program, as `tests/process_backend.rs` finds it.
 fn spec() -> ProcessSpec {
-    match std::env::var_os("CLOISTER_ENCLAVE_BIN") {
+    let mut s = match std::env::var_os("CLOISTER_ENCLAVE_BIN") {
         Some(bin) => ProcessSpec::new(bin, Vec::<String>::new()),
         None => ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new()),
+    };
+    if pinned() {
+        s.cpus = Some(vec![ENCLAVE_CPU]);
     }
+    s
 }
 
 fn start_process(tenant: u32) -> ProcessEnclave {
@@ -402,6 +437,10 @@ impl Bench {
         let packets = (batches * BATCH) as f64;
         match v {
             Variant::Inline => {
+                // On the enclave process's core: both backends' crypto on the same core.
+                if pinned() {
+                    pin_this_thread(ENCLAVE_CPU);
+                }
                 let t = run_sync(
                     &mut self.inline,
                     &mut self.inline_buf,
@@ -412,6 +451,9 @@ impl Bench {
                     self.regions,
                     self.timer,
                 );
+                if pinned() {
+                    pin_this_thread(GATEWAY_CPU);
+                }
                 (packets / t.as_secs_f64(), None)
             }
             Variant::Sync => {
@@ -467,6 +509,15 @@ fn main() {
          pipeline depth {regions}"
     );
     println!("machine: {cpus} CPUs, {}; load average at start {}", cpu_model(), loadavg());
+    if pinned() {
+        pin_this_thread(GATEWAY_CPU);
+        println!(
+            "pinned: gateway thread on CPU {GATEWAY_CPU}; enclave process, and the inline runs, on CPU {ENCLAVE_CPU} (PIN=0: not \
+             pinned)"
+        );
+    } else {
+        println!("not pinned: the scheduler places the gateway thread and the enclave process");
+    }
 
     // ---- set-up through the real call surface -------------------------------------------
     let mut peer = start_inline(1);
@@ -615,18 +666,27 @@ fn main() {
     println!("enclave process/inline 64B={:.3} 1420B={:.3}", r(64), r(1420));
 }
 
-/// `FOCUS=<size>:<encrypt|decrypt>:<inline|piped|sync>` runs only that measurement, `ROUNDS`
-/// times, for a profiler (`perf record -a`) to look at one configuration.
+/// `FOCUS=<size>:<encrypt|decrypt>:<inline|piped|sync>[:alt]` runs only that measurement,
+/// `ROUNDS` times, for a profiler (`perf record -p <enclave pid>`) to look at one
+/// configuration; `:alt` alternates it with inline runs in slices as long as the rounds' (a
+/// quick A/B of two enclave programs through `CLOISTER_ENCLAVE_BIN`).
 fn focus_run(b: &mut Bench, focus: &str, batches: &[usize], rounds: usize) {
     let parts: Vec<&str> = focus.split(':').collect();
     let si = SIZES.iter().position(|s| Some(s.to_string().as_str()) == parts.first().copied());
     let op = OPS.iter().find(|o| Some(format!("{o:?}").to_lowercase().as_str()) == parts.get(1).copied());
     let v = VARIANTS.iter().find(|v| Some(format!("{v:?}").to_lowercase().as_str()) == parts.get(2).copied());
     let (Some(si), Some(&op), Some(&v)) = (si, op, v) else {
-        eprintln!("FOCUS=<64|512|1420>:<encrypt|decrypt>:<inline|piped|sync>");
+        eprintln!("FOCUS=<64|512|1420>:<encrypt|decrypt>:<inline|piped|sync>[:alt]");
         std::process::exit(2);
     };
+    let alt = parts.get(3) == Some(&"alt");
     for _ in 0..rounds {
+        if alt {
+            let (ipps, _) = b.run(Variant::Inline, si, op, batches[si] / 4);
+            let (pps, st) = b.run(v, si, op, batches[si] / 4);
+            println!("{focus}: {:.3} Mpps (inline {:.3}) {st:?}", pps / 1e6, ipps / 1e6);
+            continue;
+        }
         let (pps, st) = b.run(v, si, op, batches[si]);
         println!("{focus}: {:.3} Mpps {st:?}", pps / 1e6);
     }
@@ -740,7 +800,7 @@ fn memory() {
     let mut process = start_process(7);
     let pid = process.pid().unwrap();
     let rss0 = rss(pid);
-    let mut reports: Vec<[MemoryReport; 4]> = Vec::new();
+    let mut reports: Vec<[MemoryReport; 5]> = Vec::new();
     for e in [&mut inline as &mut dyn Enclave, &mut process as &mut dyn Enclave] {
         let empty = e.memory_report();
         let mut ke_peer = [0u8; 32];
@@ -767,6 +827,7 @@ fn memory() {
             blobs.push(e.clear_and_seal(h).unwrap());
         }
         let sealed = e.memory_report();
+        let mut outbound = Vec::with_capacity(ESP_PAIRS);
         for i in 0..ESP_PAIRS {
             let params = ChildSaParams {
                 role: Role::Initiator,
@@ -777,16 +838,35 @@ fn memory() {
                 spi_inbound: 0x10_0000 + 2 * i as u32,
                 spi_outbound: 0x10_0001 + 2 * i as u32,
             };
-            e.child_sa_create(ikes[i % IKE], Some(&blobs[i % IKE]), None, &params).unwrap();
+            outbound.push(
+                e.child_sa_create(ikes[i % IKE], Some(&blobs[i % IKE]), None, &params).unwrap().outbound,
+            );
         }
         let with_esp = e.memory_report();
-        reports.push([empty, with_ike, sealed, with_esp]);
+        // One 64 B packet on every outbound SA: each expands its key into the key cache,
+        // which then holds as many as it ever will.
+        let mut buf = vec![0u8; BATCH * STRIDE];
+        let mut st = [EspStatus::NotProcessed; BATCH];
+        for chunk in outbound.chunks(BATCH) {
+            let descs: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, &sa)| {
+                    let len = lay_out(&mut buf, k * STRIDE, 64, 0);
+                    EspDescriptor::encrypt(sa, (k * STRIDE) as u32, len, 1)
+                })
+                .collect();
+            let n = descs.len();
+            assert_eq!(e.esp_batch(&mut buf, &descs, &mut st[..n]).unwrap().ok, n as u32);
+        }
+        let with_traffic = e.memory_report();
+        reports.push([empty, with_ike, sealed, with_esp, with_traffic]);
     }
     let rss1 = rss(pid);
     let mb = |b: usize| b as f64 / 1e6;
     println!("trusted memory (memory_report; MB = 10^6 bytes):");
     for (name, r) in ["inline", "process"].iter().zip(&reports) {
-        let [empty, ike, sealed, esp] = r;
+        let [empty, ike, sealed, esp, busy] = r;
         println!(
             "  {name:<7} {} IKE SAs before clear_and_seal: {} bytes = {:.3} MB ({} per SA; all trusted memory +{:.3} MB)",
             ike.ike_sas,
@@ -803,15 +883,29 @@ fn memory() {
             sealed.per_ike_sa(),
             mb(sealed.total() - empty.total()),
         );
+        // All trusted memory the ESP SAs added: their state, the key cache and the growth
+        // of the ESP table's slot array (nothing else changes between the two reports).
+        let esp_all = |r: &MemoryReport| r.total() - sealed.total();
         println!(
-            "  {name:<7} {} ESP SAs (directional, {} child SA pairs): {} bytes = {:.3} MB ({} per SA; all \
-             trusted memory +{:.3} MB)",
+            "  {name:<7} {} ESP SAs (directional, {} child SA pairs), no traffic yet: {} bytes = {:.3} MB \
+             ({} per SA; with the table's slots: +{:.3} MB, {} per SA)",
             esp.esp_sas,
             esp.esp_sas / 2,
             esp.esp_sa_bytes,
             mb(esp.esp_sa_bytes),
             esp.per_esp_sa(),
-            mb(esp.total() - sealed.total()),
+            mb(esp_all(esp)),
+            esp_all(esp) / esp.esp_sas,
+        );
+        println!(
+            "  {name:<7} {} ESP SAs after one packet on each outbound SA (key cache full): {} bytes = {:.3} MB \
+             ({} per SA; with the table's slots: +{:.3} MB, {} per SA)",
+            busy.esp_sas,
+            busy.esp_sa_bytes,
+            mb(busy.esp_sa_bytes),
+            busy.per_esp_sa(),
+            mb(esp_all(busy)),
+            esp_all(busy) / busy.esp_sas,
         );
     }
     if let (Some(a), Some(b)) = (rss0, rss1) {
@@ -823,9 +917,9 @@ fn memory() {
     }
     let p = &reports[1];
     println!(
-        "  goal: <= 0.5 MB per 1000 ESP SAs -> {:.3} MB; <= 1 MB per 1000 IKE SAs -> {:.3} MB ({:.3} MB before \
-         clear_and_seal)",
-        mb(p[3].per_esp_sa() * 1000),
+        "  goal: <= 0.5 MB per 1000 ESP SAs -> {:.3} MB (key cache full, table slots included); <= 1 MB per 1000 \
+         IKE SAs -> {:.3} MB ({:.3} MB before clear_and_seal)",
+        mb((p[4].total() - p[2].total()) * 1000 / p[4].esp_sas),
         mb(p[2].per_ike_sa() * 1000),
         mb(p[1].per_ike_sa() * 1000),
     );

@@ -35,7 +35,7 @@ pub use api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
     PublicKey, PublicKeyKind, SealedBlob,
 };
-pub use api::report::{Counters, EnclaveConfig, Limits, MemoryReport, ProvisioningKey};
+pub use api::report::{Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey};
 pub use api::Enclave;
 pub use error::{BlobRejection, Error, ErrorKind, Result};
 pub use inline::InlineEnclave;

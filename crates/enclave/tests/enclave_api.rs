@@ -6,6 +6,8 @@ use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareA
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
 
+mod support;
+
 const PROV_KEY: [u8; 32] = [0x42; 32];
 
 fn start(tenant: u32) -> InlineEnclave {
@@ -13,11 +15,15 @@ fn start(tenant: u32) -> InlineEnclave {
 }
 
 fn start_with(tenant: u32, key: [u8; 32], min: u64) -> InlineEnclave {
+    start_limits(tenant, key, min, Limits::default())
+}
+
+fn start_limits(tenant: u32, key: [u8; 32], min: u64, limits: Limits) -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(key),
         trusted_min_seal_counter: min,
-        limits: Limits::default(),
+        limits,
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();
     let att = SoftwareAttestation::new(
@@ -45,7 +51,13 @@ struct Pair {
 
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr } */
 fn ike_sa_init(group: DhGroup, prf: Prf, suite: Suite) -> Pair {
-    let (mut i, mut r) = (start(1), start(1));
+    ike_sa_init_with(group, prf, suite, InboundMode::Decrypt)
+}
+
+/// As [`ike_sa_init`], the responder's inbound SAs bound to `r_inbound`.
+fn ike_sa_init_with(group: DhGroup, prf: Prf, suite: Suite, r_inbound: InboundMode) -> Pair {
+    let r_limits = Limits { inbound: r_inbound, ..Limits::default() };
+    let (mut i, mut r) = (start(1), start_limits(1, PROV_KEY, 0, r_limits));
     let (mut ni, mut nr) = (vec![0u8; 32], vec![0u8; 32]);
     i.random_nonce(&mut ni).unwrap();
     r.random_nonce(&mut nr).unwrap();
@@ -316,6 +328,49 @@ fn esp_batches_round_trip_for_every_transform_with_and_without_esn() {
             assert_eq!(p.r.counters().esp_status(EspStatus::Ok), 8);
         }
     }
+}
+
+#[test]
+fn inbound_sas_do_only_the_operation_the_measured_config_allows() {
+    let cfg = |inbound| EnclaveConfig {
+        tenant: TenantId(1),
+        provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
+        trusted_min_seal_counter: 0,
+        limits: Limits { inbound, ..Limits::default() },
+    };
+    assert_ne!(cfg(InboundMode::Decrypt).measured_bytes(), cfg(InboundMode::Forward).measured_bytes());
+    // The responder forwards inside the enclave; the initiator hands plaintext out.
+    let suite = Suite::aead(Cipher::AesGcm16_128);
+    let mut p = ike_sa_init_with(DhGroup::Curve25519, Prf::HmacSha256, suite, InboundMode::Forward);
+    let (ci, cr) = child(&mut p, suite, false, None);
+    // [outer IPv4 to 198.18.0.2, ESP] carrying an inner IPv4 packet to 198.18.7.9.
+    let mut area = vec![0u8; 512];
+    let mut inner = vec![0u8; 40];
+    inner[0] = 0x45;
+    inner[16..20].copy_from_slice(&[198, 18, 7, 9]);
+    let len = support::lay_out(&mut area, 20, &inner);
+    area[..20].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0, 0, 64, 50, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2]);
+    let mut st = [EspStatus::NotProcessed];
+    p.i.esp_batch(&mut area, &[EspDescriptor::encrypt(ci.outbound, 20, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok);
+    let sent = area.clone();
+    // DECRYPT would put the plaintext in the gateway's hands: refused, nothing touched.
+    p.r.esp_batch(&mut area, &[EspDescriptor::decrypt(cr.inbound, 20, len, 1)], &mut st).unwrap();
+    assert_eq!((st[0], &area), (EspStatus::ModeNotAllowed, &sent));
+    p.r.esp_batch(&mut area, &[EspDescriptor::decrypt_forward(cr.inbound, 0, 20, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok);
+    assert_eq!(&area[16..20], &[198, 18, 7, 9], "outer destination replaced");
+    assert_eq!(&area[20..], &sent[20..], "ciphertext untouched");
+    // And the other way round: a DECRYPT-bound SA does not forward.
+    let mut back = vec![0u8; 512];
+    let len = support::lay_out(&mut back, 20, &inner);
+    back[..20].copy_from_slice(&sent[..20]);
+    p.r.esp_batch(&mut back, &[EspDescriptor::encrypt(cr.outbound, 20, len, 1)], &mut st).unwrap();
+    p.i.esp_batch(&mut back, &[EspDescriptor::decrypt_forward(ci.inbound, 0, 20, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::ModeNotAllowed);
+    p.i.esp_batch(&mut back, &[EspDescriptor::decrypt(ci.inbound, 20, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok);
+    assert_eq!(p.r.counters().esp_status(EspStatus::ModeNotAllowed), 1);
 }
 
 #[test]

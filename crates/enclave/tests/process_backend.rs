@@ -8,7 +8,9 @@
 #![allow(clippy::cast_possible_truncation)]
 
 use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
-use cloister_enclave::process::desc::{encode_call, encode_esp, CallDescriptor};
+use cloister_enclave::process::desc::{
+    decode_status, encode_batch, encode_call, BatchDescriptor, CallDescriptor,
+};
 use cloister_enclave::process::{ExitReport, ProcessEnclave, ProcessError, ProcessSpec, RejectReason};
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
@@ -256,22 +258,50 @@ fn forged_ring_contents_are_refused_counted_and_never_crash_the_child() {
     let mut i = start_inline(1);
     let t = tunnel(&mut p, &mut i);
     let area = p.geometry().packet_len;
+    let table = p.geometry().descriptors;
     let mut bad_op = EspDescriptor::encrypt(t.p.outbound, 0, 64, 1);
     bad_op.opcode = EspOpcode(0x99);
-    let mut reserved = encode_esp(0, &EspDescriptor::encrypt(t.p.outbound, 0, 64, 1));
-    reserved[63] = 0xff;
-    let slots = [
-        encode_esp(1, &EspDescriptor::encrypt(t.p.outbound, area - 8, 64, 1)),
-        encode_esp(2, &EspDescriptor::encrypt(t.p.outbound, u32::MAX, u32::MAX, 1)),
-        encode_esp(3, &EspDescriptor::encrypt(t.p.outbound, 0, 8, 1)),
-        encode_esp(4, &bad_op),
-        encode_esp(5, &EspDescriptor::encrypt(t.i.outbound, 0, 64, 1)),
+    let mut reserved = EspDescriptor::encrypt(t.p.outbound, 4096, 64, 1).encode();
+    reserved[31] = 0xff;
+    let entries = [
+        EspDescriptor::encrypt(t.p.outbound, area - 8, 64, 1).encode(),
+        EspDescriptor::encrypt(t.p.outbound, u32::MAX, u32::MAX, 1).encode(),
+        EspDescriptor::encrypt(t.p.outbound, 0, 8, 1).encode(),
+        bad_op.encode(),
+        EspDescriptor::encrypt(t.i.outbound, 2048, 64, 1).encode(),
         reserved,
+        EspDescriptor::encrypt(t.p.outbound, 2048 + 32, 64, 1).encode(),
+    ];
+    assert!(p.raw_write_descriptors(0, &entries));
+    assert!(!p.raw_write_descriptors(table, &entries[..1]), "outside the table");
+    let mut batch_reserved = encode_batch(13, &BatchDescriptor { first: 0, count: 1 });
+    batch_reserved[40] = 1;
+    let slots = [
+        encode_batch(1, &BatchDescriptor { first: 0, count: 7 }),
+        encode_batch(2, &BatchDescriptor { first: table - 1, count: 2 }),
+        encode_batch(3, &BatchDescriptor { first: u32::MAX, count: 1 }),
+        encode_batch(4, &BatchDescriptor { first: 0, count: Limits::default().max_batch as u32 + 1 }),
+        batch_reserved,
         encode_call(7, &CallDescriptor { opcode: 0x4444, arg_off: 0, arg_len: 0, res_off: 0, res_cap: 0 }),
         encode_call(8, &CallDescriptor { opcode: 3, arg_off: u32::MAX, arg_len: 2, res_off: 0, res_cap: 16 }),
     ];
     let done = p.raw_submit(&slots).unwrap();
     let reasons: Vec<_> = done.iter().map(|c| RejectReason::from_code(c.reject)).collect();
+    assert_eq!(
+        reasons,
+        [
+            None, // the batch itself is sound; its descriptors are answered one by one
+            Some(RejectReason::BatchOutOfBounds),
+            Some(RejectReason::BatchOutOfBounds),
+            Some(RejectReason::BatchTooLarge),
+            Some(RejectReason::ReservedBytes),
+            Some(RejectReason::UnknownOpcode),
+            Some(RejectReason::OutOfBounds),
+        ]
+    );
+    assert_eq!(done[0].result_len, 7);
+    let st: Vec<_> = p.raw_read_statuses(0, 7).unwrap().into_iter().map(decode_status).collect();
+    let reasons: Vec<_> = st.iter().map(|s| s.1).collect();
     assert_eq!(
         reasons,
         [
@@ -281,15 +311,15 @@ fn forged_ring_contents_are_refused_counted_and_never_crash_the_child() {
             Some(RejectReason::UnknownOpcode),
             None, // passed the transport; the trusted table refuses the other tenant's handle
             Some(RejectReason::ReservedBytes),
-            Some(RejectReason::UnknownOpcode),
-            Some(RejectReason::OutOfBounds),
+            Some(RejectReason::Overlap),
         ]
     );
-    let fifth = EspStatus::ALL[usize::from(done[4].status)];
-    assert!(matches!(fifth, EspStatus::ForeignSa | EspStatus::UnknownSa), "{fifth:?}");
+    assert!(matches!(st[4].0, EspStatus::ForeignSa | EspStatus::UnknownSa), "{:?}", st[4]);
+    assert_eq!(st[6].0, EspStatus::Overlap);
     let rejects = p.rejects();
     assert_eq!(rejects.get(RejectReason::OutOfBounds), 3);
-    assert_eq!(rejects.total(), 7);
+    assert_eq!(rejects.get(RejectReason::BatchOutOfBounds), 2);
+    assert_eq!(rejects.total(), 12);
     // Still alive and serving.
     p.check().unwrap();
     let mut n = [0u8; 16];
@@ -322,11 +352,29 @@ fn pipelined_batches_overlap_and_complete_in_order() {
         p.random_nonce(&mut n),
         Err(Error::Process(ProcessError::RingBusy { in_flight: 64, .. }))
     ));
-    let big = vec![a[0]; 256 - 64 + 1];
-    assert!(matches!(p.submit_esp(&big), Err(Error::Process(ProcessError::RingBusy { .. }))));
+    // The descriptor table bounds what is in flight: after the 64, (1024 - 64) / 256 more
+    // batches of 256 fit, the next does not. (They repeat one descriptor: the enclave
+    // answers all but the first of each with Overlap.)
+    let table = p.geometry().descriptors as usize;
+    let big = vec![a[0]; 256];
+    let mut more = Vec::new();
+    loop {
+        match p.submit_esp(&big) {
+            Ok(f) => more.push(f),
+            Err(Error::Process(ProcessError::RingBusy { .. })) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(more.len(), (table - 64) / 256);
     let mut st = vec![EspStatus::NotProcessed; 32];
     assert_eq!(p.complete_esp(fa, &mut st).unwrap().ok, 32);
     assert_eq!(p.complete_esp(fb, &mut st).unwrap().ok, 32);
+    let mut st = vec![EspStatus::NotProcessed; 256];
+    for f in more {
+        p.complete_esp(f, &mut st).unwrap();
+        assert_eq!(st[0], EspStatus::SeqNotIncreasing);
+        assert!(st[1..].iter().all(|&s| s == EspStatus::Overlap));
+    }
     p.random_nonce(&mut n).unwrap();
     // The inline peer decrypts all 64.
     let mut copy = area.as_mut_slice().to_vec();
@@ -334,6 +382,23 @@ fn pipelined_batches_overlap_and_complete_in_order() {
         a.iter().chain(&b).map(|d| EspDescriptor::decrypt(t.i.inbound, d.offset, d.len, d.seq)).collect();
     let mut st = vec![EspStatus::NotProcessed; 64];
     assert_eq!(i.esp_batch(&mut copy, &dec, &mut st).unwrap().ok, 64);
+}
+
+#[test]
+fn the_inbound_mode_reaches_the_enclave_process() {
+    let pk = platform_key();
+    let cfg =
+        EnclaveConfig { limits: Limits { inbound: InboundMode::Forward, ..Limits::default() }, ..config(1) };
+    let mut p = ProcessEnclave::start(spec(), cfg, &pk).unwrap();
+    let mut i = start_inline(1);
+    let t = tunnel(&mut p, &mut i);
+    let mut b = vec![0u8; 2048];
+    let len = lay_out(&mut b, 0, &inner(0, 64));
+    let mut st = [EspStatus::NotProcessed];
+    i.esp_batch(&mut b, &[EspDescriptor::encrypt(t.i.outbound, 0, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok);
+    p.esp_batch(&mut b, &[EspDescriptor::decrypt(t.p.inbound, 0, len, 1)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::ModeNotAllowed);
 }
 
 #[test]

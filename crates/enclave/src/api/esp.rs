@@ -3,8 +3,9 @@
 //! A batch is `(packet area: &mut [u8], descriptors: &[EspDescriptor], status: &mut [EspStatus])`
 //! and crosses the boundary once. Each descriptor names an SA by handle and a region of the
 //! packet area by offset and length; nothing else is trusted about it. The process backend
-//! marshals exactly these fields ([`EspDescriptor::encode`], 32 bytes each) through shared
-//! memory and validates them on the other side with [`EspDescriptor::decode`].
+//! marshals exactly these fields ([`EspDescriptor::encode`], 32 bytes each, packed in its
+//! descriptor table) through shared memory and validates them on the other side with
+//! [`EspDescriptor::decode`].
 //!
 //! # What a descriptor covers
 //!
@@ -170,11 +171,17 @@ pub enum EspStatus {
     AddressFamilyMismatch = 15,
     /// The descriptor's reserved bytes are not zero.
     Malformed = 16,
+    /// The region (with the outer header, for DECRYPT_FORWARD) shares bytes with an earlier
+    /// descriptor's in the same batch (the process backend's transport refuses it).
+    Overlap = 17,
+    /// DECRYPT on an inbound SA that the measured configuration binds to DECRYPT_FORWARD, or
+    /// the other way round ([`crate::InboundMode`]).
+    ModeNotAllowed = 18,
 }
 
 impl EspStatus {
     /// Number of status values, for per-status counter arrays.
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 19;
 
     /// All values, in code order.
     pub const ALL: [Self; Self::COUNT] = [
@@ -195,6 +202,8 @@ impl EspStatus {
         Self::BadInnerHeader,
         Self::AddressFamilyMismatch,
         Self::Malformed,
+        Self::Overlap,
+        Self::ModeNotAllowed,
     ];
 
     /// The status code, as it crosses shared memory.

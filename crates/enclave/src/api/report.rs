@@ -32,7 +32,41 @@ impl core::fmt::Debug for ProvisioningKey {
     }
 }
 
-/// Upper bounds on what one enclave instance holds; all checked, none allocated up front.
+/// What the inbound ESP SAs of an instance may be used for. Every inbound SA is bound to
+/// the mode when it is created, and a batch may use it for that operation only, so a gateway
+/// cannot ask for the plaintext of traffic the measured configuration says is forwarded
+/// inside the enclave (where DECRYPT, which hands plaintext out, would defeat In-Enclave
+/// Forwarding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum InboundMode {
+    /// [`crate::EspOpcode::DECRYPT`] only: the gateway gets the inner packets.
+    #[default]
+    Decrypt,
+    /// [`crate::EspOpcode::DECRYPT_FORWARD`] only: plaintext never leaves the enclave.
+    Forward,
+}
+
+impl InboundMode {
+    /// The byte that stands for it in measured and marshalled configurations.
+    pub const fn code(self) -> u8 {
+        match self {
+            Self::Decrypt => 1,
+            Self::Forward => 2,
+        }
+    }
+
+    /// The mode for a code.
+    pub const fn from_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(Self::Decrypt),
+            2 => Some(Self::Forward),
+            _ => None,
+        }
+    }
+}
+
+/// Upper bounds on what one enclave instance holds (all checked, none allocated up front),
+/// and what its inbound SAs may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Live IKE SAs (at most 65,535).
@@ -45,11 +79,20 @@ pub struct Limits {
     pub max_secrets: usize,
     /// Descriptors per ESP batch call.
     pub max_batch: usize,
+    /// The one operation inbound ESP SAs may be used for.
+    pub inbound: InboundMode,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_ike_sas: 4096, max_esp_sas: 16384, max_dh: 1024, max_secrets: 64, max_batch: 256 }
+        Self {
+            max_ike_sas: 4096,
+            max_esp_sas: 16384,
+            max_dh: 1024,
+            max_secrets: 64,
+            max_batch: 256,
+            inbound: InboundMode::Decrypt,
+        }
     }
 }
 
@@ -68,11 +111,12 @@ pub struct EnclaveConfig {
 }
 
 impl EnclaveConfig {
-    /// The configuration's public part, as measured into attestation evidence: tenant and
-    /// limits, never the key or the counter (which changes from start to start).
+    /// The configuration's public part, as measured into attestation evidence: tenant,
+    /// limits and inbound mode, never the key or the counter (which changes from start to
+    /// start).
     pub fn measured_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(48);
-        v.extend_from_slice(b"cloister-enclave-config-v1");
+        let mut v = Vec::with_capacity(72);
+        v.extend_from_slice(b"cloister-enclave-config-v2");
         v.extend_from_slice(&self.tenant.0.to_be_bytes());
         for n in [
             self.limits.max_ike_sas,
@@ -83,6 +127,7 @@ impl EnclaveConfig {
         ] {
             v.extend_from_slice(&(n as u64).to_be_bytes());
         }
+        v.push(self.limits.inbound.code());
         v
     }
 }

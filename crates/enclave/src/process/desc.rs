@@ -1,41 +1,47 @@
-//! Wire formats of ring slots, read and written as bytes at fixed offsets.
+//! Wire formats of ring slots and table entries, read and written as bytes at fixed offsets.
 //!
 //! Nothing here is cast from shared memory: the guest copies a slot out once
-//! ([`super::ring::Consumer::read`]) and decodes that private copy, so a value cannot change
-//! between its check and its use.
+//! ([`super::ring::Consumer::read`]), and a batch's run of the descriptor table once, and
+//! decodes those private copies, so a value cannot change between its check and its use.
 //!
 //! Request slot (64 bytes, one cache line), little-endian:
 //!
 //! ```text
-//!  0      kind u8          1 = ESP packet, 2 = call (one IKE step)
+//!  0      kind u8          2 = call (one IKE step), 3 = ESP batch
 //!  1..8   reserved, zero
 //!  8..16  cookie u64       opaque, echoed in the completion
-//! 16..48  body             ESP: the 32-byte EspDescriptor encoding (api::esp)
-//!                          call: opcode u16 | 0 u16 | arg_off u32 | arg_len u32
-//!                                | res_off u32 | res_cap u32 | 0 x12
+//! 16..48  body             call:  opcode u16 | 0 u16 | arg_off u32 | arg_len u32
+//!                                 | res_off u32 | res_cap u32 | 0 x12
+//!                          batch: first u32 | count u32 | 0 x24
 //! 48..64  reserved, zero
 //! ```
 //!
-//! Completion slot (32 bytes), little-endian:
+//! A batch is descriptor table entries `first .. first + count`, each the 32-byte
+//! [`crate::EspDescriptor`] encoding; the enclave answers with status table
+//! entries `first .. first + count`, two bytes each: the [`crate::EspStatus`] code, then 0 or
+//! the [`RejectReason`] code of a descriptor the transport refused.
+//!
+//! Completion slot (64 bytes, one cache line), little-endian:
 //!
 //! ```text
 //!  0..8   cookie u64       the request's
 //!  8      kind u8          the request's (0 if its kind was unknown)
-//!  9      status u8        ESP: EspStatus code; call: CallStatus code
-//! 10      reject u8        0, or the RejectReason code if the transport refused it
+//!  9      status u8        CallStatus code (a batch: Ok = statuses written, Rejected = none)
+//! 10      reject u8        0, or the RejectReason code if the transport refused the slot
 //! 11      reserved, zero
-//! 12..16  result_len u32   call: bytes written at res_off (result or encoded error)
-//! 16..32  reserved, zero
+//! 12..16  result_len u32   call: bytes written at res_off (result or encoded error);
+//!                          batch: statuses written (its count)
+//! 16..64  reserved, zero
 //! ```
 
-use super::layout::{COMPLETION_SLOT, REQUEST_SLOT};
+use super::layout::{COMPLETION_SLOT, REQUEST_SLOT, STATUS_BYTES};
 use super::validate::RejectReason;
-use crate::api::esp::{EspDescriptor, ESP_DESCRIPTOR_LEN};
+use crate::api::esp::EspStatus;
 
-/// Slot kind: one ESP packet.
-pub const KIND_ESP: u8 = 1;
 /// Slot kind: one call (an IKE step or a query), arguments in the call area.
 pub const KIND_CALL: u8 = 2;
+/// Slot kind: one ESP batch, descriptors in the descriptor table.
+pub const KIND_BATCH: u8 = 3;
 
 /// A call: which operation, and where its serialized arguments and result go, as offsets
 /// into the call area.
@@ -53,11 +59,20 @@ pub struct CallDescriptor {
     pub res_cap: u32,
 }
 
+/// An ESP batch: a run of the descriptor table (and of the status table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchDescriptor {
+    /// Index of the first descriptor.
+    pub first: u32,
+    /// Number of descriptors.
+    pub count: u32,
+}
+
 /// A decoded request slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
-    /// One ESP packet of a batch.
-    Esp(EspDescriptor),
+    /// One ESP batch.
+    Batch(BatchDescriptor),
     /// One call.
     Call(CallDescriptor),
 }
@@ -78,16 +93,24 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// Whether every byte is zero, a word at a time (this runs on every slot).
 fn all_zero(b: &[u8]) -> bool {
-    b.iter().all(|&x| x == 0)
+    let mut words = b.chunks_exact(8);
+    let or = words.by_ref().fold(0u64, |acc, c| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c);
+        acc | u64::from_ne_bytes(a)
+    });
+    or == 0 && words.remainder().iter().all(|&x| x == 0)
 }
 
-/// Encodes an ESP request slot.
-pub fn encode_esp(cookie: u64, d: &EspDescriptor) -> [u8; REQUEST_SLOT] {
+/// Encodes an ESP batch request slot.
+pub fn encode_batch(cookie: u64, b: &BatchDescriptor) -> [u8; REQUEST_SLOT] {
     let mut s = [0u8; REQUEST_SLOT];
-    s[0] = KIND_ESP;
+    s[0] = KIND_BATCH;
     s[8..16].copy_from_slice(&cookie.to_le_bytes());
-    s[16..16 + ESP_DESCRIPTOR_LEN].copy_from_slice(&d.encode());
+    s[16..20].copy_from_slice(&b.first.to_le_bytes());
+    s[20..24].copy_from_slice(&b.count.to_le_bytes());
     s
 }
 
@@ -115,10 +138,11 @@ pub fn decode_request(s: &[u8; REQUEST_SLOT]) -> Result<Request, RejectReason> {
         return Err(RejectReason::ReservedBytes);
     }
     match s[0] {
-        KIND_ESP => {
-            let mut body = [0u8; ESP_DESCRIPTOR_LEN];
-            body.copy_from_slice(&s[16..16 + ESP_DESCRIPTOR_LEN]);
-            EspDescriptor::decode(&body).map(Request::Esp).map_err(|_| RejectReason::ReservedBytes)
+        KIND_BATCH => {
+            if !all_zero(&s[24..48]) {
+                return Err(RejectReason::ReservedBytes);
+            }
+            Ok(Request::Batch(BatchDescriptor { first: u32_at(s, 16), count: u32_at(s, 20) }))
         }
         KIND_CALL => {
             if !all_zero(&s[18..20]) || !all_zero(&s[36..48]) {
@@ -136,15 +160,28 @@ pub fn decode_request(s: &[u8; REQUEST_SLOT]) -> Result<Request, RejectReason> {
     }
 }
 
-/// Outcome of a call slot.
+/// A status table entry.
+pub fn encode_status(status: EspStatus, reject: Option<RejectReason>) -> [u8; STATUS_BYTES] {
+    [status.code(), reject.map_or(0, RejectReason::code)]
+}
+
+/// Decodes a status table entry: the status (an unknown code reads as
+/// [`EspStatus::NotProcessed`]) and the reject reason, if any.
+pub fn decode_status(e: [u8; STATUS_BYTES]) -> (EspStatus, Option<RejectReason>) {
+    let s = EspStatus::ALL.get(usize::from(e[0])).copied().unwrap_or(EspStatus::NotProcessed);
+    (s, RejectReason::from_code(e[1]))
+}
+
+/// Outcome of a call or batch slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum CallStatus {
-    /// Done; the result region holds the encoded result.
+    /// Done; a call's result region holds the encoded result, a batch's status entries are
+    /// written.
     Ok = 0,
-    /// The trusted core refused; the result region holds the encoded [`crate::Error`].
+    /// The trusted core refused a call; the result region holds the encoded [`crate::Error`].
     Refused = 1,
-    /// The transport refused the descriptor; see the completion's reject reason.
+    /// The transport refused the slot; see the completion's reject reason.
     Rejected = 2,
 }
 
@@ -167,11 +204,11 @@ pub struct Completion {
     pub cookie: u64,
     /// The request's kind.
     pub kind: u8,
-    /// [`crate::EspStatus`] or [`CallStatus`] code.
+    /// [`CallStatus`] code.
     pub status: u8,
     /// 0, or the [`RejectReason`] code.
     pub reject: u8,
-    /// Bytes of result (calls).
+    /// Bytes of result (calls), statuses written (batches).
     pub result_len: u32,
 }
 
@@ -196,14 +233,13 @@ impl Completion {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::handle::EspSaHandle;
 
     #[test]
-    fn esp_slot_round_trips() {
-        let d = EspDescriptor::decrypt_forward(EspSaHandle(0x0501_0002), 14, 48, 1400, 77);
-        let s = encode_esp(0xDEAD_BEEF, &d);
-        assert_eq!(request_header(&s), (KIND_ESP, 0xDEAD_BEEF));
-        assert_eq!(decode_request(&s), Ok(Request::Esp(d)));
+    fn batch_slot_round_trips() {
+        let b = BatchDescriptor { first: 64, count: 32 };
+        let s = encode_batch(0xDEAD_BEEF, &b);
+        assert_eq!(request_header(&s), (KIND_BATCH, 0xDEAD_BEEF));
+        assert_eq!(decode_request(&s), Ok(Request::Batch(b)));
     }
 
     #[test]
@@ -216,14 +252,13 @@ mod tests {
 
     #[test]
     fn every_reserved_byte_is_checked() {
-        let esp = encode_esp(1, &EspDescriptor::encrypt(EspSaHandle(1), 0, 64, 1));
+        let batch = encode_batch(1, &BatchDescriptor { first: 0, count: 1 });
         let call =
             encode_call(1, &CallDescriptor { opcode: 1, arg_off: 0, arg_len: 0, res_off: 0, res_cap: 0 });
-        let esp_reserved = (1..8).chain(17..20).chain(44..64);
-        for i in esp_reserved {
-            let mut s = esp;
+        for i in (1..8).chain(24..64) {
+            let mut s = batch;
             s[i] = 0x80;
-            assert_eq!(decode_request(&s), Err(RejectReason::ReservedBytes), "esp byte {i}");
+            assert_eq!(decode_request(&s), Err(RejectReason::ReservedBytes), "batch byte {i}");
         }
         for i in (1..8).chain(18..20).chain(36..64) {
             let mut s = call;
@@ -234,7 +269,8 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_refused() {
-        for k in [0u8, 3, 0x7f, 0xff] {
+        // 1 was the per-packet ESP slot of layout version 1: gone.
+        for k in [0u8, 1, 4, 0x7f, 0xff] {
             let mut s = [0u8; REQUEST_SLOT];
             s[0] = k;
             assert_eq!(decode_request(&s), Err(RejectReason::UnknownSlotKind));
@@ -242,8 +278,12 @@ mod tests {
     }
 
     #[test]
-    fn completion_round_trips() {
+    fn completions_and_statuses_round_trip() {
         let c = Completion { cookie: u64::MAX, kind: KIND_CALL, status: 1, reject: 4, result_len: 1234 };
         assert_eq!(Completion::decode(&c.encode()), c);
+        let e = encode_status(EspStatus::OutOfBounds, Some(RejectReason::OutOfBounds));
+        assert_eq!(decode_status(e), (EspStatus::OutOfBounds, Some(RejectReason::OutOfBounds)));
+        assert_eq!(decode_status(encode_status(EspStatus::Ok, None)), (EspStatus::Ok, None));
+        assert_eq!(decode_status([0xff, 0xff]), (EspStatus::NotProcessed, None));
     }
 }

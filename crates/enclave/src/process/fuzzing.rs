@@ -1,16 +1,19 @@
 //! Fuzz entry: arbitrary bytes as the gateway's side of the shared memory, served by the
 //! guest's ring loop over the mock enclave's in-memory SA table.
 //!
-//! Input layout: `u32 head | u32 completion tail | request slots (16 x 64 B) | packet
-//! area bytes ... | call area bytes ...`, each part cut short where the input ends. Nothing
-//! may panic; every slot consumed must get a completion; a refused slot must leave the
-//! packet area untouched.
+//! Input layout: `u32 head | u32 completion tail | request slots (16 x 64 B) | descriptor
+//! table (64 x 32 B) | packet area bytes (4 KiB) | call area bytes ...`, each part cut short
+//! where the input ends. Nothing may panic; every slot consumed gets a completion; the guest
+//! never writes the descriptor table, writes status entries only inside the runs of batches
+//! it accepted, and leaves the packet area untouched unless a trusted batch ran.
 
+use super::desc::{self, Request};
 use super::guest::Server;
-use super::layout::{Geometry, Layout, REQUEST_SLOT};
+use super::layout::{Geometry, Layout, DESCRIPTOR_BYTES, REQUEST_SLOT, STATUS_BYTES};
 use super::mock::MockEnclave;
 use super::ring;
 use super::shm::SharedMem;
+use super::validate;
 use crate::api::alg::{Cipher, Role, Suite};
 use crate::api::handle::IkeSaHandle;
 use crate::api::ike::ChildSaParams;
@@ -18,7 +21,11 @@ use crate::api::Enclave;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
-const GEOMETRY: Geometry = Geometry { slots: 16, packet_len: 4096, call_len: 64 << 10 };
+const GEOMETRY: Geometry = Geometry { slots: 16, descriptors: 64, packet_len: 4096, call_len: 64 << 10 };
+/// Descriptors per trusted call (batches above it are refused whole).
+const MAX_BATCH: usize = 16;
+/// What every status entry holds before the guest runs.
+const UNWRITTEN: u8 = 0xee;
 
 struct Fixture {
     shm: Arc<SharedMem>,
@@ -47,12 +54,17 @@ pub fn ring_input(data: &[u8]) {
     ring::reset(shm, &layout.requests, 0);
     ring::reset(shm, &layout.completions, 0);
     let slots_len = GEOMETRY.slots as usize * REQUEST_SLOT;
+    let table_len = GEOMETRY.descriptors as usize * DESCRIPTOR_BYTES;
     let rest = data.get(8..).unwrap_or(&[]);
     let (slots, rest) = rest.split_at(rest.len().min(slots_len));
     shm.write_from(layout.requests.slots, slots);
+    let (table, rest) = rest.split_at(rest.len().min(table_len));
+    shm.write_from(layout.descriptors, table);
     let (pkts, call) = rest.split_at(rest.len().min(GEOMETRY.packet_len as usize));
     shm.write_from(layout.packets, pkts);
     shm.write_from(layout.call, call);
+    let statuses = GEOMETRY.descriptors as usize * STATUS_BYTES;
+    shm.write_from(layout.statuses, &vec![UNWRITTEN; statuses]);
     if let Some(a) = shm.atomic_u32(layout.requests.head) {
         a.store(head, Ordering::Release);
     }
@@ -60,7 +72,7 @@ pub fn ring_input(data: &[u8]) {
         a.store(comp_tail, Ordering::Release);
     }
 
-    let mut enclave = MockEnclave::new(8);
+    let mut enclave = MockEnclave::new(MAX_BATCH);
     let params = ChildSaParams {
         role: Role::Initiator,
         suite: Suite::aead(Cipher::AesGcm16_128),
@@ -76,21 +88,48 @@ pub fn ring_input(data: &[u8]) {
     }
     let _ = enclave.esp_sa_delete(crate::api::handle::EspSaHandle(0x4200_0000));
 
-    let Ok(mut server) = Server::new(shm.clone(), layout, 8) else { return };
-    let before = snapshot(shm, &layout);
+    let Ok(mut server) = Server::new(shm.clone(), layout, MAX_BATCH) else { return };
+    let before = read(shm, layout.packet_range().start, layout.packet_range().len());
     let n = server.poll(&mut enclave);
     let batches = enclave.counters().batches;
-    // Slots were consumed only if the head was honest and completions had room.
+    // Slots were consumed only if the head was honest and completions had room, and each
+    // consumed slot got its completion.
     assert!(n <= GEOMETRY.slots);
+    let published = shm.atomic_u32(layout.completions.head).map_or(0, |a| a.load(Ordering::Acquire));
+    assert_eq!(published, n, "one completion per consumed slot");
     if batches == 0 {
         // No trusted batch ran: the packet area must be exactly as the gateway left it.
-        assert!(before == snapshot(shm, &layout), "packet area changed without a batch");
+        assert!(before == read(shm, layout.packets, before.len()), "packet area changed without a batch");
+    }
+    assert!(
+        read(shm, layout.descriptors, table_len).get(..table.len()) == Some(table),
+        "the guest wrote the descriptor table"
+    );
+    // Status entries outside the runs of accepted batches are untouched.
+    let mut may_write = vec![false; GEOMETRY.descriptors as usize];
+    for i in 0..n as usize {
+        // From the mapping, not the input: a slot the input cuts short is zero-padded there.
+        let mut slot = [0u8; REQUEST_SLOT];
+        shm.read_into(layout.requests.slots + i * REQUEST_SLOT, &mut slot);
+        if let Ok(Request::Batch(b)) = desc::decode_request(&slot) {
+            if validate::validate_batch(&b, GEOMETRY.descriptors, MAX_BATCH as u32).is_ok() {
+                let run = b.first as usize..b.first as usize + b.count as usize;
+                may_write.get_mut(run).into_iter().flatten().for_each(|w| *w = true);
+            }
+        }
+    }
+    let st = read(shm, layout.statuses, statuses);
+    for (i, e) in st.chunks_exact(STATUS_BYTES).enumerate() {
+        assert!(
+            may_write.get(i) == Some(&true) || e == [UNWRITTEN; STATUS_BYTES],
+            "status entry {i} written"
+        );
     }
     let _ = server.poll(&mut enclave);
 }
 
-fn snapshot(shm: &SharedMem, layout: &Layout) -> Vec<u8> {
-    let mut v = vec![0u8; layout.packet_range().len()];
-    shm.read_into(layout.packets, &mut v);
+fn read(shm: &SharedMem, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    shm.read_into(off, &mut v);
     v
 }

@@ -8,10 +8,13 @@
 #![allow(unsafe_code)]
 
 use super::codec::{self, op, Reader, Writer};
-use super::desc::{self, CallStatus, Completion, Request, KIND_CALL, KIND_ESP};
+use super::desc::{self, BatchDescriptor, CallStatus, Completion, Request, KIND_BATCH, KIND_CALL};
 use super::doorbell::{self, Doorbell};
 use super::harden::{self, bits, LoopFds, SecretArena, SecretMemory};
-use super::layout::{ctl, Geometry, Layout, COMPLETION_SLOT, REQUEST_SLOT, STATE_READY, STATE_STOPPED};
+use super::layout::{
+    ctl, Geometry, Layout, COMPLETION_SLOT, DESCRIPTOR_BYTES, DESCRIPTOR_GRANULE, REQUEST_SLOT, STATE_READY,
+    STATE_STOPPED, STATUS_BYTES,
+};
 use super::ring::{Consumer, Producer};
 use super::shm::SharedMem;
 use super::validate::{self, RejectCounters, RejectReason};
@@ -56,6 +59,7 @@ impl GuestArgs {
             ("--completion-fd", self.completion_fd.to_string()),
             ("--config-fd", self.config_fd.to_string()),
             ("--slots", g.slots.to_string()),
+            ("--descriptors", g.descriptors.to_string()),
             ("--packet-len", g.packet_len.to_string()),
             ("--call-len", g.call_len.to_string()),
             ("--spin-us", self.spin.as_micros().to_string()),
@@ -69,7 +73,7 @@ impl GuestArgs {
     /// Parses [`Self::to_args`]'s output; every flag is required exactly once.
     pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Self, ProcessError> {
         let bad = |why| ProcessError::Args { why };
-        let mut v: [Option<u64>; 9] = [None; 9];
+        let mut v: [Option<u64>; 10] = [None; 10];
         let names = [
             "--shm-fd",
             "--request-fd",
@@ -80,6 +84,7 @@ impl GuestArgs {
             "--call-len",
             "--spin-us",
             "--parent-pid",
+            "--descriptors",
         ];
         let mut it = args.into_iter();
         while let Some(k) = it.next() {
@@ -100,18 +105,16 @@ impl GuestArgs {
             request_fd: fd(1)?,
             completion_fd: fd(2)?,
             config_fd: fd(3)?,
-            geometry: Geometry { slots: u32_of(4)?, packet_len: u32_of(5)?, call_len: u32_of(6)? },
+            geometry: Geometry {
+                slots: u32_of(4)?,
+                descriptors: u32_of(9)?,
+                packet_len: u32_of(5)?,
+                call_len: u32_of(6)?,
+            },
             spin: Duration::from_micros(get(7)?.min(1_000_000)),
             parent_pid: u32_of(8)?,
         })
     }
-}
-
-/// One pending ESP slot of the batch being gathered: where its completion goes.
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    pos: u32,
-    cookie: u64,
 }
 
 /// The ring loop's body: validates and dispatches whatever the gateway queued.
@@ -122,36 +125,43 @@ pub struct Server {
     requests: Consumer<REQUEST_SLOT>,
     completions: Producer<COMPLETION_SLOT>,
     rejects: RejectCounters,
+    /// Rejects changed since they were last mirrored into the control block.
+    rejects_dirty: bool,
     handled: u64,
     completion_ring_corrupt: bool,
-    max_batch: usize,
+    max_batch: u32,
+    /// Descriptors that passed validation.
     descs: Vec<EspDescriptor>,
     status: Vec<EspStatus>,
-    pending: Vec<Pending>,
+    /// The batch's status entries, written to the status table in one go.
+    out: Vec<u8>,
     args: Vec<u8>,
 }
 
 impl Server {
     /// A server over `shm` laid out as `layout`, handing the trusted core at most
-    /// `max_batch` descriptors per call.
+    /// `max_batch` descriptors per call (batches above that, or above the descriptor table,
+    /// are refused).
     pub fn new(shm: Arc<SharedMem>, layout: Layout, max_batch: usize) -> Result<Self, ProcessError> {
         if shm.len() < layout.total {
             return Err(ProcessError::SharedMemory { why: "mapping smaller than the layout" });
         }
-        let cap = layout.geometry.slots as usize;
-        let max_batch = max_batch.clamp(1, cap);
+        let table = layout.geometry.descriptors;
+        let max_batch = u32::try_from(max_batch).unwrap_or(u32::MAX).clamp(1, table);
+        let n = max_batch as usize;
         Ok(Self {
             requests: Consumer::new(shm.clone(), layout.requests)?,
             completions: Producer::new(shm.clone(), layout.completions)?,
             shm,
             layout,
             rejects: RejectCounters::default(),
+            rejects_dirty: false,
             handled: 0,
             completion_ring_corrupt: false,
             max_batch,
-            descs: Vec::with_capacity(max_batch),
-            status: Vec::with_capacity(max_batch),
-            pending: Vec::with_capacity(max_batch),
+            descs: Vec::with_capacity(n),
+            status: Vec::with_capacity(n),
+            out: vec![0; n * STATUS_BYTES],
             args: Vec::new(),
         })
     }
@@ -169,14 +179,12 @@ impl Server {
 
     fn reject(&mut self, r: RejectReason) {
         self.rejects.record(r);
-    }
-
-    fn complete(&self, pos: u32, c: &Completion) {
-        self.completions.write(pos, &c.encode());
+        self.rejects_dirty = true;
     }
 
     /// Handles everything queued (bounded by the free completion slots); returns the
-    /// number of request slots consumed.
+    /// number of request slots consumed. Each slot's completion is published as soon as it
+    /// is done, so the gateway can reuse a finished batch's packets while later batches run.
     pub fn poll<E: Enclave + ?Sized>(&mut self, enclave: &mut E) -> u32 {
         let avail = match self.requests.available() {
             Ok(n) => n,
@@ -191,7 +199,7 @@ impl Server {
         if avail == 0 {
             return 0;
         }
-        let free = match self.completions.free() {
+        let free = match self.completions.free_at_least(avail) {
             Ok(n) => {
                 self.completion_ring_corrupt = false;
                 n
@@ -211,73 +219,117 @@ impl Server {
             let mut slot = [0u8; REQUEST_SLOT];
             self.requests.read(pos, &mut slot);
             let (kind, cookie) = desc::request_header(&slot);
-            match desc::decode_request(&slot) {
+            let done = match desc::decode_request(&slot) {
                 Err(r) => {
                     self.reject(r);
-                    let kind = if kind == KIND_ESP || kind == KIND_CALL { kind } else { 0 };
-                    let status =
-                        if kind == KIND_CALL { CallStatus::Rejected as u8 } else { r.esp_status().code() };
-                    self.complete(pos, &Completion { cookie, kind, status, reject: r.code(), result_len: 0 });
-                }
-                Ok(Request::Esp(d)) => match validate::validate_esp(&d, self.layout.geometry.packet_len) {
-                    Err(r) => {
-                        self.reject(r);
-                        let c = Completion {
-                            cookie,
-                            kind: KIND_ESP,
-                            status: r.esp_status().code(),
-                            reject: r.code(),
-                            result_len: 0,
-                        };
-                        self.complete(pos, &c);
+                    let kind = if kind == KIND_BATCH || kind == KIND_CALL { kind } else { 0 };
+                    Completion {
+                        cookie,
+                        kind,
+                        status: CallStatus::Rejected as u8,
+                        reject: r.code(),
+                        result_len: 0,
                     }
-                    Ok(()) => {
-                        self.descs.push(d);
-                        self.pending.push(Pending { pos, cookie });
-                        if self.descs.len() >= self.max_batch {
-                            self.flush_esp(enclave);
-                        }
-                    }
-                },
-                Ok(Request::Call(c)) => {
-                    // Calls see the effects of every packet queued before them.
-                    self.flush_esp(enclave);
-                    let done = self.serve_call(enclave, &c, cookie);
-                    self.complete(pos, &done);
                 }
-            }
+                Ok(Request::Batch(b)) => self.serve_batch(enclave, &b, cookie, pos),
+                Ok(Request::Call(c)) => self.serve_call(enclave, &c, cookie),
+            };
+            self.completions.write(0, &done.encode());
+            self.completions.publish(1);
         }
-        self.flush_esp(enclave);
+        // One store for all the slots taken: the host reads this index rarely (see
+        // `Producer::free_at_least`), so it need not move per slot.
         self.requests.release(n);
-        self.completions.publish(n);
         self.handled = self.handled.wrapping_add(u64::from(n));
         self.publish_counters();
         n
     }
 
-    /// Runs the gathered ESP descriptors as one trusted batch, in place in the packet area.
-    fn flush_esp<E: Enclave + ?Sized>(&mut self, enclave: &mut E) {
-        if self.descs.is_empty() {
-            return;
+    /// One batch: one copy of its descriptors out of the table, every descriptor validated
+    /// on that copy, the valid ones run as one trusted batch in place in the packet area,
+    /// and every status written back in one go.
+    fn serve_batch<E: Enclave + ?Sized>(
+        &mut self,
+        enclave: &mut E,
+        b: &BatchDescriptor,
+        cookie: u64,
+        pos: u32,
+    ) -> Completion {
+        let g = self.layout.geometry;
+        if let Err(r) = validate::validate_batch(b, g.descriptors, self.max_batch) {
+            self.reject(r);
+            return Completion {
+                cookie,
+                kind: KIND_BATCH,
+                status: CallStatus::Rejected as u8,
+                reject: r.code(),
+                result_len: 0,
+            };
         }
-        self.status.clear();
-        self.status.resize(self.descs.len(), EspStatus::NotProcessed);
-        // SAFETY: this server is the only holder of a slice over the packet area in this
-        // process, and the slice dies at the end of this block. The gateway may write the
-        // bytes concurrently; the trusted ESP code treats packet bytes as hostile input and
-        // every region it touches was bounds-checked above against this slice's length.
-        let area = unsafe { self.shm.slice_mut(self.layout.packet_range()) };
-        if let Some(area) = area {
-            // A refused batch (it cannot be: shape checked here) leaves NotProcessed.
-            let _ = enclave.esp_batch(area, &self.descs, &mut self.status);
+        let n = b.count as usize;
+        let prefetch = self.prefetch_plan(b, pos);
+        // Sized for the largest batch at start, and validate_batch checked count <= that:
+        // nothing to allocate or clear per batch.
+        let Some(out) = self.out.get_mut(..n * STATUS_BYTES) else {
+            let r = RejectReason::BatchTooLarge;
+            return Completion {
+                cookie,
+                kind: KIND_BATCH,
+                status: CallStatus::Rejected as u8,
+                reject: r.code(),
+                result_len: 0,
+            };
+        };
+        // In bounds: validate_batch checked first + count <= the table's entries.
+        let off = self.layout.descriptor_offset(b.first);
+        let refused =
+            check_descriptors(&self.shm, off, out, g.packet_len, &mut self.descs, &mut self.rejects);
+        self.rejects_dirty |= refused;
+        if !self.descs.is_empty() {
+            self.status.clear();
+            self.status.resize(self.descs.len(), EspStatus::NotProcessed);
+            for (off, len, write) in prefetch {
+                self.shm.prefetch(off, len, write);
+            }
+            // SAFETY: this server is the only holder of a slice over the packet area in this
+            // process, and the slice dies at the end of this block. The gateway may write the
+            // bytes concurrently; the trusted ESP code treats packet bytes as hostile input
+            // and every region it touches was bounds-checked above against this slice's
+            // length.
+            let area = unsafe { self.shm.slice_mut(self.layout.packet_range()) };
+            if let Some(area) = area {
+                // A refused batch (it cannot be: its size was checked) leaves NotProcessed.
+                let _ = enclave.esp_batch(area, &self.descs, &mut self.status);
+            }
+            // Accepted entries are the ones without a reject code, in order.
+            let accepted = out.chunks_exact_mut(STATUS_BYTES).filter(|e| !refused || e[1] == 0);
+            for (e, s) in accepted.zip(&self.status) {
+                e[0] = s.code();
+            }
         }
-        for (p, s) in self.pending.iter().zip(&self.status) {
-            let c =
-                Completion { cookie: p.cookie, kind: KIND_ESP, status: s.code(), reject: 0, result_len: 0 };
-            self.completions.write(p.pos, &c.encode());
+        let _ = self.shm.write_from(self.layout.status_offset(b.first), out);
+        Completion { cookie, kind: KIND_BATCH, status: CallStatus::Ok as u8, reject: 0, result_len: b.count }
+    }
+
+    /// Starts fetching, while this batch's crypto runs, the lines the rest of this batch and
+    /// the next one will touch: the next request slot, the run of the descriptor table a
+    /// gateway that allocates runs in order would use next (a guess: it only saves time when
+    /// right, and the copy that counts is still made and checked later), this batch's status
+    /// entries and the next completion slot (for writing).
+    fn prefetch_plan(&self, b: &BatchDescriptor, pos: u32) -> [(usize, usize, bool); 4] {
+        let table = self.layout.geometry.descriptors;
+        let n = b.count as usize;
+        let end = b.first.saturating_add(b.count);
+        let mut next = end.checked_next_multiple_of(DESCRIPTOR_GRANULE).unwrap_or(0);
+        if u64::from(next) + u64::from(b.count) > u64::from(table) {
+            next = 0;
         }
-        self.descs.clear();
-        self.pending.clear();
+        [
+            (self.requests.slot_offset(pos + 1), REQUEST_SLOT, false),
+            (self.layout.descriptor_offset(next), n * DESCRIPTOR_BYTES, false),
+            (self.layout.status_offset(b.first), n * STATUS_BYTES, true),
+            (self.completions.slot_offset(0), COMPLETION_SLOT, true),
+        ]
     }
 
     fn serve_call<E: Enclave + ?Sized>(
@@ -333,17 +385,79 @@ impl Server {
         Completion { cookie, kind: KIND_CALL, status: status as u8, reject: 0, result_len }
     }
 
-    /// Mirrors the counters into the control block for the gateway to read.
-    fn publish_counters(&self) {
-        for (i, v) in self.rejects.0.iter().enumerate() {
-            if let Some(a) = self.shm.atomic_u64(ctl::REJECTS + 8 * i) {
-                a.store(*v, Ordering::Relaxed);
+    /// Mirrors the counters into the control block for the gateway to read (the reject
+    /// counters only when they changed: these lines are the guest's alone, but a store to
+    /// each per batch is work for nothing).
+    fn publish_counters(&mut self) {
+        if self.rejects_dirty {
+            for (i, v) in self.rejects.0.iter().enumerate() {
+                if let Some(a) = self.shm.atomic_u64(ctl::REJECTS + 8 * i) {
+                    a.store(*v, Ordering::Relaxed);
+                }
             }
+            self.rejects_dirty = false;
         }
         if let Some(a) = self.shm.atomic_u64(ctl::REQUESTS) {
             a.store(self.handled, Ordering::Relaxed);
         }
     }
+}
+
+/// Reads a batch's descriptors (one per status entry of `out`) out of the table at `off`,
+/// each once, as four words, and checks that private copy: pushes the accepted ones to
+/// `descs` and gives their status entries reject code 0 (the status follows after the
+/// trusted batch); writes a refused one's status entry and counts it. Returns whether any
+/// was refused. This runs once per packet on the enclave's core, so it allocates nothing
+/// and keeps no second list; a function of its own, so that the compiler sees that its
+/// arguments do not alias and keeps the loop in registers.
+fn check_descriptors(
+    shm: &SharedMem,
+    off: usize,
+    out: &mut [u8],
+    packet_len: u32,
+    descs: &mut Vec<EspDescriptor>,
+    rejects: &mut RejectCounters,
+) -> bool {
+    const WORDS: usize = DESCRIPTOR_BYTES / 8;
+    descs.clear();
+    let mut max_end = 0u64;
+    let mut refused = false;
+    let n = out.len() / STATUS_BYTES;
+    let read = shm.read_records::<WORDS>(off, n, |i, w| {
+        let checked = validate::check_words(&w, packet_len).and_then(|d| {
+            let (start, end) = validate::region(&d);
+            // In ascending order (a gateway's usual layout) one comparison decides.
+            if u64::from(start) < max_end && validate::overlaps_any(descs, start, end) {
+                return Err(RejectReason::Overlap);
+            }
+            max_end = max_end.max(end);
+            Ok(d)
+        });
+        let entry = match checked {
+            Ok(d) => {
+                descs.push(d);
+                desc::encode_status(EspStatus::NotProcessed, None)
+            }
+            Err(r) => {
+                rejects.record(r);
+                refused = true;
+                desc::encode_status(r.esp_status(), Some(r))
+            }
+        };
+        if let Some(e) = out.get_mut(i * STATUS_BYTES..(i + 1) * STATUS_BYTES) {
+            e.copy_from_slice(&entry);
+        }
+    });
+    if !read {
+        // Unreachable after validate_batch; refuse every descriptor rather than run none.
+        for e in out.chunks_exact_mut(STATUS_BYTES) {
+            let r = RejectReason::BatchOutOfBounds;
+            e.copy_from_slice(&desc::encode_status(r.esp_status(), Some(r)));
+        }
+        descs.clear();
+        refused = true;
+    }
+    refused
 }
 
 /// Decodes a call's arguments, runs it, encodes its result. `Err` is a transport refusal
@@ -530,10 +644,11 @@ pub fn dispatch<E: Enclave + ?Sized>(
 /// environment, which other processes of the same user can read).
 pub mod config {
     use crate::api::handle::TenantId;
-    use crate::api::report::{EnclaveConfig, Limits, ProvisioningKey};
+    use crate::api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
 
-    /// Bytes of the encoding: tenant, key, counter, five limits, platform key length.
-    pub const FIXED_LEN: usize = 4 + 32 + 8 + 5 * 8 + 4;
+    /// Bytes of the encoding: tenant, key, counter, five limits, inbound mode, platform key
+    /// length.
+    pub const FIXED_LEN: usize = 4 + 32 + 8 + 5 * 8 + 1 + 4;
     /// Longest platform key (PKCS#8) accepted.
     pub const MAX_PLATFORM_KEY: usize = 1024;
 
@@ -547,6 +662,7 @@ pub mod config {
         for n in [l.max_ike_sas, l.max_esp_sas, l.max_dh, l.max_secrets, l.max_batch] {
             v.extend_from_slice(&(n as u64).to_le_bytes());
         }
+        v.push(l.inbound.code());
         v.extend_from_slice(&u32::try_from(platform_key.len()).unwrap_or(u32::MAX).to_le_bytes());
         v.extend_from_slice(platform_key);
         v
@@ -568,8 +684,9 @@ pub mod config {
             max_dh: lim(2)?,
             max_secrets: lim(3)?,
             max_batch: lim(4)?,
+            inbound: InboundMode::from_code(*b.get(84)?)?,
         };
-        let pk_len = u32_at(84)? as usize;
+        let pk_len = u32_at(85)? as usize;
         if pk_len > MAX_PLATFORM_KEY || b.len() != FIXED_LEN + pk_len {
             return None;
         }
@@ -706,10 +823,24 @@ fn serve<E: Enclave + ?Sized>(
         }
     };
     let mut sleeps = 0u64;
+    // Completions published since the last fenced look at the host's waiting flag.
+    let mut unfenced = false;
     loop {
         if server.poll(enclave) > 0 {
-            wake_host(shm, completions);
+            // A plain look: catches a host that went to sleep a while ago. No fence per
+            // batch: it would stall this core until the other core has taken every line this
+            // batch wrote. A host that starts waiting just now is caught by the fenced look
+            // below, once the work queued ahead of it is done (it cannot queue more while it
+            // sleeps).
+            if shm.atomic_u32(ctl::HOST_WAITING).is_some_and(|a| a.load(Ordering::Relaxed) != 0) {
+                completions.ring();
+            }
+            unfenced = true;
             continue;
+        }
+        if unfenced {
+            wake_host(shm, completions);
+            unfenced = false;
         }
         if flag(ctl::SHUTDOWN) != 0 {
             return;
@@ -782,11 +913,12 @@ mod tests {
     use crate::api::esp::EspOpcode;
     use crate::api::handle::IkeSaHandle;
     use crate::api::ike::{ChildSaPair, ChildSaParams};
-    use crate::process::desc::{encode_call, encode_esp, CallDescriptor};
+    use crate::process::desc::{encode_batch, encode_call, CallDescriptor};
     use crate::process::mock::MockEnclave;
     use crate::process::ring;
 
-    const G: Geometry = Geometry { slots: 8, packet_len: 4096, call_len: 64 << 10 };
+    const G: Geometry = Geometry { slots: 8, descriptors: 64, packet_len: 4096, call_len: 64 << 10 };
+    const UNWRITTEN: [u8; STATUS_BYTES] = [0xee, 0xee];
 
     /// Plays the gateway over an in-process mapping.
     struct Rig {
@@ -815,6 +947,10 @@ mod tests {
             spi_outbound: 2,
         };
         let pair = enclave.child_sa_create(IkeSaHandle(0), None, None, &params).unwrap();
+        // A marker in every status entry, so that a test sees which ones were written.
+        for i in 0..G.descriptors {
+            shm.write_from(layout.status_offset(i), &UNWRITTEN);
+        }
         Rig {
             req: Producer::new(shm.clone(), layout.requests).unwrap(),
             comp: Consumer::new(shm.clone(), layout.completions).unwrap(),
@@ -845,36 +981,67 @@ mod tests {
             out
         }
 
+        /// Writes raw descriptor table entries from `first`.
+        fn put(&self, first: u32, entries: &[[u8; DESCRIPTOR_BYTES]]) {
+            for (i, e) in (first..).zip(entries) {
+                assert!(self.shm.write_from(self.layout.descriptor_offset(i), e));
+            }
+        }
+
+        /// One batch of `descs` at `first`, run; its completion and its statuses.
+        fn batch(
+            &mut self,
+            cookie: u64,
+            first: u32,
+            descs: &[EspDescriptor],
+        ) -> (Completion, Vec<(EspStatus, Option<RejectReason>)>) {
+            let raw: Vec<_> = descs.iter().map(EspDescriptor::encode).collect();
+            self.put(first, &raw);
+            let count = u32::try_from(descs.len()).unwrap();
+            let done = self.run(&[encode_batch(cookie, &BatchDescriptor { first, count })]);
+            (done[0], self.statuses(first, count))
+        }
+
+        fn statuses(&self, first: u32, count: u32) -> Vec<(EspStatus, Option<RejectReason>)> {
+            (first..first + count)
+                .map(|i| {
+                    let mut e = [0u8; STATUS_BYTES];
+                    assert!(self.shm.read_into(self.layout.status_offset(i), &mut e));
+                    desc::decode_status(e)
+                })
+                .collect()
+        }
+
+        fn raw_status(&self, i: u32) -> [u8; STATUS_BYTES] {
+            let mut e = [0u8; STATUS_BYTES];
+            assert!(self.shm.read_into(self.layout.status_offset(i), &mut e));
+            e
+        }
+
         fn packets(&self) -> Vec<u8> {
             let mut v = vec![0u8; G.packet_len as usize];
             self.shm.read_into(self.layout.packets, &mut v);
             v
         }
-
-        fn status(c: &Completion) -> EspStatus {
-            EspStatus::ALL[usize::from(c.status)]
-        }
     }
 
     #[test]
-    fn a_valid_batch_is_transformed_in_place_with_one_completion_each() {
+    fn a_valid_batch_is_one_slot_one_trusted_call_and_one_completion() {
         let mut r = rig(32);
         let out = r.pair.outbound;
-        let slots: Vec<_> = (0..4u32)
-            .map(|i| encode_esp(100 + u64::from(i), &EspDescriptor::encrypt(out, i * 100, 64, 1)))
-            .collect();
-        let done = r.run(&slots);
-        assert_eq!(done.len(), 4);
-        for (i, c) in done.iter().enumerate() {
-            assert_eq!(
-                (c.cookie, c.kind, Rig::status(c), c.reject),
-                (100 + i as u64, KIND_ESP, EspStatus::Ok, 0)
-            );
-        }
+        let descs: Vec<_> = (0..4u32).map(|i| EspDescriptor::encrypt(out, i * 100, 64, 1)).collect();
+        let (done, st) = r.batch(77, 32, &descs);
+        assert_eq!(
+            (done.cookie, done.kind, done.status, done.reject, done.result_len),
+            (77, KIND_BATCH, CallStatus::Ok as u8, 0, 4)
+        );
+        assert_eq!(st, vec![(EspStatus::Ok, None); 4]);
         let p = r.packets();
         assert!(p[..64].iter().all(|&b| b == 0xff) && p[64..100].iter().all(|&b| b == 0));
         assert_eq!(r.enclave.counters().batches, 1, "one crossing, one trusted batch");
         assert_eq!(r.server.rejects().total(), 0);
+        // The statuses went exactly to the batch's entries.
+        assert_eq!((r.raw_status(31), r.raw_status(36)), (UNWRITTEN, UNWRITTEN));
     }
 
     #[test]
@@ -883,36 +1050,29 @@ mod tests {
         let out = r.pair.outbound;
         let mut bad_op = EspDescriptor::encrypt(out, 0, 64, 1);
         bad_op.opcode = EspOpcode(9);
-        let mut reserved = encode_esp(6, &EspDescriptor::encrypt(out, 0, 64, 1));
-        reserved[50] = 1;
-        let mut kind = encode_esp(7, &EspDescriptor::encrypt(out, 0, 64, 1));
-        kind[0] = 0xee;
-        let slots = [
-            encode_esp(1, &EspDescriptor::encrypt(out, G.packet_len - 10, 64, 1)),
-            encode_esp(2, &EspDescriptor::encrypt(out, u32::MAX - 10, 64, 1)),
-            encode_esp(3, &EspDescriptor::encrypt(out, 0, 10, 1)),
-            encode_esp(4, &bad_op),
-            encode_esp(5, &EspDescriptor::decrypt_forward(r.pair.inbound, 100, 100, 64, 1)),
+        let mut reserved = EspDescriptor::encrypt(out, 0, 64, 1).encode();
+        reserved[30] = 1;
+        let entries = [
+            EspDescriptor::encrypt(out, G.packet_len - 10, 64, 1).encode(),
+            EspDescriptor::encrypt(out, u32::MAX - 10, 64, 1).encode(),
+            EspDescriptor::encrypt(out, 0, 10, 1).encode(),
+            bad_op.encode(),
+            EspDescriptor::decrypt_forward(r.pair.inbound, 100, 100, 64, 1).encode(),
             reserved,
-            kind,
         ];
-        let done = r.run(&slots);
+        r.put(0, &entries);
+        let done = r.run(&[encode_batch(1, &BatchDescriptor { first: 0, count: 6 })]);
+        assert_eq!((done[0].status, done[0].result_len), (CallStatus::Ok as u8, 6));
         let want = [
-            (EspStatus::OutOfBounds, RejectReason::OutOfBounds),
-            (EspStatus::OutOfBounds, RejectReason::OutOfBounds),
-            (EspStatus::BadLength, RejectReason::BadLength),
-            (EspStatus::UnknownOpcode, RejectReason::UnknownOpcode),
-            (EspStatus::BadOuterHeader, RejectReason::BadOuterHeader),
-            (EspStatus::Malformed, RejectReason::ReservedBytes),
-            (EspStatus::Malformed, RejectReason::UnknownSlotKind),
+            (EspStatus::OutOfBounds, Some(RejectReason::OutOfBounds)),
+            (EspStatus::OutOfBounds, Some(RejectReason::OutOfBounds)),
+            (EspStatus::BadLength, Some(RejectReason::BadLength)),
+            (EspStatus::UnknownOpcode, Some(RejectReason::UnknownOpcode)),
+            (EspStatus::BadOuterHeader, Some(RejectReason::BadOuterHeader)),
+            (EspStatus::Malformed, Some(RejectReason::ReservedBytes)),
         ];
-        for ((c, (s, reason)), cookie) in done.iter().zip(want).zip(1u64..) {
-            assert_eq!(c.cookie, cookie);
-            assert_eq!(Rig::status(c), s, "cookie {cookie}");
-            assert_eq!(RejectReason::from_code(c.reject), Some(reason), "cookie {cookie}");
-            assert!(r.server.rejects().get(reason) > 0);
-        }
-        assert_eq!(r.server.rejects().total(), 7);
+        assert_eq!(r.statuses(0, 6), want);
+        assert_eq!(r.server.rejects().total(), 6);
         assert!(r.packets().iter().all(|&b| b == 0), "no byte of the area was touched");
         assert_eq!(r.enclave.counters().batches, 0, "nothing reached the trusted code");
         // The counters are mirrored for the gateway.
@@ -921,27 +1081,116 @@ mod tests {
     }
 
     #[test]
+    fn bad_batch_runs_and_sizes_are_refused_whole_and_unread() {
+        let mut r = rig(8);
+        let out = r.pair.outbound;
+        // Valid descriptors everywhere, so only the batch itself can be at fault.
+        let good: Vec<_> = (0..64u32).map(|i| EspDescriptor::encrypt(out, i * 64, 64, 1).encode()).collect();
+        r.put(0, &good);
+        let mut reserved = encode_batch(5, &BatchDescriptor { first: 0, count: 1 });
+        reserved[30] = 1;
+        let slots = [
+            encode_batch(1, &BatchDescriptor { first: 60, count: 5 }),
+            encode_batch(2, &BatchDescriptor { first: u32::MAX, count: 2 }),
+            encode_batch(3, &BatchDescriptor { first: 0, count: 9 }),
+            encode_batch(4, &BatchDescriptor { first: 0, count: u32::MAX }),
+            reserved,
+        ];
+        let done = r.run(&slots);
+        let got: Vec<_> =
+            done.iter().map(|c| (c.cookie, c.kind, c.status, RejectReason::from_code(c.reject))).collect();
+        let rej = CallStatus::Rejected as u8;
+        assert_eq!(
+            got,
+            [
+                (1, KIND_BATCH, rej, Some(RejectReason::BatchOutOfBounds)),
+                (2, KIND_BATCH, rej, Some(RejectReason::BatchOutOfBounds)),
+                (3, KIND_BATCH, rej, Some(RejectReason::BatchTooLarge)),
+                (4, KIND_BATCH, rej, Some(RejectReason::BatchTooLarge)),
+                (5, KIND_BATCH, rej, Some(RejectReason::ReservedBytes)),
+            ]
+        );
+        assert!(r.packets().iter().all(|&b| b == 0));
+        assert_eq!(r.enclave.counters().batches, 0);
+        assert!((0..64).all(|i| r.raw_status(i) == UNWRITTEN), "no status written");
+        assert_eq!(r.server.rejects().total(), 5);
+        // An empty batch is answered, with nothing to do.
+        let (c, st) = r.batch(6, 64, &[]);
+        assert_eq!((c.status, c.result_len, st.len()), (CallStatus::Ok as u8, 0, 0));
+        // The largest batch allowed runs.
+        let (c, st) = r.batch(
+            7,
+            56,
+            &(0..8u32).map(|i| EspDescriptor::encrypt(out, i * 64, 64, 1)).collect::<Vec<_>>(),
+        );
+        assert_eq!((c.status, c.result_len), (CallStatus::Ok as u8, 8));
+        assert!(st.iter().all(|s| s.0 == EspStatus::Ok));
+    }
+
+    #[test]
+    fn overlapping_descriptors_are_refused_and_the_rest_run() {
+        let mut r = rig(32);
+        let (out, inb) = (r.pair.outbound, r.pair.inbound);
+        let descs = [
+            EspDescriptor::encrypt(out, 0, 64, 1),
+            EspDescriptor::encrypt(out, 63, 64, 2), // shares byte 63
+            EspDescriptor::encrypt(out, 64, 64, 3), // touches, does not share
+            EspDescriptor::encrypt(out, 0, 200, 4), // covers the first two
+            EspDescriptor::decrypt_forward(inb, 100, 130, 64, 5), // its outer header overlaps 64..128
+            EspDescriptor::encrypt(out, 1000, 64, 6),
+            EspDescriptor::encrypt(out, 500, 64, 7), // out of order, into a gap
+            EspDescriptor::decrypt(inb, 520, 64, 8), // out of order, overlaps the one before
+        ];
+        let (_, st) = r.batch(1, 0, &descs);
+        let o = (EspStatus::Ok, None);
+        let x = (EspStatus::Overlap, Some(RejectReason::Overlap));
+        assert_eq!(st, [o, x, o, x, x, o, o, x]);
+        assert_eq!(r.server.rejects().get(RejectReason::Overlap), 4);
+        assert_eq!(r.enclave.counters().batches, 1);
+        let p = r.packets();
+        assert!(p[..128].iter().all(|&b| b == 0xff), "the two accepted regions, once each");
+        assert!(p[128..500].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn descriptors_are_copied_once_then_validated() {
+        // The copy is what counts: rewriting the table after the guest read it changes
+        // nothing (a TOCTOU race has no second read to win).
+        let mut r = rig(32);
+        let out = r.pair.outbound;
+        let d = EspDescriptor::encrypt(out, 0, 64, 1);
+        r.put(0, &[d.encode()]);
+        r.req.write(0, &encode_batch(1, &BatchDescriptor { first: 0, count: 1 }));
+        r.req.publish(1);
+        assert_eq!(r.server.poll(&mut r.enclave), 1);
+        r.put(0, &[EspDescriptor::encrypt(out, u32::MAX, 64, 1).encode()]);
+        assert_eq!(r.statuses(0, 1), [(EspStatus::Ok, None)]);
+    }
+
+    #[test]
     fn foreign_stale_and_wrong_direction_handles_are_refused_by_the_table() {
         let mut r = rig(32);
         let out = r.pair.outbound;
         r.enclave.esp_sa_delete(r.pair.inbound).unwrap();
         let foreign = EspSaHandle((out.0 & 0x00ff_ffff) | 0x7700_0000);
-        let slots = [
-            encode_esp(1, &EspDescriptor::encrypt(foreign, 0, 64, 1)),
-            encode_esp(2, &EspDescriptor::decrypt(r.pair.inbound, 0, 64, 1)),
-            encode_esp(3, &EspDescriptor::decrypt(out, 0, 64, 1)),
-            encode_esp(4, &EspDescriptor::encrypt(EspSaHandle(0x4200_0fff), 0, 64, 1)),
+        let descs = [
+            EspDescriptor::encrypt(foreign, 0, 64, 1),
+            EspDescriptor::decrypt(r.pair.inbound, 64, 64, 1),
+            EspDescriptor::decrypt(out, 128, 64, 1),
+            EspDescriptor::encrypt(EspSaHandle(0x4200_0fff), 192, 64, 1),
         ];
-        let got: Vec<_> = r.run(&slots).iter().map(Rig::status).collect();
+        let (_, st) = r.batch(1, 0, &descs);
+        let got: Vec<_> = st.iter().map(|s| s.0).collect();
         assert_eq!(
             got,
             [EspStatus::ForeignSa, EspStatus::UnknownSa, EspStatus::WrongDirection, EspStatus::UnknownSa]
         );
+        assert!(st.iter().all(|s| s.1.is_none()), "refused by the trusted table, not the transport");
         assert!(r.packets().iter().all(|&b| b == 0));
     }
 
     #[test]
-    fn an_oversized_batch_is_skipped_unread_and_counted() {
+    fn an_oversized_ring_head_is_skipped_unread_and_counted() {
         let mut r = rig(32);
         // The gateway claims 9 entries in an 8-slot ring.
         r.shm.atomic_u32(r.layout.requests.head).unwrap().store(9, Ordering::Release);
@@ -952,15 +1201,16 @@ mod tests {
         // The ring works again afterwards.
         r.req = Producer::new(r.shm.clone(), r.layout.requests).unwrap();
         let out = r.pair.outbound;
-        let done = r.run(&[encode_esp(1, &EspDescriptor::encrypt(out, 0, 64, 1))]);
-        assert_eq!(Rig::status(&done[0]), EspStatus::Ok);
+        let (_, st) = r.batch(1, 0, &[EspDescriptor::encrypt(out, 0, 64, 1)]);
+        assert_eq!(st[0].0, EspStatus::Ok);
     }
 
     #[test]
     fn a_corrupt_completion_index_stalls_and_is_counted_once() {
         let mut r = rig(32);
         let out = r.pair.outbound;
-        r.req.write(0, &encode_esp(1, &EspDescriptor::encrypt(out, 0, 64, 1)));
+        r.put(0, &[EspDescriptor::encrypt(out, 0, 64, 1).encode()]);
+        r.req.write(0, &encode_batch(1, &BatchDescriptor { first: 0, count: 1 }));
         r.req.publish(1);
         r.shm.atomic_u32(r.layout.completions.tail).unwrap().store(1000, Ordering::Release);
         for _ in 0..3 {
@@ -971,15 +1221,21 @@ mod tests {
     }
 
     #[test]
-    fn batches_larger_than_the_trusted_limit_are_split() {
-        let mut r = rig(3);
+    fn several_batches_in_one_poll_complete_in_order() {
+        let mut r = rig(32);
         let out = r.pair.outbound;
-        let slots: Vec<_> = (0..8u32)
-            .map(|i| encode_esp(u64::from(i), &EspDescriptor::encrypt(out, i * 64, 64, 1)))
-            .collect();
-        let done = r.run(&slots);
-        assert!(done.iter().all(|c| Rig::status(c) == EspStatus::Ok));
-        assert_eq!(r.enclave.counters().batches, 3);
+        let a: Vec<_> = (0..3u32).map(|i| EspDescriptor::encrypt(out, i * 64, 64, 1).encode()).collect();
+        let b: Vec<_> = (3..5u32).map(|i| EspDescriptor::encrypt(out, i * 64, 64, 1).encode()).collect();
+        r.put(0, &a);
+        r.put(32, &b);
+        let done = r.run(&[
+            encode_batch(10, &BatchDescriptor { first: 0, count: 3 }),
+            encode_batch(11, &BatchDescriptor { first: 32, count: 2 }),
+        ]);
+        let got: Vec<_> = done.iter().map(|c| (c.cookie, c.result_len)).collect();
+        assert_eq!(got, [(10, 3), (11, 2)]);
+        assert_eq!(r.enclave.counters().batches, 2);
+        assert!(r.statuses(0, 3).iter().chain(&r.statuses(32, 2)).all(|s| s.0 == EspStatus::Ok));
     }
 
     fn call_slot(cookie: u64, opcode: u16, args: &[u8], r: &Rig, res_cap: u32) -> [u8; REQUEST_SLOT] {
@@ -1053,15 +1309,17 @@ mod tests {
         let mut w = Writer::new();
         w.u32(out.0);
         let del = call_slot(2, op::ESP_SA_DELETE, &w.buf, &r, 4096);
+        r.put(0, &[EspDescriptor::encrypt(out, 0, 64, 1).encode()]);
+        r.put(32, &[EspDescriptor::encrypt(out, 64, 64, 2).encode()]);
         let slots = [
-            encode_esp(1, &EspDescriptor::encrypt(out, 0, 64, 1)),
+            encode_batch(1, &BatchDescriptor { first: 0, count: 1 }),
             del,
-            encode_esp(3, &EspDescriptor::encrypt(out, 64, 64, 2)),
+            encode_batch(3, &BatchDescriptor { first: 32, count: 1 }),
         ];
         let done = r.run(&slots);
-        assert_eq!(Rig::status(&done[0]), EspStatus::Ok);
         assert_eq!(done[1].status, CallStatus::Ok as u8);
-        assert_eq!(Rig::status(&done[2]), EspStatus::UnknownSa, "handle used after deletion");
+        assert_eq!(r.statuses(0, 1)[0].0, EspStatus::Ok);
+        assert_eq!(r.statuses(32, 1)[0].0, EspStatus::UnknownSa, "handle used after deletion");
     }
 
     #[test]
@@ -1087,12 +1345,12 @@ mod tests {
     #[test]
     fn config_encoding_round_trips_and_refuses_junk() {
         use crate::api::handle::TenantId;
-        use crate::api::report::{EnclaveConfig, Limits, ProvisioningKey};
+        use crate::api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
         let cfg = EnclaveConfig {
             tenant: TenantId(7),
             provisioning_key: ProvisioningKey::from_bytes([9; 32]),
             trusted_min_seal_counter: 11,
-            limits: Limits::default(),
+            limits: Limits { inbound: InboundMode::Forward, ..Limits::default() },
         };
         let b = config::encode(&cfg, b"pk");
         let (back, pk) = config::decode(&b).unwrap();
@@ -1100,5 +1358,10 @@ mod tests {
         assert_eq!(&b[pk], b"pk");
         assert!(config::decode(&b[..b.len() - 1]).is_none());
         assert!(config::decode(&[]).is_none());
+        for mode in [0u8, 3, 0xff] {
+            let mut bad = b.to_vec();
+            bad[84] = mode;
+            assert!(config::decode(&bad).is_none(), "inbound mode {mode}");
+        }
     }
 }

@@ -9,11 +9,14 @@
 #![allow(unsafe_code)]
 
 use super::codec::{self, op, Malformed, Reader, Writer};
-use super::desc::{self, CallDescriptor, CallStatus, Completion, KIND_CALL, KIND_ESP};
+use super::desc::{self, BatchDescriptor, CallDescriptor, CallStatus, Completion, KIND_BATCH, KIND_CALL};
 use super::doorbell::{self, Doorbell};
 use super::guest::{config, GuestArgs};
 use super::harden::bits;
-use super::layout::{ctl, Geometry, Layout, COMPLETION_SLOT, MAGIC, REQUEST_SLOT, STATE_READY, VERSION};
+use super::layout::{
+    ctl, Geometry, Layout, COMPLETION_SLOT, DESCRIPTOR_BYTES, DESCRIPTOR_GRANULE, MAGIC, REQUEST_SLOT,
+    STATE_READY, STATUS_BYTES, VERSION,
+};
 use super::ring::{self, Consumer, Producer};
 use super::shm::SharedMem;
 use super::validate::{RejectCounters, RejectReason};
@@ -57,6 +60,11 @@ pub struct ProcessSpec {
     pub guest_spin: Duration,
     /// How long the gateway busy-polls for completions before sleeping on its doorbell.
     pub host_spin: Duration,
+    /// CPUs the enclave process may run on (`None`: any). Both sides busy-poll under load,
+    /// so a deployment gives each enclave process a core of its own; left to itself, the
+    /// scheduler can wake a sleeping enclave process onto the core of the gateway thread
+    /// that rang its doorbell, and the two then share one core until it rebalances them.
+    pub cpus: Option<Vec<usize>>,
 }
 
 impl ProcessSpec {
@@ -70,6 +78,7 @@ impl ProcessSpec {
             call_timeout: Duration::from_secs(20),
             guest_spin: Duration::from_micros(50),
             host_spin: Duration::from_micros(50),
+            cpus: None,
         }
     }
 
@@ -133,6 +142,22 @@ impl PacketArea {
     }
 }
 
+/// A CPU set of `cpus` (each below `CPU_SETSIZE`; an empty list is refused).
+fn cpu_set(cpus: &[usize]) -> std::result::Result<libc::cpu_set_t, ProcessError> {
+    let bad = ProcessError::Os { what: "enclave process CPU set", errno: libc::EINVAL };
+    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+    let max = usize::try_from(libc::CPU_SETSIZE).unwrap_or(0);
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= max) {
+        return Err(bad);
+    }
+    for &c in cpus {
+        // SAFETY: `c < CPU_SETSIZE` (checked above), so the bit lies inside `set`.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    Ok(set)
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -166,12 +191,17 @@ struct Host {
     area_lent: bool,
     hardening: HardeningReport,
     result: Vec<u8>,
-    /// Reused for every batch, so the hot path does not allocate.
-    slot_buf: Vec<[u8; REQUEST_SLOT]>,
-    /// Pipelined ESP descriptors submitted and not yet completed.
+    /// A batch's status entries as read back; reused, so the hot path does not allocate.
+    status_buf: Vec<u8>,
+    /// ESP descriptors submitted and not yet completed.
     in_flight: u32,
-    /// Cookie of the next pipelined ESP descriptor.
-    esp_seq: u64,
+    /// ESP batches submitted and not yet completed.
+    batches_in_flight: u32,
+    /// Descriptor table positions handed out and given back, counted from 0 forever
+    /// (position mod table size is the index): batches take runs in order and complete in
+    /// order, so the table is a ring.
+    alloc_head: u64,
+    alloc_tail: u64,
 }
 
 impl Host {
@@ -193,9 +223,11 @@ impl Host {
             area_lent: false,
             hardening: HardeningReport(0),
             result: Vec::new(),
-            slot_buf: Vec::new(),
+            status_buf: Vec::new(),
             in_flight: 0,
-            esp_seq: 0,
+            batches_in_flight: 0,
+            alloc_head: 0,
+            alloc_tail: 0,
         })
     }
 
@@ -220,6 +252,7 @@ impl Host {
         head[16..20].copy_from_slice(&g.packet_len.to_le_bytes());
         head[20..24].copy_from_slice(&g.call_len.to_le_bytes());
         self.shm.write_from(ctl::MAGIC, &head);
+        self.shm.write_from(ctl::DESCRIPTORS, &g.descriptors.to_le_bytes());
         ring::reset(&self.shm, &self.layout.requests, 0);
         ring::reset(&self.shm, &self.layout.completions, 0);
         self.requests = Producer::new(self.shm.clone(), self.layout.requests)?;
@@ -227,6 +260,9 @@ impl Host {
         self.request_bell.drain();
         self.completion_bell.drain();
         self.in_flight = 0;
+        self.batches_in_flight = 0;
+        self.alloc_head = 0;
+        self.alloc_tail = 0;
         Ok(())
     }
 
@@ -252,6 +288,10 @@ impl Host {
             parent_pid: std::process::id(),
         };
         let pass = [args.shm_fd, args.request_fd, args.completion_fd, args.config_fd];
+        let cpus = match &self.spec.cpus {
+            Some(list) => Some(cpu_set(list)?),
+            None => None,
+        };
         let mut cmd = Command::new(&self.spec.program);
         cmd.args(&self.spec.args)
             .args(args.to_args())
@@ -259,13 +299,19 @@ impl Host {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        // SAFETY: the closure runs in the forked child before exec and calls only fcntl,
-        // which is async-signal-safe; it clears close-on-exec on exactly the four
-        // descriptors this child must inherit (all others stay close-on-exec).
+        // SAFETY: the closure runs in the forked child before exec and calls only fcntl and
+        // sched_setaffinity, which are async-signal-safe system calls (the CPU set was built
+        // before the fork); it clears close-on-exec on exactly the four descriptors this
+        // child must inherit (all others stay close-on-exec).
         unsafe {
             cmd.pre_exec(move || {
                 for fd in pass {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(set) = &cpus {
+                    if libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
@@ -412,21 +458,23 @@ impl Host {
 
     /// Synchronous calls need the rings to themselves.
     fn idle(&self) -> std::result::Result<(), ProcessError> {
-        if self.in_flight == 0 {
+        if self.batches_in_flight == 0 {
             return Ok(());
         }
         Err(ProcessError::RingBusy {
             in_flight: self.in_flight,
             wanted: 0,
-            capacity: self.layout.geometry.slots,
+            capacity: self.layout.geometry.descriptors,
         })
     }
 
     /// Publishes `slots` as one batch and rings the doorbell if the enclave sleeps.
     fn submit(&mut self, slots: &[[u8; REQUEST_SLOT]]) -> std::result::Result<(), ProcessError> {
-        let free =
-            self.requests.free().map_err(|_| ProcessError::Protocol { why: "request ring index corrupt" })?;
         let n = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+        let free = self
+            .requests
+            .free_at_least(n)
+            .map_err(|_| ProcessError::Protocol { why: "request ring index corrupt" })?;
         if n > free {
             return Err(ProcessError::Protocol { why: "request ring full" });
         }
@@ -582,42 +630,13 @@ impl Host {
             }
             &sent
         };
-        let cap = self.layout.geometry.slots as usize;
-        let mut slots = core::mem::take(&mut self.slot_buf);
         let mut summary = BatchSummary::default();
-        for (chunk_no, chunk) in descs.chunks(cap).enumerate() {
-            let base = chunk_no * cap;
-            slots.clear();
-            slots.extend(chunk.iter().enumerate().map(|(i, d)| desc::encode_esp((base + i) as u64, d)));
-            let submitted = self.submit(&slots);
-            if let Err(e) = submitted {
-                self.slot_buf = slots;
-                return Err(e.into());
-            }
-            let n = len_u32(chunk.len());
-            let st = &mut *status;
-            let collected = self.collect(n, |i, c| {
-                let idx = base + i as usize;
-                if c.cookie != idx as u64 || c.kind != KIND_ESP {
-                    return Err(ProcessError::Protocol { why: "completion does not match the packet" });
-                }
-                let s = EspStatus::ALL.get(usize::from(c.status)).copied().unwrap_or(EspStatus::NotProcessed);
-                if let Some(slot) = st.get_mut(idx) {
-                    *slot = s;
-                }
-                if s == EspStatus::Ok {
-                    summary.ok += 1;
-                } else {
-                    summary.failed += 1;
-                }
-                Ok(())
-            });
-            if let Err(e) = collected {
-                self.slot_buf = slots;
-                return Err(e.into());
-            }
+        for (chunk, st) in descs.chunks(self.per_batch()).zip(status.chunks_mut(self.per_batch())) {
+            let f = self.submit_batch(chunk)?;
+            let s = self.finish_batch(&f, st)?;
+            summary.ok += s.ok;
+            summary.failed += s.failed;
         }
-        self.slot_buf = slots;
         if !zero_copy {
             for d in descriptors {
                 if let Some(r) = copy_range(d, packets.len()) {
@@ -629,29 +648,107 @@ impl Host {
         }
         Ok(summary)
     }
+
+    /// Most descriptors in one batch: what the trusted core takes per call, and what the
+    /// descriptor table holds (the guest refuses anything larger).
+    fn per_batch(&self) -> usize {
+        self.limits.max_batch.clamp(1, self.layout.geometry.descriptors as usize)
+    }
+
+    /// Takes a run of `count` descriptor table entries, starting on a granule so that no
+    /// status line is shared by two batches in flight; a run never wraps around the end.
+    fn alloc(&mut self, count: u32) -> std::result::Result<(u32, u64), ProcessError> {
+        let cap = u64::from(self.layout.geometry.descriptors);
+        let need = u64::from(count).div_ceil(u64::from(DESCRIPTOR_GRANULE)) * u64::from(DESCRIPTOR_GRANULE);
+        let pos = self.alloc_head % cap;
+        let skip = if pos + need > cap { cap - pos } else { 0 };
+        let used = self.alloc_head - self.alloc_tail;
+        if used + skip + need > cap {
+            return Err(ProcessError::RingBusy {
+                in_flight: self.in_flight,
+                wanted: count,
+                capacity: self.layout.geometry.descriptors,
+            });
+        }
+        let first = u32::try_from((self.alloc_head + skip) % cap).unwrap_or(0);
+        self.alloc_head += skip + need;
+        Ok((first, self.alloc_head))
+    }
+
+    /// Writes `descriptors` into a run of the descriptor table and queues one batch slot
+    /// naming it.
+    fn submit_batch(&mut self, descriptors: &[EspDescriptor]) -> std::result::Result<InFlight, ProcessError> {
+        let count = len_u32(descriptors.len());
+        let free = self.requests.free_at_least(1);
+        if free.map_err(|_| ProcessError::Protocol { why: "request ring index corrupt" })? == 0 {
+            let capacity = self.layout.geometry.descriptors;
+            return Err(ProcessError::RingBusy { in_flight: self.in_flight, wanted: count, capacity });
+        }
+        let before = self.alloc_head;
+        let (first, end) = self.alloc(count)?;
+        for (i, d) in (first..).zip(descriptors) {
+            self.shm.write_from(self.layout.descriptor_offset(i), &d.encode());
+        }
+        let cookie = self.next_cookie;
+        self.next_cookie = self.next_cookie.wrapping_add(1);
+        if let Err(e) = self.submit(&[desc::encode_batch(cookie, &BatchDescriptor { first, count })]) {
+            self.alloc_head = before;
+            return Err(e);
+        }
+        self.in_flight += count;
+        self.batches_in_flight += 1;
+        Ok(InFlight { cookie, first, count, end })
+    }
+
+    /// Waits for the oldest batch's completion and reads its statuses.
+    fn finish_batch(
+        &mut self,
+        f: &InFlight,
+        status: &mut [EspStatus],
+    ) -> std::result::Result<BatchSummary, ProcessError> {
+        let mut done = Completion::default();
+        self.collect(1, |_, c| {
+            done = *c;
+            Ok(())
+        })?;
+        if done.cookie != f.cookie || done.kind != KIND_BATCH {
+            return Err(ProcessError::Protocol { why: "batches must be completed in submission order" });
+        }
+        if CallStatus::from_code(done.status) != Some(CallStatus::Ok) || done.result_len != f.count {
+            return Err(ProcessError::Protocol { why: "the enclave refused the batch" });
+        }
+        let n = f.count as usize;
+        self.status_buf.clear();
+        self.status_buf.resize(n * STATUS_BYTES, 0);
+        self.shm.read_into(self.layout.status_offset(f.first), &mut self.status_buf);
+        let mut summary = BatchSummary::default();
+        for (e, s) in self.status_buf.chunks_exact(STATUS_BYTES).zip(status.iter_mut()) {
+            *s = desc::decode_status([e[0], e[1]]).0;
+            if *s == EspStatus::Ok {
+                summary.ok += 1;
+            } else {
+                summary.failed += 1;
+            }
+        }
+        self.in_flight = self.in_flight.saturating_sub(f.count);
+        self.batches_in_flight = self.batches_in_flight.saturating_sub(1);
+        self.alloc_tail = f.end;
+        if self.batches_in_flight == 0 {
+            // Start again at the table's beginning: the lines stay warm in both caches.
+            self.alloc_head = 0;
+            self.alloc_tail = 0;
+        }
+        Ok(summary)
+    }
 }
 
 impl Host {
     fn submit_esp(&mut self, descriptors: &[EspDescriptor]) -> Result<InFlight> {
-        if descriptors.len() > self.limits.max_batch {
-            return Err(Error::BatchTooLarge { descriptors: descriptors.len(), max: self.limits.max_batch });
+        if descriptors.len() > self.per_batch() {
+            return Err(Error::BatchTooLarge { descriptors: descriptors.len(), max: self.per_batch() });
         }
         self.known_dead()?;
-        let count = len_u32(descriptors.len());
-        let capacity = self.layout.geometry.slots;
-        if self.in_flight.saturating_add(count) > capacity {
-            return Err(ProcessError::RingBusy { in_flight: self.in_flight, wanted: count, capacity }.into());
-        }
-        let first = self.esp_seq;
-        let mut slots = core::mem::take(&mut self.slot_buf);
-        slots.clear();
-        slots.extend((first..).zip(descriptors).map(|(c, d)| desc::encode_esp(c, d)));
-        let r = self.submit(&slots);
-        self.slot_buf = slots;
-        r?;
-        self.esp_seq = self.esp_seq.wrapping_add(u64::from(count));
-        self.in_flight += count;
-        Ok(InFlight { first, count })
+        Ok(self.submit_batch(descriptors)?)
     }
 
     fn complete_esp(&mut self, batch: InFlight, status: &mut [EspStatus]) -> Result<BatchSummary> {
@@ -661,24 +758,7 @@ impl Host {
                 status: status.len(),
             });
         }
-        let mut summary = BatchSummary::default();
-        self.collect(batch.count, |i, c| {
-            if c.cookie != batch.first.wrapping_add(u64::from(i)) || c.kind != KIND_ESP {
-                return Err(ProcessError::Protocol { why: "batches must be completed in submission order" });
-            }
-            let s = EspStatus::ALL.get(usize::from(c.status)).copied().unwrap_or(EspStatus::NotProcessed);
-            if let Some(slot) = status.get_mut(i as usize) {
-                *slot = s;
-            }
-            if s == EspStatus::Ok {
-                summary.ok += 1;
-            } else {
-                summary.failed += 1;
-            }
-            Ok(())
-        })?;
-        self.in_flight = self.in_flight.saturating_sub(batch.count);
-        Ok(summary)
+        Ok(self.finish_batch(&batch, status)?)
     }
 }
 
@@ -687,8 +767,11 @@ impl Host {
 #[derive(Debug)]
 #[must_use = "a submitted batch must be completed before the rings can be used otherwise"]
 pub struct InFlight {
-    first: u64,
+    cookie: u64,
+    first: u32,
     count: u32,
+    /// The allocator's position after this batch: where the free run starts once it is done.
+    end: u64,
 }
 
 impl InFlight {
@@ -832,6 +915,7 @@ impl ProcessEnclave {
     pub fn raw_submit(&mut self, slots: &[[u8; REQUEST_SLOT]]) -> Result<Vec<Completion>> {
         let h = self.host();
         h.alive()?;
+        h.idle()?;
         h.submit(slots)?;
         let mut out = Vec::with_capacity(slots.len());
         h.collect(len_u32(slots.len()), |_, c| {
@@ -839,6 +923,30 @@ impl ProcessEnclave {
             Ok(())
         })?;
         Ok(out)
+    }
+
+    /// Writes raw entries into the descriptor table from index `first`: for tests that play
+    /// a hostile gateway (with [`Self::raw_submit`] of a batch slot naming them).
+    #[doc(hidden)]
+    pub fn raw_write_descriptors(&mut self, first: u32, entries: &[[u8; DESCRIPTOR_BYTES]]) -> bool {
+        let h = self.host();
+        let fits = u64::from(first) + entries.len() as u64 <= u64::from(h.layout.geometry.descriptors);
+        fits && (first..).zip(entries).all(|(i, e)| h.shm.write_from(h.layout.descriptor_offset(i), e))
+    }
+
+    /// Reads status table entries `first .. first + count`: for tests that play a hostile
+    /// gateway. `None` if the run leaves the table.
+    #[doc(hidden)]
+    pub fn raw_read_statuses(&mut self, first: u32, count: u32) -> Option<Vec<[u8; STATUS_BYTES]>> {
+        let h = self.host();
+        if u64::from(first) + u64::from(count) > u64::from(h.layout.geometry.descriptors) {
+            return None;
+        }
+        let mut out = vec![[0u8; STATUS_BYTES]; count as usize];
+        for (i, e) in (first..).zip(out.iter_mut()) {
+            h.shm.read_into(h.layout.status_offset(i), e);
+        }
+        Some(out)
     }
 
     /// Writes `bytes` into the call area at `offset`: for tests that play a hostile gateway.

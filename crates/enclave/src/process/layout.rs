@@ -3,15 +3,20 @@
 //! ```text
 //! 0        control block (one page): magic, geometry echo, state, wake-up flags, counters
 //! 4096     request ring:    head (own cache line) | tail (own line) | slots x 64 B
-//! ...      completion ring: head (own cache line) | tail (own line) | slots x 32 B
+//! ...      completion ring: head (own cache line) | tail (own line) | slots x 64 B
+//! page     descriptor table: descriptors x 32 B   (gateway writes, enclave reads)
+//! page     status table:     descriptors x 2 B    (enclave writes, gateway reads)
 //! page     packet area      (ESP descriptors' offsets are relative to its start)
 //! page     call area        (call descriptors' offsets are relative to its start)
 //! ```
 //!
-//! Head and tail sit on separate 64-byte lines so the producer's and the consumer's stores
-//! never share a line (no false sharing between the two processes' cores). The guest
-//! computes this layout from its own command line and checks the memfd's size against it;
-//! it never reads offsets or sizes back from the shared memory.
+//! An ESP batch is one request slot naming a run of the descriptor table (first index,
+//! count); its statuses go to the same indices of the status table. The two tables are
+//! written by different sides, so they sit on different pages: no cache line holds bytes
+//! that both processes' cores write. For the same reason head and tail of a ring sit on
+//! separate 64-byte lines. The guest computes this layout from its own command line and
+//! checks the memfd's size against it; it never reads offsets or sizes back from the shared
+//! memory.
 
 use super::ProcessError;
 
@@ -21,8 +26,20 @@ pub const CACHE_LINE: usize = 64;
 pub const PAGE: usize = 4096;
 /// Bytes of one request slot.
 pub const REQUEST_SLOT: usize = 64;
-/// Bytes of one completion slot.
-pub const COMPLETION_SLOT: usize = 32;
+/// Bytes of one completion slot: a cache line of its own (16 bytes are used), so that the
+/// enclave can take the line of the next completion for writing while the gateway still
+/// reads the previous one.
+pub const COMPLETION_SLOT: usize = 64;
+/// Bytes of one entry of the descriptor table (the [`crate::EspDescriptor`] encoding).
+pub const DESCRIPTOR_BYTES: usize = crate::api::esp::ESP_DESCRIPTOR_LEN;
+/// Bytes of one entry of the status table: [`crate::EspStatus`] code, reject reason code.
+pub const STATUS_BYTES: usize = 2;
+/// Descriptor table entries come in runs of this many: 32 statuses fill one cache line, so
+/// a host that starts every batch on a multiple of it never shares a status line between
+/// two batches in flight.
+pub const DESCRIPTOR_GRANULE: u32 = 32;
+/// Most entries of the descriptor table.
+pub const MAX_DESCRIPTORS: u32 = 1 << 16;
 /// Most slots per ring: bounds the memory and the work of one wake-up.
 pub const MAX_SLOTS: u32 = 4096;
 /// Largest packet area (1 GiB): offsets stay far from `u32::MAX`.
@@ -35,7 +52,7 @@ pub const MAX_CALL_AREA: u32 = 16 << 20;
 /// `"CLSTRENC"`: the control block's magic, written by the host.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CLSTRENC");
 /// Layout version; bumped whenever anything in this file changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Offsets of the control block's fields. All fields are little-endian and naturally
 /// aligned; the ones two sides touch concurrently are accessed only atomically.
@@ -56,6 +73,8 @@ pub mod ctl {
     pub const GUEST_PID: usize = 28;
     /// `u32` hardening bits ([`crate::process::host::HardeningReport`]), guest-written at ready.
     pub const HARDENING: usize = 32;
+    /// `u32` entries of the descriptor table.
+    pub const DESCRIPTORS: usize = 36;
     /// `u32` host-written: non-zero asks the guest to exit.
     pub const SHUTDOWN: usize = 64;
     /// `u32` host-written: non-zero while the host sleeps on the completion doorbell.
@@ -64,7 +83,7 @@ pub mod ctl {
     pub const GUEST_SLEEPING: usize = 192;
     /// `[u64; RejectReason::COUNT]` guest-written reject counters.
     pub const REJECTS: usize = 256;
-    /// `u64` guest-written count of request slots handled.
+    /// `u64` guest-written count of request slots (batches and calls) handled.
     pub const REQUESTS: usize = 512;
     /// `u64` guest-written count of times the guest went to sleep on its doorbell.
     pub const SLEEPS: usize = 520;
@@ -80,9 +99,13 @@ pub const STATE_STOPPED: u32 = 2;
 /// The tunable sizes; both sides derive the whole [`Layout`] from these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
-    /// Slots in each ring (a power of two, 2..=[`MAX_SLOTS`]); also the most descriptors in
-    /// flight, so at least the data plane's batch size.
+    /// Slots in each ring (a power of two, 2..=[`MAX_SLOTS`]): the most batches and calls
+    /// in flight.
     pub slots: u32,
+    /// Entries of the descriptor (and status) table (a multiple of [`DESCRIPTOR_GRANULE`],
+    /// at most [`MAX_DESCRIPTORS`]): the most ESP descriptors in flight, so at least the
+    /// data plane's batch size.
+    pub descriptors: u32,
     /// Bytes of the packet area (a multiple of 64, at most [`MAX_PACKET_AREA`]).
     pub packet_len: u32,
     /// Bytes of the call area ([`MIN_CALL_AREA`]..=[`MAX_CALL_AREA`]).
@@ -90,9 +113,9 @@ pub struct Geometry {
 }
 
 impl Default for Geometry {
-    /// 256 slots, 256 packet buffers of 2 KiB, 128 KiB for IKE calls.
+    /// 256 slots, 1024 descriptors, 256 packet buffers of 2 KiB, 128 KiB for IKE calls.
     fn default() -> Self {
-        Self { slots: 256, packet_len: 256 * 2048, call_len: 128 << 10 }
+        Self { slots: 256, descriptors: 1024, packet_len: 256 * 2048, call_len: 128 << 10 }
     }
 }
 
@@ -133,6 +156,10 @@ pub struct Layout {
     pub requests: RingLayout,
     /// Enclave -> gateway.
     pub completions: RingLayout,
+    /// Offset of the descriptor table.
+    pub descriptors: usize,
+    /// Offset of the status table.
+    pub statuses: usize,
     /// Offset of the packet area.
     pub packets: usize,
     /// Offset of the call area.
@@ -160,6 +187,14 @@ impl Layout {
         if g.call_len < MIN_CALL_AREA || g.call_len > MAX_CALL_AREA {
             return Err(ProcessError::Geometry { why: "call area must be 64 KiB..=16 MiB" });
         }
+        if g.descriptors == 0
+            || g.descriptors > MAX_DESCRIPTORS
+            || !g.descriptors.is_multiple_of(DESCRIPTOR_GRANULE)
+        {
+            return Err(ProcessError::Geometry {
+                why: "descriptor table must be a non-zero multiple of 32 entries, at most 65536",
+            });
+        }
         let ring = |start: usize, slot_size: usize| RingLayout {
             head: start,
             tail: start + CACHE_LINE,
@@ -170,15 +205,28 @@ impl Layout {
         let requests = ring(PAGE, REQUEST_SLOT);
         let completions = ring(requests.end(), COMPLETION_SLOT);
         let too_big = ProcessError::Geometry { why: "layout overflows" };
-        let packets = round_up(completions.end(), PAGE).ok_or(too_big.clone())?;
+        let descriptors = round_up(completions.end(), PAGE).ok_or(too_big.clone())?;
+        let n = g.descriptors as usize;
+        let statuses = round_up(descriptors + n * DESCRIPTOR_BYTES, PAGE).ok_or(too_big.clone())?;
+        let packets = round_up(statuses + n * STATUS_BYTES, PAGE).ok_or(too_big.clone())?;
         let call = round_up(packets + g.packet_len as usize, PAGE).ok_or(too_big.clone())?;
         let total = round_up(call + g.call_len as usize, PAGE).ok_or(too_big)?;
-        Ok(Self { geometry: g, requests, completions, packets, call, total })
+        Ok(Self { geometry: g, requests, completions, descriptors, statuses, packets, call, total })
     }
 
     /// The packet area as a byte range of the shared memory.
     pub fn packet_range(&self) -> core::ops::Range<usize> {
         self.packets..self.packets + self.geometry.packet_len as usize
+    }
+
+    /// Offset of descriptor table entry `index` (the caller checks `index` is in range).
+    pub fn descriptor_offset(&self, index: u32) -> usize {
+        self.descriptors + index as usize * DESCRIPTOR_BYTES
+    }
+
+    /// Offset of status table entry `index` (the caller checks `index` is in range).
+    pub fn status_offset(&self, index: u32) -> usize {
+        self.statuses + index as usize * STATUS_BYTES
     }
 
     /// The call area as a byte range of the shared memory.
@@ -198,7 +246,10 @@ mod tests {
         assert_eq!(l.requests.tail - l.requests.head, CACHE_LINE);
         assert_eq!(l.completions.head % CACHE_LINE, 0);
         assert!(l.requests.end() <= l.completions.head);
-        assert!(l.completions.end() <= l.packets);
+        assert!(l.completions.end() <= l.descriptors);
+        assert_eq!((l.descriptors % PAGE, l.statuses % PAGE), (0, 0));
+        assert!(l.descriptor_offset(l.geometry.descriptors) <= l.statuses);
+        assert!(l.status_offset(l.geometry.descriptors) <= l.packets);
         assert_eq!(l.packets % PAGE, 0);
         assert_eq!(l.call % PAGE, 0);
         assert!(l.packet_range().end <= l.call);
@@ -218,6 +269,9 @@ mod tests {
             Geometry { packet_len: (1 << 30) + 64, ..ok },
             Geometry { call_len: 4096, ..ok },
             Geometry { call_len: u32::MAX, ..ok },
+            Geometry { descriptors: 0, ..ok },
+            Geometry { descriptors: 33, ..ok },
+            Geometry { descriptors: MAX_DESCRIPTORS + 32, ..ok },
         ] {
             assert!(Layout::new(g).is_err(), "{g:?}");
         }

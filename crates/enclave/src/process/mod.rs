@@ -15,45 +15,67 @@
 //! ```text
 //!  gateway (untrusted)                         enclave process (trusted, one per tenant)
 //!  host::ProcessEnclave ── impl Enclave        guest::run ── owns an InlineEnclave
-//!     │  writes request slots, head++              │  copies each slot out once (TOCTOU),
-//!     │  doorbell only if the guest sleeps ───────>│  validates the copy, dispatches,
-//!     │                                            │  writes completion slots, head++
+//!     │  writes a batch's descriptors into         │  copies the slot, then the batch's
+//!     │  the descriptor table, one request         │  descriptors, out once (TOCTOU),
+//!     │  slot per batch, head++                    │  validates every copy, runs the valid
+//!     │  doorbell only if the guest sleeps ───────>│  ones as one trusted batch, writes the
+//!     │                                            │  statuses, one completion, head++
 //!     │<─────────── doorbell only if the host sleeps
 //!     └─ packets stay in the shared packet area and are transformed there, in place
 //! ```
 //!
 //! The shared memory is one sealed memfd (size fixed by `F_SEAL_SHRINK | F_SEAL_GROW`, so the
 //! gateway cannot truncate it under the enclave and fault it with `SIGBUS`), laid out by
-//! [`layout`]: a control block, a request ring, a completion ring, the packet area and the
-//! call area. Ring slots are read and written as bytes at fixed offsets ([`desc`]), never as
-//! Rust structs; the guest keeps its own ring indices privately and only *publishes* them,
-//! so a gateway that scribbles over the indices can make the guest skip or stall, never index
-//! outside a ring ([`ring`]).
+//! [`layout`]: a control block, a request ring, a completion ring, the descriptor and status
+//! tables, the packet area and the call area. An ESP batch is *one* request slot naming a run
+//! of the descriptor table (packed 32-byte descriptors) and *one* completion; the statuses go
+//! to the same run of the status table (2 bytes each). Slots and table entries are read and
+//! written as bytes at fixed offsets ([`desc`]), never as Rust structs; the guest keeps its
+//! own ring indices privately and only *publishes* them, so a gateway that scribbles over the
+//! indices can make the guest skip or stall, never index outside a ring ([`ring`]).
 //!
 //! # Iago defence (Slick §4.6, applied to offsets)
 //!
 //! Slick validates that every DPDK buffer pointer handed to the enclave lies outside enclave
 //! memory. Here descriptors carry *offsets into the shared area*, not pointers, so they cannot
-//! name enclave memory at all; what remains is checked on a private copy of every descriptor
-//! ([`validate`]): the region lies inside the packet area (`offset + len <= area`, in 64-bit
-//! arithmetic, no wrap), the length fits ESP (header + IV + ICV at least, an IP datagram at
-//! most), the opcode is known, reserved bytes are zero, a batch is no larger than the ring.
-//! Handles are checked by the trusted tables themselves (tenant tag, generation), inside the
-//! enclave process. Every refusal is counted ([`RejectReason`]) and answered per descriptor;
-//! none crashes the enclave or makes it write anything but the packet's own bytes.
+//! name enclave memory at all; what remains is checked on a private copy ([`validate`]): a
+//! batch's run lies inside the descriptor table and is no larger than the trusted core takes
+//! (else the whole batch is refused, unread); then, per descriptor, the region lies inside the
+//! packet area (`offset + len <= area`, in 64-bit arithmetic, no wrap) and shares no byte with
+//! another descriptor's of the batch, the length fits ESP (header + IV + ICV at least, an IP
+//! datagram at most), the opcode is known, reserved bytes are zero. Handles are checked by the
+//! trusted tables themselves (tenant tag, generation), inside the enclave process, and the
+//! exact lengths of the SA's transform by the trusted ESP code. Every refusal is counted
+//! ([`RejectReason`]) and answered per descriptor (or per batch); none crashes the enclave or
+//! makes it write anything but the packets' own bytes and the batch's status entries.
 //!
 //! # Speed
 //!
-//! One batch is one crossing: the gateway writes all its descriptors, publishes the ring
-//! head once and rings the doorbell (an eventfd write) only if the enclave went to sleep.
-//! The enclave busy-polls for a short while after each batch before sleeping, so under load
-//! a batch costs no system call on either side and no copy: packets are transformed in the
-//! shared packet area, where the gateway put them ([`host::PacketArea`]).
+//! One batch is one crossing and one ring entry each way: the gateway writes its descriptors
+//! (two to a cache line) into the descriptor table, one request slot, publishes the ring head
+//! once and rings the doorbell (an eventfd write) only if the enclave went to sleep; the
+//! enclave answers with the batch's statuses (32 to a cache line) and one completion slot.
+//! Per packet, only half a cache line of descriptor and two status bytes cross between the
+//! two cores (a slot of its own per packet each way, as in the first ring format, made the
+//! transport cost about 25 ns per packet). The enclave busy-polls for a short while after
+//! each batch before sleeping, so under load a batch costs no system call on either side and
+//! no copy: packets are transformed in the shared packet area, where the gateway put them
+//! ([`host::PacketArea`]).
+//!
+//! What is left per batch is kept off the enclave core's critical path: while a batch's
+//! crypto runs, the enclave prefetches the next request slot and the descriptor run the
+//! gateway will most likely use next, and takes its status and completion lines for writing;
+//! neither side fences per batch (the wake-up handshake fences only when a side runs out of
+//! work); each side reads the other's consumer index only when its cached free count runs
+//! out; shared bytes are copied a word per load (a volatile byte array compiles to a load
+//! per byte).
 //!
 //! The [`Enclave`](crate::Enclave) calls are synchronous (one crossing, then wait). For
 //! throughput the data plane can pipeline instead: [`ProcessEnclave::submit_esp`] queues a
 //! batch and returns, [`ProcessEnclave::complete_esp`] collects it, so the gateway prepares
-//! batch *n + 1* while the enclave process encrypts batch *n* on its own core.
+//! batch *n + 1* while the enclave process encrypts batch *n* on its own core. Both sides
+//! busy-poll under load, so each enclave process wants a core of its own
+//! ([`ProcessSpec::cpus`] pins it).
 //!
 //! # Residual risks
 //!
@@ -62,15 +84,16 @@
 //!   region was bounds-checked against the area; but trusted code that reads the same packet
 //!   byte twice can be raced. The AEAD paths authenticate and decrypt in one pass (and
 //!   DECRYPT_FORWARD first copies the ciphertext to private scratch); the AES-CBC + HMAC
-//!   paths of `trusted/esp.rs` verify the ICV over the shared bytes and then read them again
-//!   to decrypt, which a racing gateway can turn into a decryption of unauthenticated
-//!   ciphertext. Those paths must verify and decrypt one private copy.
+//!   paths of `trusted/esp.rs` verify and decrypt one private copy (see the threat model,
+//!   docs/threat-model.md, on DECRYPT's in-place AEAD open).
 //! * The root secret of the instance passes through the gateway at start-up (today's
 //!   provisioning model, see [`crate::ProvisioningKey`]); the gateway keeps no copy, and a
 //!   restart needs it handed in again.
 //! * Status precedence differs slightly from the inline backend: the transport refuses an
 //!   out-of-bounds or unknown-opcode descriptor before the trusted table looks at its
-//!   handle, so a descriptor that is wrong in both ways reports the transport's reason.
+//!   handle, so a descriptor that is wrong in both ways reports the transport's reason. Only
+//!   the transport refuses overlapping regions ([`crate::EspStatus::Overlap`]): an inline
+//!   caller owns all of its memory anyway.
 //!
 //! # The child program
 //!
@@ -191,15 +214,16 @@ pub enum ProcessError {
         /// What is wrong.
         why: &'static str,
     },
-    /// More descriptors would be in flight than the ring holds (pipelined batches), or a
-    /// synchronous call was made while pipelined batches are still in flight.
-    #[error("{in_flight} descriptors in flight, {wanted} more asked for, ring holds {capacity}")]
+    /// More descriptors would be in flight than the descriptor table holds, or more batches
+    /// than the ring has slots (pipelined batches), or a synchronous call was made while
+    /// pipelined batches are still in flight.
+    #[error("{in_flight} descriptors in flight, {wanted} more asked for, descriptor table holds {capacity}")]
     RingBusy {
         /// Descriptors submitted and not yet completed.
         in_flight: u32,
         /// Descriptors the call wanted to add.
         wanted: u32,
-        /// Ring slots.
+        /// Entries of the descriptor table.
         capacity: u32,
     },
     /// The caller's packet buffer is larger than the shared packet area and is not it.

@@ -7,6 +7,7 @@ pub(crate) mod auth;
 pub(crate) mod cbc_mode;
 pub(crate) mod dh;
 pub(crate) mod esp;
+pub(crate) mod esp_keys;
 pub(crate) mod ike_keys;
 pub(crate) mod keybuf;
 pub(crate) mod prf;
@@ -33,6 +34,7 @@ use auth::{PeerKey, Secret};
 use core::ops::Range;
 use dh::{DhSecret, SharedSecret};
 use esp::{Direction, EspSa};
+use esp_keys::KeyCache;
 use ike_keys::{IkeSa, SkeyseedSource};
 use ring::rand::{SecureRandom, SystemRandom};
 use seal::{RootKeys, SealBinding};
@@ -69,6 +71,8 @@ pub(crate) struct TrustedCore {
     dh: Table<DhSecret>,
     ike: Table<IkeSa>,
     esp: Table<EspSa>,
+    /// Expanded AEAD keys of the ESP SAs in use (bounded; see `esp_keys`).
+    esp_keys: KeyCache,
     /// Private scratch for DECRYPT_FORWARD, allocated once.
     scratch: Zeroizing<Vec<u8>>,
     counters: Counters,
@@ -108,6 +112,7 @@ impl TrustedCore {
             dh: Table::new(HandleKind::Dh, tag, l.max_dh),
             ike: Table::new(HandleKind::IkeSa, tag, l.max_ike_sas),
             esp: Table::new(HandleKind::EspSa, tag, l.max_esp_sas),
+            esp_keys: KeyCache::new(esp_keys::MAX_CACHED),
             scratch: Zeroizing::new(vec![0u8; esp::SCRATCH_LEN]),
             counters: Counters::default(),
             attestation,
@@ -139,7 +144,7 @@ impl TrustedCore {
             ike_sas: self.ike.live(),
             ike_sa_bytes: self.ike.entries().map(IkeSa::footprint).sum(),
             esp_sas: self.esp.live(),
-            esp_sa_bytes: self.esp.entries().map(EspSa::footprint).sum(),
+            esp_sa_bytes: self.esp.entries().map(EspSa::footprint).sum::<usize>() + self.esp_keys.bytes(),
             dh_values: self.dh.live(),
             dh_bytes: self.dh.entries().map(DhSecret::footprint).sum(),
             secrets: self.secrets.live(),
@@ -301,13 +306,17 @@ impl TrustedCore {
         };
         let (inbound, outbound) = self
             .with_sk_d(ike, sealed, |sa, sk_d| ike_keys::derive_child_keys(sa.prf, sk_d, g_ir.as_ref(), p))?;
-        let sa_in = EspSa::new(p.spi_inbound, Direction::Inbound, p.esn, p.suite, inbound)?;
+        // The inbound SA is bound to the one operation the measured config allows.
+        let dir_in = Direction::Inbound(self.limits.inbound);
+        let sa_in = EspSa::new(p.spi_inbound, dir_in, p.esn, p.suite, inbound)?;
         let sa_out = EspSa::new(p.spi_outbound, Direction::Outbound, p.esn, p.suite, outbound)?;
         let h_in = self.esp.insert(sa_in)?;
         match self.esp.insert(sa_out) {
             Ok(h_out) => Ok(ChildSaPair { inbound: EspSaHandle(h_in), outbound: EspSaHandle(h_out) }),
             Err(e) => {
-                let _ = self.esp.remove(h_in);
+                if let Ok(sa) = self.esp.remove(h_in) {
+                    sa.forget_key(&mut self.esp_keys);
+                }
                 Err(e)
             }
         }
@@ -369,11 +378,21 @@ impl TrustedCore {
     ) -> Result<BatchSummary> {
         esp::check_batch(descriptors.len(), status.len(), self.limits.max_batch)?;
         self.counters.batches = self.counters.batches.saturating_add(1);
-        Ok(esp::batch(&mut self.esp, packets, descriptors, status, &mut self.scratch, &mut self.counters))
+        Ok(esp::batch(
+            &mut self.esp,
+            &mut self.esp_keys,
+            packets,
+            descriptors,
+            status,
+            &mut self.scratch,
+            &mut self.counters,
+        ))
     }
 
     pub(crate) fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
-        self.esp.remove(sa.0).map(drop)?;
+        let sa = self.esp.remove(sa.0)?;
+        sa.forget_key(&mut self.esp_keys);
+        drop(sa);
         scrub_stack();
         Ok(())
     }
@@ -408,7 +427,7 @@ impl TrustedCore {
             enc: keybuf::KeyBuf::from_slice(enc)?,
             integ: keybuf::KeyBuf::from_slice(integ)?,
         };
-        let dir = if inbound { Direction::Inbound } else { Direction::Outbound };
+        let dir = if inbound { Direction::Inbound(self.limits.inbound) } else { Direction::Outbound };
         let sa = EspSa::new(spi, dir, esn, suite, keys)?;
         self.esp.insert(sa).map(EspSaHandle)
     }

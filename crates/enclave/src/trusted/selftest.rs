@@ -6,11 +6,13 @@
 use super::cbc_mode::{CbcDecryptor, CbcEncryptor};
 use super::dh::DhSecret;
 use super::esp::{self, Direction, EspSa};
+use super::esp_keys::KeyCache;
 use super::ike_keys::{EspKeys, MAX_ENC_KEY, MAX_INTEG_KEY};
 use super::keybuf::KeyBuf;
 use super::prf::{self, MAX_PRF_LEN};
 use super::sk::{aead_key, nonce};
 use crate::api::alg::{Cipher, DhGroup, Prf, Suite};
+use crate::api::report::InboundMode;
 use hex_literal::hex;
 use ring::aead::Aad;
 
@@ -66,11 +68,19 @@ fn chacha20_poly1305_esp() -> Outcome {
         .map_err(|_| NAME)?,
         integ: KeyBuf::<MAX_INTEG_KEY>::empty(),
     };
-    let sa = EspSa::new(0x0102_0304, Direction::Inbound, false, Suite::aead(Cipher::ChaCha20Poly1305), keys)
-        .map_err(|_| NAME)?;
+    let mut sa = EspSa::new(
+        0x0102_0304,
+        Direction::Inbound(InboundMode::Decrypt),
+        false,
+        Suite::aead(Cipher::ChaCha20Poly1305),
+        keys,
+    )
+    .map_err(|_| NAME)?;
     let mut pkt = RFC7634_ESP_PACKET;
     let mut scratch = [0u8; RFC7634_ESP_PACKET.len()];
-    let status = esp::decrypt_one(&sa, &mut pkt, 5, &mut scratch);
+    let mut cache = KeyCache::new(1);
+    let status = esp::decrypt_one(&mut sa, &mut cache, &mut pkt, 5, &mut scratch);
+    sa.forget_key(&mut cache);
     check(status == crate::EspStatus::Ok && pkt[16..16 + 88] == RFC7634_ESP_PLAINTEXT, NAME)
 }
 

@@ -17,6 +17,7 @@ use crate::api::esp::{EspDescriptor, EspStatus};
 use crate::api::handle::{EspSaHandle, HandleKind};
 use crate::api::ike::PublicKey;
 use crate::api::report::Counters;
+use crate::api::report::InboundMode;
 use ring::aead::Aad;
 use std::collections::HashMap;
 
@@ -139,13 +140,12 @@ fn rfc7634_esp(b: &Block) {
     let pt = field(b, "pt");
     let suite = Suite::aead(Cipher::ChaCha20Poly1305);
     let mut table = Table::new(HandleKind::EspSa, 9, 4);
-    let h = EspSaHandle(
-        table
-            .insert(
-                EspSa::new(spi, Direction::Inbound, false, suite, esp::keys(field(b, "key"), &[])).unwrap(),
-            )
-            .unwrap(),
-    );
+    let mut sa = |mode| {
+        let sa = EspSa::new(spi, Direction::Inbound(mode), false, suite, esp::keys(field(b, "key"), &[]));
+        EspSaHandle(table.insert(sa.unwrap()).unwrap())
+    };
+    // Same keys, bound to one inbound operation each.
+    let (h, f) = (sa(InboundMode::Decrypt), sa(InboundMode::Forward));
     let mut scratch = vec![0u8; esp::SCRATCH_LEN];
     let mut counters = Counters::default();
     let outer = ipv4_header(20 + packet.len(), [198, 18, 0, 1], [198, 18, 0, 2]);
@@ -155,13 +155,19 @@ fn rfc7634_esp(b: &Block) {
     area[2 * stride as usize + 40] ^= 1; // a ciphertext byte of the third copy
     let descs = [
         EspDescriptor::decrypt(h, 20, plen, seq),
+        EspDescriptor::decrypt_forward(f, stride, stride + 20, plen, seq),
+        EspDescriptor::decrypt_forward(f, 2 * stride, 2 * stride + 20, plen, seq),
+        // Each SA refuses the other mode before reading a byte.
+        EspDescriptor::decrypt(f, 20, plen, seq),
         EspDescriptor::decrypt_forward(h, stride, stride + 20, plen, seq),
-        EspDescriptor::decrypt_forward(h, 2 * stride, 2 * stride + 20, plen, seq),
     ];
-    let mut status = [EspStatus::NotProcessed; 3];
-    let summary = esp::batch(&mut table, &mut area, &descs, &mut status, &mut scratch, &mut counters);
-    assert_eq!(status, [EspStatus::Ok, EspStatus::Ok, EspStatus::IcvMismatch]);
-    assert_eq!((summary.ok, summary.failed), (2, 1));
+    let mut status = [EspStatus::NotProcessed; 5];
+    let mut keys = super::esp_keys::KeyCache::new(4);
+    let summary =
+        esp::batch(&mut table, &mut keys, &mut area, &descs, &mut status, &mut scratch, &mut counters);
+    let refused = EspStatus::ModeNotAllowed;
+    assert_eq!(status, [EspStatus::Ok, EspStatus::Ok, EspStatus::IcvMismatch, refused, refused]);
+    assert_eq!((summary.ok, summary.failed), (2, 3));
     assert_eq!(&area[20 + 16..20 + 16 + pt.len()], pt);
     // Forwarded: ciphertext untouched, outer destination now the inner one (192.0.2.5).
     let fwd = &area[stride as usize..2 * stride as usize];
