@@ -14,7 +14,6 @@
 
 use core::net::{IpAddr, SocketAddr};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -47,7 +46,10 @@ pub struct Gateway<E: Enclave + 'static> {
     engine: Endpoint<SharedEnclave<E>>,
     dp: Dataplane<SharedEnclave<E>>,
     inbox: Arc<IkeInbox>,
-    ike_sockets: Vec<UdpSocket>,
+    /// Port-500 sockets with the address each is bound to (looked up per datagram).
+    ike_sockets: Vec<(UdpSocket, SocketAddr)>,
+    /// One receive buffer, reused every round.
+    rx: Vec<u8>,
     children: Children,
     identities: BTreeMap<SaId, (String, String)>,
     routes: BTreeSet<(IpAddr, u8)>,
@@ -116,7 +118,8 @@ impl<E: Enclave + 'static> Gateway<E> {
             let s = UdpSocket::bind(addr)
                 .map_err(|source| Error::Io { what: format!("binding {addr}"), source })?;
             s.set_nonblocking(true).map_err(|source| Error::Io { what: format!("{addr}"), source })?;
-            ike_sockets.push(s);
+            let local = s.local_addr().map_err(|source| Error::Io { what: format!("{addr}"), source })?;
+            ike_sockets.push((s, local));
         }
         let control = Some(ControlServer::bind(&config.settings.control_socket)?);
         Ok(Self {
@@ -124,6 +127,7 @@ impl<E: Enclave + 'static> Gateway<E> {
             dp,
             inbox,
             ike_sockets,
+            rx: vec![0; 65_536],
             children: Children::default(),
             identities: BTreeMap::new(),
             routes: BTreeSet::new(),
@@ -140,7 +144,7 @@ impl<E: Enclave + 'static> Gateway<E> {
 
     /// The IKE listening addresses.
     pub fn ike_addresses(&self) -> Vec<SocketAddr> {
-        self.ike_sockets.iter().filter_map(|s| s.local_addr().ok()).collect()
+        self.ike_sockets.iter().map(|(_, a)| *a).collect()
     }
 
     /// Runs one round: reads what arrived, runs timers, sends, handles events and control
@@ -167,7 +171,7 @@ impl<E: Enclave + 'static> Gateway<E> {
             self.engine.poll_timeout().map_or(wait, |t| t.saturating_duration_since(Instant::now()));
         let until_tick = self.next_tick.saturating_duration_since(Instant::now());
         let timeout = wait.min(until_engine).min(until_tick).min(MAX_WAIT);
-        let mut fds: Vec<_> = self.ike_sockets.iter().map(AsFd::as_fd).collect();
+        let mut fds: Vec<_> = self.ike_sockets.iter().map(|(s, _)| s.as_fd()).collect();
         fds.push(self.inbox.as_fd());
         if let Some(c) = &self.control {
             fds.push(c.as_fd());
@@ -176,19 +180,11 @@ impl<E: Enclave + 'static> Gateway<E> {
     }
 
     fn read_sockets(&mut self, now: Instant) {
-        let mut buf = vec![0u8; 65_536];
-        for i in 0..self.ike_sockets.len() {
-            let Some(sock) = self.ike_sockets.get(i) else { continue };
-            let Ok(local) = sock.local_addr() else { continue };
+        for (sock, local) in &self.ike_sockets {
             for _ in 0..READS_PER_ROUND {
-                match sock.recv_from(&mut buf) {
-                    Ok((n, from)) => {
-                        let bytes = buf.get(..n).unwrap_or(&[]);
-                        self.engine.handle_datagram(now, from, local, bytes);
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(_) => break,
-                }
+                // WouldBlock ends the socket's turn; other errors (ICMP-reported) too.
+                let Ok((n, from)) = sock.recv_from(&mut self.rx) else { break };
+                self.engine.handle_datagram(now, from, *local, self.rx.get(..n).unwrap_or(&[]));
             }
         }
     }
@@ -216,8 +212,8 @@ impl<E: Enclave + 'static> Gateway<E> {
         let sent = if t.local.port() == IKE_PORT {
             self.ike_sockets
                 .iter()
-                .find(|s| s.local_addr().is_ok_and(|a| a == t.local))
-                .is_some_and(|s| s.send_to(&t.contents, t.remote).is_ok())
+                .find(|(_, a)| *a == t.local)
+                .is_some_and(|(s, _)| s.send_to(&t.contents, t.remote).is_ok())
         } else {
             self.dp.send_udp(t.local, t.remote, &t.contents).is_ok()
         };
