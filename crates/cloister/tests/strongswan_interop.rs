@@ -451,27 +451,50 @@ matrix! {
     cloister_initiates_v6_ecdsa_certificates: Cloister V6 "chacha20poly1305-prfsha256-x25519" Ecdsa;
 }
 
-/// Who starts a child SA rekey.
+/// Who starts a rekey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rekeyer {
     StrongSwan,
     Cloister,
+    /// Both at once (RFC 7296 §2.8: a collision if the requests cross).
+    Both,
 }
 
-/// Pings every 10 ms through the tunnel while one side rekeys the child SA: no ping may be
-/// lost, the new SA must carry the traffic, and the old one must be gone on both sides.
-fn rekey_under_traffic(rekeyer: Rekeyer) {
+/// What is rekeyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rekeyed {
+    Child,
+    Ike,
+}
+
+/// The first value after `prefix` on a line of `text` (up to a comma or space).
+fn field_after(text: &str, prefix: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let rest = l.trim().strip_prefix(prefix)?;
+        Some(rest.split([',', ' ']).next().unwrap_or("").to_owned())
+    })
+}
+
+/// The IKE SA number `sa list` shows (`site-a: #N, ...`).
+fn ike_number(list: &str) -> String {
+    list.lines()
+        .find_map(|l| l.split_once(": #").map(|(_, r)| r.split(',').next().unwrap_or("").to_owned()))
+        .expect("an IKE SA")
+}
+
+/// Pings every 10 ms through the tunnel while one side (or both) rekeys the child SA or the
+/// IKE SA: no ping may be lost, and afterwards each side holds exactly one IKE SA and one
+/// child SA, which still work (an IKE rekey is followed by a child rekey on the new SA).
+fn rekey_under_traffic(rekeyer: Rekeyer, what: Rekeyed) {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
         eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
         return;
     }
     let mut tb = Testbed::start(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk);
     tb.up(Initiator::StrongSwan);
-    let old_spi = tb
-        .sa(&["list"])
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("in  ").map(|r| r.split(',').next().unwrap_or("").to_owned()))
-        .expect("an inbound SPI");
+    let list = tb.sa(&["list"]);
+    let old_spi = field_after(&list, "in  ").expect("an inbound SPI");
+    let old_ike = ike_number(&list);
     const PINGS: u32 = 400;
     let mut ping = tb
         .site
@@ -494,20 +517,51 @@ fn rekey_under_traffic(rekeyer: Rekeyer) {
         )
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    match rekeyer {
-        Rekeyer::StrongSwan => {
-            tb.swanctl(&["--rekey", "--child", "net"]);
+    let ours = match what {
+        Rekeyed::Child => vec!["rekey-child", old_spi.as_str()],
+        Rekeyed::Ike => vec!["rekey-ike", old_ike.as_str()],
+    };
+    let theirs = match what {
+        Rekeyed::Child => ["--rekey", "--child", "net"],
+        Rekeyed::Ike => ["--rekey", "--ike", "gw"],
+    };
+    std::thread::scope(|s| {
+        if rekeyer != Rekeyer::Cloister {
+            s.spawn(|| tb.swanctl(&theirs));
         }
-        Rekeyer::Cloister => {
-            let reply = tb.sa(&["rekey-child", &old_spi]);
-            assert!(reply.contains("rekeying child"), "{reply}");
+        if rekeyer != Rekeyer::StrongSwan {
+            let reply = tb.sa(&ours);
+            assert!(reply.contains("rekeying"), "{reply}");
         }
-    }
-    if let Err(e) = tb.cloister.wait_for_log(&format!("rekeyed {old_spi} ->"), Duration::from_secs(20)) {
+    });
+    let (rekeyed, deleted) = match what {
+        Rekeyed::Child => (format!("rekeyed {old_spi} ->"), format!("{old_spi} deleted")),
+        Rekeyed::Ike => {
+            (format!("ike: #{old_ike} rekeyed -> #"), format!("ike: #{old_ike} deleted: Rekeyed"))
+        }
+    };
+    if let Err(e) = tb.cloister.wait_for_log(&rekeyed, Duration::from_secs(20)) {
         panic!("no rekey: {e}\n{}", tb.logs());
     }
-    if let Err(e) = tb.cloister.wait_for_log(&format!("{old_spi} deleted"), Duration::from_secs(20)) {
-        panic!("old child SA not deleted: {e}\n{}", tb.logs());
+    if let Err(e) = tb.cloister.wait_for_log(&deleted, Duration::from_secs(40)) {
+        panic!("old SA not deleted: {e}\n{}", tb.logs());
+    }
+    if what == Rekeyed::Ike {
+        // Redundant SAs of a collision go too; then the new IKE SA rekeys the child.
+        let one = testnet::wait_until("one IKE SA on each side", Duration::from_secs(40), || {
+            tb.sa(&["list"]).matches(": #").count() == 1
+                && tb.swanctl(&["--list-sas"]).matches("ESTABLISHED").count() == 1
+        });
+        assert!(one.is_ok(), "{}\n{}\n{}", tb.sa(&["list"]), tb.swanctl(&["--list-sas"]), tb.logs());
+        let list = tb.sa(&["list"]);
+        assert_ne!(ike_number(&list), old_ike);
+        assert!(list.contains("net: INSTALLED"), "the child moved to the new IKE SA:\n{list}");
+        let spi = field_after(&list, "in  ").expect("an inbound SPI");
+        let reply = tb.sa(&["rekey-child", &spi]);
+        assert!(reply.contains("rekeying child"), "{reply}");
+        if let Err(e) = tb.cloister.wait_for_log(&format!("{spi} deleted"), Duration::from_secs(20)) {
+            panic!("no child rekey on the new IKE SA: {e}\n{}", tb.logs());
+        }
     }
     let done = testnet::wait_until("ping to finish", Duration::from_secs(30), || !ping.is_running());
     assert!(done.is_ok(), "ping did not finish");
@@ -515,7 +569,12 @@ fn rekey_under_traffic(rekeyer: Rekeyer) {
     let line = summary.lines().find(|l| l.contains("received")).unwrap_or_default().to_owned();
     let list = tb.sa(&["list"]);
     let charon = tb.swanctl(&["--list-sas"]);
-    eprintln!("rekey under traffic, {rekeyer:?} rekeys the child: {line}\n{list}{charon}");
+    // A collision leaves traces: a redundant IKE SA deleted besides the old one, or two
+    // successors of the old child.
+    let log = tb.cloister.log();
+    let ike_deletes = log.lines().filter(|l| l.starts_with("ike: #") && l.contains(" deleted: ")).count();
+    let collided = ike_deletes > 1 || log.matches(&format!("rekeyed {old_spi} ->")).count() > 1;
+    eprintln!("rekey under traffic, {rekeyer:?} rekeys the {what:?} SA: {line} (collision seen: {collided})\n{list}{charon}");
     assert!(
         line.contains(&format!("{PINGS} packets transmitted, {PINGS} received")),
         "lost pings: {line}\n{}",
@@ -523,16 +582,37 @@ fn rekey_under_traffic(rekeyer: Rekeyer) {
     );
     assert!(!list.contains(&old_spi), "old SA still listed:\n{list}");
     assert_eq!(charon.matches("INSTALLED").count(), 1, "charon keeps exactly the new child:\n{charon}");
+    assert_eq!(list.matches(": #").count(), 1, "one IKE SA left:\n{list}");
 }
 
 #[test]
 fn strongswan_rekeys_the_child_under_traffic_without_loss() {
-    rekey_under_traffic(Rekeyer::StrongSwan);
+    rekey_under_traffic(Rekeyer::StrongSwan, Rekeyed::Child);
 }
 
 #[test]
 fn cloister_rekeys_the_child_under_traffic_without_loss() {
-    rekey_under_traffic(Rekeyer::Cloister);
+    rekey_under_traffic(Rekeyer::Cloister, Rekeyed::Child);
+}
+
+#[test]
+fn strongswan_rekeys_the_ike_sa_under_traffic_without_loss() {
+    rekey_under_traffic(Rekeyer::StrongSwan, Rekeyed::Ike);
+}
+
+#[test]
+fn cloister_rekeys_the_ike_sa_under_traffic_without_loss() {
+    rekey_under_traffic(Rekeyer::Cloister, Rekeyed::Ike);
+}
+
+#[test]
+fn both_rekey_the_ike_sa_at_once_under_traffic_without_loss() {
+    rekey_under_traffic(Rekeyer::Both, Rekeyed::Ike);
+}
+
+#[test]
+fn both_rekey_the_child_at_once_under_traffic_without_loss() {
+    rekey_under_traffic(Rekeyer::Both, Rekeyed::Child);
 }
 
 /// The secrets charon logged at level 4 (`NAME => N bytes @ ADDR` and hex-dump lines), by

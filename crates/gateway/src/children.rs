@@ -19,6 +19,10 @@ use ike::{ChildSa, SaId};
 /// Policies of gateway child SAs sit after any operator-installed ones.
 const CHILD_POLICY_PRIORITY: u32 = 1000;
 
+/// How long a successor we answered waits for the peer's Delete of its predecessor before
+/// it carries outbound traffic anyway.
+pub(crate) const SWITCH_WAIT: core::time::Duration = core::time::Duration::from_secs(10);
+
 /// What was installed for one child SA (keyed by its inbound SPI).
 #[derive(Debug, Clone)]
 pub(crate) struct Installed {
@@ -32,6 +36,9 @@ pub(crate) struct Installed {
     pub(crate) policies: Vec<PolicyId>,
     /// When it was installed.
     pub(crate) since: Instant,
+    /// The predecessor (inbound SPI) whose outbound traffic this child takes over when the
+    /// peer deletes it: set when we answered the rekey (see `ike::Event::ChildSaRekeyed`).
+    pub(crate) waiting_for: Option<u32>,
 }
 
 /// The child SAs installed in the data plane.
@@ -115,6 +122,17 @@ pub(crate) enum InstallError {
 }
 
 impl Children {
+    /// Records that the children of IKE SA `old` belong to `new` now (an IKE rekey);
+    /// returns how many moved. The data plane is untouched: ESP does not change.
+    pub(crate) fn reassign(&mut self, old: SaId, new: SaId) -> usize {
+        let mut moved = 0;
+        for c in self.by_spi.values_mut().filter(|c| c.ike == old) {
+            c.ike = new;
+            moved += 1;
+        }
+        moved
+    }
+
     /// Installs a new child SA: inbound, outbound and its policies, in one table update.
     pub(crate) fn install<E: enclave::Enclave + 'static>(
         &mut self,
@@ -150,28 +168,34 @@ impl Children {
                 Ok((id, policies))
             })
             .ok_or(InstallError::Poisoned)??;
-        self.by_spi.insert(spi, Installed { ike, child, outbound: Some(outbound), policies, since: now });
+        self.by_spi.insert(
+            spi,
+            Installed { ike, child, outbound: Some(outbound), policies, since: now, waiting_for: None },
+        );
         Ok(())
     }
 
-    /// Installs `new` as the successor of the child with inbound SPI `old`: the policies
-    /// move to the new outbound SA and the old outbound SA is removed; the old inbound SA
-    /// stays until [`Self::remove`].
+    /// Installs `new` as the successor of the child with inbound SPI `old`. With
+    /// `switch_now` the policies move to the new outbound SA and the old outbound SA is
+    /// removed; otherwise that happens when the old child is removed (the peer's Delete) or
+    /// after [`SWITCH_WAIT`]. The old inbound SA stays until [`Self::remove`].
     pub(crate) fn rekeyed<E: enclave::Enclave + 'static>(
         &mut self,
         dp: &dataplane::Dataplane<E>,
         ike: SaId,
         old: u32,
         new: ChildSa,
+        switch_now: bool,
         now: Instant,
     ) -> Result<(), InstallError> {
         let (inb, out) = sa_config(&new, true).zip(sa_config(&new, false)).ok_or(InstallError::Selectors)?;
         let spi = new.spi_inbound;
+        let wait = !switch_now && self.by_spi.get(&old).is_some_and(|o| o.outbound.is_some());
         let (old_out, policies) = match self.by_spi.get_mut(&old) {
-            Some(o) => (o.outbound.take(), core::mem::take(&mut o.policies)),
-            None => (None, Vec::new()),
+            Some(o) if !wait => (o.outbound.take(), core::mem::take(&mut o.policies)),
+            _ => (None, Vec::new()),
         };
-        let sels = if policies.is_empty() { selectors(&new) } else { Vec::new() };
+        let sels = if policies.is_empty() && !wait { selectors(&new) } else { Vec::new() };
         let result = dp
             .update(|sad, spd| -> Result<_, InstallError> {
                 sad.add_inbound(inb, now).map_err(|e| InstallError::Esp(e.to_string()))?;
@@ -200,8 +224,11 @@ impl Children {
             .ok_or(InstallError::Poisoned)?;
         match result {
             Ok((id, policies)) => {
-                self.by_spi
-                    .insert(spi, Installed { ike, child: new, outbound: Some(id), policies, since: now });
+                let waiting_for = wait.then_some(old);
+                self.by_spi.insert(
+                    spi,
+                    Installed { ike, child: new, outbound: Some(id), policies, since: now, waiting_for },
+                );
                 Ok(())
             }
             Err(e) => {
@@ -217,11 +244,13 @@ impl Children {
 
     /// Removes a child SA: its policies, its outbound SA (if still current) and its
     /// inbound SA. Traffic its policies covered is then dropped, never sent in the clear.
+    /// A successor waiting for it takes its policies instead (see [`Self::rekeyed`]).
     pub(crate) fn remove<E: enclave::Enclave + 'static>(
         &mut self,
         dp: &dataplane::Dataplane<E>,
         spi: u32,
     ) -> Result<Installed, InstallError> {
+        self.switch_to_successor(dp, spi)?;
         let c = self.by_spi.remove(&spi).ok_or(InstallError::Unknown(spi))?;
         dp.update(|sad, spd| {
             for p in &c.policies {
@@ -234,6 +263,50 @@ impl Children {
         })
         .ok_or(InstallError::Poisoned)?;
         Ok(c)
+    }
+
+    /// Moves outbound traffic from the child `old` to a successor waiting for it, if any:
+    /// its policies point at the successor's outbound SA, and its own outbound SA goes.
+    fn switch_to_successor<E: enclave::Enclave + 'static>(
+        &mut self,
+        dp: &dataplane::Dataplane<E>,
+        old: u32,
+    ) -> Result<(), InstallError> {
+        let Some(new) = self.by_spi.iter().find(|(_, c)| c.waiting_for == Some(old)).map(|(s, _)| *s) else {
+            return Ok(());
+        };
+        let (old_out, policies) = match self.by_spi.get_mut(&old) {
+            Some(o) => (o.outbound.take(), core::mem::take(&mut o.policies)),
+            None => (None, Vec::new()),
+        };
+        let Some(succ) = self.by_spi.get_mut(&new) else { return Ok(()) };
+        succ.waiting_for = None;
+        let (Some(from), Some(to)) = (old_out, succ.outbound) else { return Ok(()) };
+        succ.policies.extend(policies);
+        dp.update(|sad, spd| {
+            spd.retarget(from, to);
+            let _ = sad.remove_outbound(from);
+        })
+        .ok_or(InstallError::Poisoned)
+    }
+
+    /// Successors that waited [`SWITCH_WAIT`] for the peer's Delete of their predecessor
+    /// take outbound traffic anyway (the peer has had ample time to install them).
+    pub(crate) fn switch_overdue<E: enclave::Enclave + 'static>(
+        &mut self,
+        dp: &dataplane::Dataplane<E>,
+        now: Instant,
+    ) -> Result<usize, InstallError> {
+        let due: Vec<u32> = self
+            .by_spi
+            .values()
+            .filter(|c| now.saturating_duration_since(c.since) >= SWITCH_WAIT)
+            .filter_map(|c| c.waiting_for)
+            .collect();
+        for old in &due {
+            self.switch_to_successor(dp, *old)?;
+        }
+        Ok(due.len())
     }
 
     /// The child whose inbound SA or outbound SA this is.

@@ -33,6 +33,8 @@ pub enum Request {
     Initiate(String),
     /// Rekey the child SA with this inbound SPI.
     RekeyChild(u32),
+    /// Rekey an IKE SA (its children move to the new one).
+    RekeyIke(u64),
     /// Delete an IKE SA (and its children).
     TerminateIke(u64),
 }
@@ -53,10 +55,8 @@ impl Request {
             "counters" => Self::Counters,
             "initiate" => Self::Initiate(arg.ok_or("expected a connection name")?.to_owned()),
             "rekey-child" => Self::RekeyChild(hex(arg)?),
-            "terminate-ike" => Self::TerminateIke(
-                arg.and_then(|s| s.trim_start_matches('#').parse().ok())
-                    .ok_or("expected an IKE SA number")?,
-            ),
+            "rekey-ike" => Self::RekeyIke(ike_number(arg)?),
+            "terminate-ike" => Self::TerminateIke(ike_number(arg)?),
             other => return Err(format!("unknown request {:?}", other.chars().take(32).collect::<String>())),
         };
         if words.next().is_some() {
@@ -64,6 +64,12 @@ impl Request {
         }
         Ok(r)
     }
+}
+
+/// An IKE SA number as `list` prints it (`#N` or `N`).
+fn ike_number(arg: Option<&str>) -> core::result::Result<u64, String> {
+    arg.and_then(|s| s.trim_start_matches('#').parse().ok())
+        .ok_or_else(|| "expected an IKE SA number".to_owned())
 }
 
 /// The listening socket.
@@ -213,12 +219,15 @@ pub(crate) fn list<E: Enclave + 'static>(
     for sa in engine.ike_sas() {
         let (spi_i, spi_r) = sa.spis();
         let ours = if sa.role() == enclave::Role::Initiator { ('*', ' ') } else { (' ', '*') };
+        let state = match sa.successor() {
+            Some(new) => format!("Rekeyed (to #{})", new.0),
+            None => format!("{:?}", sa.state()),
+        };
         let _ = writeln!(
             out,
-            "{}: #{}, {:?}, IKEv2, {spi_i:016x}_i{} {spi_r:016x}_r{}",
+            "{}: #{}, {state}, IKEv2, {spi_i:016x}_i{} {spi_r:016x}_r{}",
             sa.connection(),
             sa.id().0,
-            sa.state(),
             ours.0,
             ours.1
         );
@@ -307,6 +316,8 @@ mod tests {
         assert_eq!(Request::parse("rekey-child c0ffee01"), Ok(Request::RekeyChild(0xc0ff_ee01)));
         assert_eq!(Request::parse("rekey-child 0xc0ffee01"), Ok(Request::RekeyChild(0xc0ff_ee01)));
         assert_eq!(Request::parse("terminate-ike #7"), Ok(Request::TerminateIke(7)));
+        assert_eq!(Request::parse("rekey-ike 7"), Ok(Request::RekeyIke(7)));
+        assert!(Request::parse("rekey-ike x").is_err());
         assert!(Request::parse("initiate").is_err());
         assert!(Request::parse("list extra").is_err());
         assert!(Request::parse("rekey-child zz").is_err());

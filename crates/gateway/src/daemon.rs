@@ -263,9 +263,9 @@ impl<E: Enclave + 'static> Gateway<E> {
                     }
                 }
             }
-            Event::ChildSaRekeyed { sa, old_spi_inbound, child } => {
+            Event::ChildSaRekeyed { sa, old_spi_inbound, child, we_initiated } => {
                 let (name, spi_in, spi_out) = (child.name.clone(), child.spi_inbound, child.spi_outbound);
-                match self.children.rekeyed(&self.dp, sa, old_spi_inbound, child, now) {
+                match self.children.rekeyed(&self.dp, sa, old_spi_inbound, child, we_initiated, now) {
                     Ok(()) => (self.log)(&format!(
                         "child: {name} rekeyed {old_spi_inbound:08x} -> in {spi_in:08x} out {spi_out:08x}"
                     )),
@@ -284,6 +284,26 @@ impl<E: Enclave + 'static> Gateway<E> {
             },
             Event::ChildSaFailed { sa, child, error } => {
                 (self.log)(&format!("child: {child} failed on IKE SA #{}: {error}", sa.0));
+            }
+            Event::IkeSaRekeyed { old, new, role, choice, seal } => {
+                let moved = self.children.reassign(old, new);
+                if let Some(ids) = self.identities.remove(&old) {
+                    self.identities.insert(new, ids);
+                }
+                (self.log)(&format!(
+                    "ike: #{} rekeyed -> #{} as {role:?}, {}/{:?}/{:?}, {moved} child SA(s) moved, \
+                     trusted IKE-SA bytes {} -> {} after clear-and-seal",
+                    old.0,
+                    new.0,
+                    crate::control::suite_name(choice.suite),
+                    choice.prf,
+                    choice.group,
+                    seal.ike_sa_bytes_before,
+                    seal.ike_sa_bytes_after
+                ));
+            }
+            Event::IkeSaRekeyFailed { sa, error } => {
+                (self.log)(&format!("ike: #{} rekey failed: {error}", sa.0));
             }
             Event::IkeSaDeleted { sa, reason } => {
                 self.identities.remove(&sa);
@@ -319,6 +339,9 @@ impl<E: Enclave + 'static> Gateway<E> {
 
     /// Soft expiry: the child is rekeyed (once); hard expiry: it is deleted.
     fn lifetimes(&mut self, now: Instant) {
+        if let Err(e) = self.children.switch_overdue(&self.dp, now) {
+            (self.log)(&format!("child: switching to a rekeyed SA: {e}"));
+        }
         for ev in self.dp.handle_timeout(now) {
             let Some(c) = self.children.find(ev.sa) else { continue };
             let (ike, spi) = (c.ike, c.child.spi_inbound);
@@ -365,6 +388,10 @@ impl<E: Enclave + 'static> Gateway<E> {
                         None => format!("error: no child SA with inbound SPI {spi:08x}\n"),
                     }
                 }
+                Ok(Request::RekeyIke(id)) => match self.engine.rekey_ike(now, SaId(id)) {
+                    Ok(()) => format!("rekeying IKE SA #{id}\n"),
+                    Err(e) => format!("error: {e}\n"),
+                },
                 Ok(Request::TerminateIke(id)) => match self.engine.delete_ike(now, SaId(id)) {
                     Ok(()) => format!("deleting IKE SA #{id}\n"),
                     Err(e) => format!("error: {e}\n"),

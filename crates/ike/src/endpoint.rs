@@ -201,6 +201,13 @@ impl<E: Enclave> Endpoint<E> {
             .ok_or(Error::UnknownIkeSa { sa: sa.0 })?
     }
 
+    /// Rekeys an IKE SA with CREATE_CHILD_SA (RFC 7296 §1.3.2): [`Event::IkeSaRekeyed`]
+    /// names its successor, which holds the child SAs from then on; the old SA is deleted.
+    /// IKE SAs also rekey themselves at their connection's `rekey_time`.
+    pub fn rekey_ike(&mut self, now: Instant, sa: SaId) -> Result<()> {
+        self.with_sa(now, sa.0, |sa, ctx| sa.rekey_ike(ctx)).ok_or(Error::UnknownIkeSa { sa: sa.0 })?
+    }
+
     /// Deletes an IKE SA and its child SAs with an INFORMATIONAL exchange.
     pub fn delete_ike(&mut self, now: Instant, sa: SaId) -> Result<()> {
         self.with_sa(now, sa.0, |sa, ctx| sa.delete(ctx)).ok_or(Error::UnknownIkeSa { sa: sa.0 })?
@@ -305,6 +312,7 @@ impl<E: Enclave> Endpoint<E> {
             config: &self.config,
             out: &mut self.out,
             child_spis: &mut self.child_spis,
+            ike_sas: &self.sas,
             now,
             wall,
         }
@@ -329,6 +337,30 @@ impl<E: Enclave> Endpoint<E> {
             }
         } else {
             self.sas.insert(id, sa);
+        }
+        // A rekey made successors; then the children move to them (one level: adopting
+        // makes neither new SAs nor handoffs).
+        for mut new in std::mem::take(&mut self.out.new_sas) {
+            new.start(&mut self.ctx(now));
+            self.sas.insert(new.id().0, new);
+        }
+        for handoff in std::mem::take(&mut self.out.handoffs) {
+            let to = handoff.to;
+            match self.sas.remove(&to.0) {
+                Some(mut successor) => {
+                    successor.adopt(&mut self.ctx(now), handoff);
+                    self.sas.insert(to.0, successor);
+                }
+                None => {
+                    // The successor is gone already: its children go with it.
+                    for child in handoff.children {
+                        let _ = self.enclave.esp_sa_delete(child.handles.inbound);
+                        let _ = self.enclave.esp_sa_delete(child.handles.outbound);
+                        self.child_spis.remove(&child.spi_inbound);
+                        self.out.events.push_back(Event::ChildSaDeleted { sa: to, child });
+                    }
+                }
+            }
         }
         Some(result)
     }

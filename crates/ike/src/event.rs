@@ -101,6 +101,11 @@ pub enum DeleteReason {
     /// The peer told us it could not authenticate us (AUTHENTICATION_FAILED in an
     /// INFORMATIONAL request, RFC 7296 §2.21.2).
     PeerAuthenticationFailed,
+    /// It was rekeyed (RFC 7296 §1.3.2): its successor holds its child SAs now; or it was
+    /// the redundant SA of a simultaneous rekey (§2.8.2).
+    Rekeyed,
+    /// Its hard lifetime (`rekey_time + over_time`) ran out before a rekey succeeded.
+    Expired,
 }
 
 /// Something the application should know about.
@@ -137,8 +142,8 @@ pub enum Event {
         /// The child SA.
         child: ChildSa,
     },
-    /// A child SA was rekeyed (CREATE_CHILD_SA): the new one is installed and should take
-    /// over outbound traffic; the old one stays until its [`Event::ChildSaDeleted`].
+    /// A child SA was rekeyed (CREATE_CHILD_SA): the new one is installed; the old one
+    /// stays until its [`Event::ChildSaDeleted`].
     ChildSaRekeyed {
         /// The IKE SA.
         sa: SaId,
@@ -146,6 +151,11 @@ pub enum Event {
         old_spi_inbound: u32,
         /// The new child SA.
         child: ChildSa,
+        /// Whether we started the rekey. If we did, the new SA takes outbound traffic at
+        /// once (the peer installed it before answering). If we answered, the peer may not
+        /// have installed its inbound side yet when our first packets arrive: outbound
+        /// traffic should move when the peer deletes the old SA (as strongSwan does).
+        we_initiated: bool,
     },
     /// A child SA could not be negotiated; the IKE SA lives on.
     ChildSaFailed {
@@ -163,6 +173,29 @@ pub enum Event {
         sa: SaId,
         /// The child SA that was removed.
         child: ChildSa,
+    },
+    /// An IKE SA was rekeyed (RFC 7296 §1.3.2): `new` holds the child SAs of `old` now and
+    /// takes every later command; `old` is deleted soon ([`Event::IkeSaDeleted`] with
+    /// [`DeleteReason::Rekeyed`]).
+    IkeSaRekeyed {
+        /// The SA that was rekeyed.
+        old: SaId,
+        /// Its successor.
+        new: SaId,
+        /// Whether we initiated the exchange that created `new` (its original initiator).
+        role: Role,
+        /// The successor's algorithms.
+        choice: IkeChoice,
+        /// Trusted memory around the successor's clear-and-seal.
+        seal: SealReport,
+    },
+    /// Rekeying an IKE SA failed (the peer refused, or its answer was unusable); the SA
+    /// lives on and the rekey is tried again a minute later, until the hard lifetime.
+    IkeSaRekeyFailed {
+        /// The SA.
+        sa: SaId,
+        /// Why.
+        error: Error,
     },
     /// An established IKE SA is gone, with all its child SAs (reported before it).
     IkeSaDeleted {

@@ -391,6 +391,16 @@ pub fn ike_sa_payload(proposals: &[IkeProposal]) -> Sa {
     Sa { proposals: proposals.iter().zip(1..=u8::MAX).map(|(p, n)| p.to_wire(n)).collect() }
 }
 
+/// The SA payload of a list of IKE proposals for a CREATE_CHILD_SA that rekeys the IKE SA
+/// (RFC 7296 §1.3.2): numbered from 1, each with our SPI of the new IKE SA.
+pub fn ike_rekey_sa_payload(proposals: &[IkeProposal], spi: u64) -> Sa {
+    let mut sa = ike_sa_payload(proposals);
+    for p in &mut sa.proposals {
+        p.spi = spi.to_be_bytes().to_vec();
+    }
+    sa
+}
+
 /// The SA payload of a list of ESP proposals, numbered from 1, all with our inbound SPI.
 pub fn esp_sa_payload(proposals: &[EspProposal], spi: u32, with_groups: bool) -> Sa {
     Sa { proposals: proposals.iter().zip(1..=u8::MAX).map(|(p, n)| p.to_wire(n, spi, with_groups)).collect() }
@@ -572,6 +582,15 @@ pub fn ike_answer(number: u8, choice: &IkeChoice) -> Sa {
     Sa { proposals: vec![Proposal { number, protocol: ProtocolId::IKE, transforms, ..Proposal::default() }] }
 }
 
+/// The one-proposal answer to an IKE rekey proposal, with our SPI of the new IKE SA.
+pub fn ike_rekey_answer(number: u8, choice: &IkeChoice, spi: u64) -> Sa {
+    let mut sa = ike_answer(number, choice);
+    for p in &mut sa.proposals {
+        p.spi = spi.to_be_bytes().to_vec();
+    }
+    sa
+}
+
 /// The one-proposal answer to an ESP proposal, with our inbound SPI.
 pub fn esp_answer(number: u8, spi: u32, choice: &EspChoice) -> Sa {
     let mut transforms = vec![cipher_transform(choice.suite.cipher)];
@@ -620,6 +639,18 @@ pub fn accept_ike_answer(response: &Sa, offered: &[IkeProposal]) -> Option<IkeCh
     let prf = pick(p, TransformType::PRF, &ours.prfs, Prf::from_id)?;
     let group = pick(p, TransformType::KE, &ours.groups, DhGroup::from_id)?;
     Some(IkeChoice { suite, prf, group })
+}
+
+/// Checks the responder's answer to our IKE rekey (initiator): the choice and the
+/// responder's SPI of the new IKE SA, which must not be zero.
+pub fn accept_ike_rekey_answer(response: &Sa, offered: &[IkeProposal]) -> Option<(u64, IkeChoice)> {
+    let (p, ours) = answered(response, offered, ProtocolId::IKE)?;
+    let spi = p.ike_spi().filter(|s| *s != 0)?;
+    let suites: Vec<Suite> = ours.suites().collect();
+    let suite = pick_suite(p, &suites)?;
+    let prf = pick(p, TransformType::PRF, &ours.prfs, Prf::from_id)?;
+    let group = pick(p, TransformType::KE, &ours.groups, DhGroup::from_id)?;
+    Some((spi, IkeChoice { suite, prf, group }))
 }
 
 /// Checks the responder's ESP SA payload against what we offered (initiator); returns

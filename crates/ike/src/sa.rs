@@ -16,7 +16,7 @@
 
 use core::mem;
 use core::net::SocketAddr;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -43,6 +43,9 @@ use crate::ts::{self, TrafficSelector};
 
 mod authenticate;
 mod child;
+mod ike_rekey;
+
+pub(crate) use ike_rekey::Handoff;
 
 pub use authenticate::PeerAuth;
 
@@ -68,6 +71,10 @@ pub(crate) struct Output {
     pub(crate) events: VecDeque<Event>,
     /// Drops and refusals.
     pub(crate) counters: Counters,
+    /// IKE SAs made by rekeys, for the endpoint to add.
+    pub(crate) new_sas: Vec<IkeSa>,
+    /// Child SAs moving to a rekeyed IKE SA's successor, for the endpoint to deliver.
+    pub(crate) handoffs: Vec<Handoff>,
 }
 
 impl Output {
@@ -92,6 +99,8 @@ pub(crate) struct Ctx<'a, E> {
     pub(crate) out: &'a mut Output,
     /// Inbound child SPIs in use on this endpoint.
     pub(crate) child_spis: &'a mut HashSet<u32>,
+    /// The endpoint's other IKE SAs, by our SPI.
+    pub(crate) ike_sas: &'a HashMap<u64, IkeSa>,
     /// The current time.
     pub(crate) now: Instant,
     /// The wall-clock time at `now`, if the endpoint knows it (certificate validity).
@@ -109,6 +118,17 @@ impl<E: Enclave> Ctx<'_, E> {
         let mut n = vec![0u8; NONCE_LEN];
         self.random(&mut n)?;
         Ok(n)
+    }
+
+    /// When to try a refused request again (TEMPORARY_FAILURE, §2.25): one to four seconds
+    /// from now, at random, so that two peers refusing each other do not retry in step.
+    fn retry_at(&mut self) -> Instant {
+        let mut b = [0u8; 16];
+        let jitter = match self.random(&mut b) {
+            Ok(()) => u64::from(u16::from_be_bytes([b[0], b[1]])) % 3000,
+            Err(_) => 1500,
+        };
+        later(self.now, Duration::from_millis(1000 + jitter))
     }
 
     /// A fresh inbound child SPI, unique on this endpoint and above the reserved range.
@@ -178,6 +198,11 @@ enum RequestKind {
     RekeyChild(u32),
     /// CREATE_CHILD_SA rekeying a child (sent).
     RekeyChildSent(child::ChildRekey),
+    /// CREATE_CHILD_SA rekeying the IKE SA (queued): the group the peer asked for, if it
+    /// did, and how often it has.
+    RekeyIke(Option<DhGroup>, u8),
+    /// CREATE_CHILD_SA rekeying the IKE SA (sent).
+    RekeyIkeSent(ike_rekey::IkeRekey),
 }
 
 /// Our outstanding request and its retransmission schedule (§2.1, §2.4).
@@ -219,6 +244,10 @@ pub(crate) struct Core {
     last_response: Option<(u32, Vec<u8>)>,
     pending: Option<Pending>,
     queue: VecDeque<RequestKind>,
+    /// Requests to queue at a later time (retries after TEMPORARY_FAILURE).
+    deferred: Vec<(Instant, RequestKind)>,
+    /// Rekeying of this IKE SA.
+    rekey: ike_rekey::RekeyState,
     children: Vec<ChildSa>,
     created: Instant,
     last_heard: Instant,
@@ -432,12 +461,20 @@ impl Core {
                     ctx.child_spis.remove(&spi);
                 }
                 RequestKind::RekeyChildSent(rekey) => rekey.release(ctx),
+                RequestKind::RekeyIkeSent(rekey) => rekey.release(ctx),
                 _ => {}
             }
         }
         let _ = ctx.enclave.ike_sa_delete(ike);
         self.pending = None;
         self.queue.clear();
+        self.deferred.clear();
+        let reason = match reason {
+            DeleteReason::Requested | DeleteReason::PeerDeleted if self.rekey.successor.is_some() => {
+                DeleteReason::Rekeyed
+            }
+            other => other,
+        };
         ctx.out.events.push_back(Event::IkeSaDeleted { sa: self.id, reason });
         State::Deleted
     }
@@ -632,6 +669,8 @@ impl IkeSa {
                 last_response: None,
                 pending: None,
                 queue: VecDeque::new(),
+                deferred: Vec::new(),
+                rekey: ike_rekey::RekeyState::default(),
                 children: Vec::new(),
                 created: ctx.now,
                 last_heard: ctx.now,
@@ -723,6 +762,8 @@ impl IkeSa {
                 last_response: Some((0, response.clone())),
                 pending: None,
                 queue: VecDeque::new(),
+                deferred: Vec::new(),
+                rekey: ike_rekey::RekeyState::default(),
                 children: Vec::new(),
                 created: ctx.now,
                 last_heard: ctx.now,
@@ -980,6 +1021,10 @@ impl IkeSa {
             (State::Established(st), ExchangeType::INFORMATIONAL) => {
                 st.process_informational(&mut self.core, ctx, h.message_id, to, &inner)
             }
+            (State::Established(st), ExchangeType::CREATE_CHILD_SA) if ike_rekey::is_ike_rekey(&inner) => {
+                ike_rekey::respond(&st, &mut self.core, ctx, h.message_id, to, &inner);
+                State::Established(st)
+            }
             (State::Established(st), ExchangeType::CREATE_CHILD_SA) => {
                 child::respond(&st, &mut self.core, ctx, h.message_id, to, &inner);
                 State::Established(st)
@@ -1043,7 +1088,25 @@ impl IkeSa {
                     // The child went away meanwhile.
                     Err(_) => continue,
                 },
-                RequestKind::SaInit | RequestKind::Auth | RequestKind::RekeyChildSent(_) => continue,
+                RequestKind::RekeyIke(group, retries) => {
+                    // A rekeyed SA is not rekeyed again: its successor is.
+                    if self.core.rekey.successor.is_some() {
+                        continue;
+                    }
+                    match ike_rekey::request(&self.core, st, ctx, group, retries) {
+                        Ok((rekey, inner)) => {
+                            (ExchangeType::CREATE_CHILD_SA, inner, RequestKind::RekeyIkeSent(rekey))
+                        }
+                        Err(error) => {
+                            ctx.out.events.push_back(Event::IkeSaRekeyFailed { sa: self.core.id, error });
+                            continue;
+                        }
+                    }
+                }
+                RequestKind::SaInit
+                | RequestKind::Auth
+                | RequestKind::RekeyChildSent(_)
+                | RequestKind::RekeyIkeSent(_) => continue,
             };
             let id = self.core.next_request;
             let header = self.core.header(exchange, false, id);
@@ -1053,11 +1116,11 @@ impl IkeSa {
                     self.core.send_request(ctx, exchange, id, bytes, kind);
                     return;
                 }
-                Err(_) => {
-                    if let RequestKind::RekeyChildSent(rekey) = &kind {
-                        rekey.release(ctx);
-                    }
-                }
+                Err(_) => match &kind {
+                    RequestKind::RekeyChildSent(rekey) => rekey.release(ctx),
+                    RequestKind::RekeyIkeSent(rekey) => rekey.release(ctx),
+                    _ => {}
+                },
             }
         }
     }
@@ -1078,8 +1141,10 @@ impl IkeSa {
                             } else {
                                 DeleteReason::PeerUnreachable
                             };
-                            if let RequestKind::RekeyChildSent(rekey) = &kind {
-                                rekey.release(ctx);
+                            match &kind {
+                                RequestKind::RekeyChildSent(rekey) => rekey.release(ctx),
+                                RequestKind::RekeyIkeSent(rekey) => rekey.release(ctx),
+                                _ => {}
                             }
                             self.core.delete_established(ctx, st.ike, reason)
                         }
@@ -1114,9 +1179,36 @@ impl IkeSa {
                 return;
             }
         }
+        if let State::Established(st) = &self.state {
+            let ike = st.ike;
+            let (due, later_ones): (Vec<_>, Vec<_>) =
+                mem::take(&mut self.core.deferred).into_iter().partition(|(t, _)| *t <= now);
+            self.core.deferred = later_ones;
+            self.core.queue.extend(due.into_iter().map(|(_, k)| k));
+            if self.core.rekey.successor.is_some() {
+                // A rekeyed SA only waits for its Delete; past CLOSE_WAIT it sends its own.
+                if self.core.rekey.close_at.is_some_and(|t| now >= t) {
+                    self.core.rekey.close_at = None;
+                    self.core.queue.push_back(RequestKind::DeleteIke);
+                }
+            } else if now >= self.hard_expiry() {
+                /* INFORMATIONAL { SK { D(IKE) } } --> (not awaited: the SA is gone either way) */
+                let header = self.core.header(ExchangeType::INFORMATIONAL, false, self.core.next_request);
+                let delete = vec![Payload::Delete(Delete::ike())];
+                if let Ok(bytes) = sk::seal(ctx.enclave, ike, st.choice.suite, header, delete) {
+                    ctx.out.send(self.core.local, self.core.remote, &bytes);
+                }
+                self.state = self.core.delete_established(ctx, ike, DeleteReason::Expired);
+                return;
+            } else if !self.core.rekey.soft_expired && now >= self.soft_expiry() {
+                self.core.rekey.soft_expired = true;
+                self.core.queue.push_back(RequestKind::RekeyIke(None, 0));
+            }
+        }
         if let (State::Established(_), Some(delay)) = (&self.state, self.core.conn.dpd_delay) {
             if self.core.pending.is_none()
                 && self.core.queue.is_empty()
+                && self.core.rekey.successor.is_none()
                 && now >= later(self.core.last_heard, delay)
             {
                 self.core.queue.push_back(RequestKind::Liveness);
@@ -1133,8 +1225,21 @@ impl IkeSa {
             State::ExpectAuthRequest(_) => consider(later(self.core.created, config.half_open_timeout)),
             State::Established(_) => {
                 if let Some(delay) = self.core.conn.dpd_delay {
-                    if self.core.pending.is_none() {
+                    if self.core.pending.is_none() && self.core.rekey.successor.is_none() {
                         consider(later(self.core.last_heard, delay));
+                    }
+                }
+                for (t, _) in &self.core.deferred {
+                    consider(*t);
+                }
+                if self.core.rekey.successor.is_some() {
+                    if let Some(t) = self.core.rekey.close_at {
+                        consider(t);
+                    }
+                } else {
+                    consider(self.hard_expiry());
+                    if !self.core.rekey.soft_expired {
+                        consider(self.soft_expiry());
                     }
                 }
             }
@@ -1177,6 +1282,44 @@ impl IkeSa {
         self.core.queue.push_back(RequestKind::RekeyChild(spi));
         self.pump(ctx);
         Ok(())
+    }
+
+    /// Queues a CREATE_CHILD_SA rekeying this IKE SA (RFC 7296 §1.3.2).
+    pub(crate) fn rekey_ike<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) -> Result<(), Error> {
+        if !matches!(self.state, State::Established(_)) || self.core.rekey.successor.is_some() {
+            let state = if self.core.rekey.successor.is_some() { "rekeyed" } else { self.state.name() };
+            return Err(Error::WrongState { state, what: "rekey the IKE SA" });
+        }
+        self.core.queue.push_back(RequestKind::RekeyIke(None, 0));
+        self.pump(ctx);
+        Ok(())
+    }
+
+    /// Sends what a new SA has queued (a redundant rekey's Delete).
+    pub(crate) fn start<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) {
+        self.pump(ctx);
+    }
+
+    /// Takes over child SAs and queued work from the IKE SA this one succeeds.
+    pub(crate) fn adopt<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, handoff: Handoff) {
+        self.core.children.extend(handoff.children);
+        self.core.queue.extend(handoff.queue);
+        self.pump(ctx);
+    }
+
+    /// The SA this one was rekeyed into, if it was.
+    pub fn successor(&self) -> Option<SaId> {
+        self.core.rekey.successor
+    }
+
+    /// When the IKE SA starts its rekey (`rekey_time` after it was made).
+    fn soft_expiry(&self) -> Instant {
+        later(self.core.created, self.core.conn.rekey_time)
+    }
+
+    /// When the IKE SA is deleted without a successful rekey.
+    fn hard_expiry(&self) -> Instant {
+        later(self.core.created, self.core.conn.rekey_time.saturating_add(self.core.conn.over_time))
     }
 
     /// Queues a liveness check.
@@ -1729,9 +1872,15 @@ impl Established {
                 child::rekey_response(&self, core, ctx, rekey, inner);
                 State::Established(self)
             }
-            RequestKind::Liveness | RequestKind::SaInit | RequestKind::Auth | RequestKind::RekeyChild(_) => {
+            RequestKind::RekeyIkeSent(rekey) => {
+                ike_rekey::response(&self, core, ctx, rekey, inner);
                 State::Established(self)
             }
+            RequestKind::Liveness
+            | RequestKind::SaInit
+            | RequestKind::Auth
+            | RequestKind::RekeyChild(_)
+            | RequestKind::RekeyIke(..) => State::Established(self),
         }
     }
 }

@@ -30,6 +30,11 @@ enum What {
         /// Its inbound SPI, in hex, as `sa list` prints it.
         spi: String,
     },
+    /// Rekey an IKE SA now (CREATE_CHILD_SA); its child SAs move to the new one.
+    RekeyIke {
+        /// Its number, as `sa list` prints it (`#N`).
+        id: String,
+    },
     /// Delete an IKE SA and its child SAs.
     TerminateIke {
         /// Its number, as `sa list` prints it (`#N`).
@@ -44,6 +49,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         What::Counters => "counters".to_owned(),
         What::Initiate { connection } => format!("initiate {connection}"),
         What::RekeyChild { spi } => format!("rekey-child {spi}"),
+        What::RekeyIke { id } => format!("rekey-ike {id}"),
         What::TerminateIke { id } => format!("terminate-ike {id}"),
     };
     let reply = gateway::control::call(&args.socket, &request)?;

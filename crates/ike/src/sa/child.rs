@@ -1,6 +1,6 @@
 //! CREATE_CHILD_SA for child SAs (RFC 7296 §1.3.1, §1.3.3): rekeying a child SA, or a new
 //! one, as initiator and responder, with or without PFS. Keys come from the sealed SK_d
-//! (the IKE SA is cleared and sealed by now). IKE SA rekeys are still refused.
+//! (the IKE SA is cleared and sealed by now). IKE SA rekeys are in [`super::ike_rekey`].
 //!
 //! ```text
 //! CREATE_CHILD_SA { SK { N(REKEY_SA), SA, Ni, [KEi], TSi, TSr } } -->
@@ -8,11 +8,15 @@
 //! INFORMATIONAL { SK { D(ESP, old) } } -->      (the rekey's initiator deletes the old SA)
 //! ```
 //!
+//! A peer's child rekey while the IKE SA is being rekeyed is answered with
+//! TEMPORARY_FAILURE (§2.25.2); told TEMPORARY_FAILURE ourselves, we try again shortly.
+//!
 //! TSi and TSr name the sides of the *exchange's* initiator, which may be the original
 //! responder (§2.9). Simultaneous rekeys of one child (§2.8.1) are not resolved yet: both
 //! new SAs are kept and both old ones deleted.
 
 use super::{Core, Ctx, Established, RequestKind};
+
 use crate::error::{Error, Side};
 use crate::event::Event;
 use crate::proposal;
@@ -148,6 +152,13 @@ pub(super) fn rekey_response<E: Enclave>(
     let (Some(sa), Some(nonce), Some(ts_i), Some(ts_r)) = (parts.sa, parts.nonce, parts.ts_i, parts.ts_r)
     else {
         let error = match parts.error {
+            Some(NotifyType::TEMPORARY_FAILURE) => {
+                // §2.25: the peer is busy (rekeying the IKE SA, or this child); again later.
+                rekey.release(ctx);
+                let at = ctx.retry_at();
+                core.deferred.push((at, RequestKind::RekeyChild(rekey.old)));
+                return;
+            }
             Some(n) => super::peer_error(n),
             None => Error::InvalidMessage { exchange: "CREATE_CHILD_SA", why: "SA, Nr, TSi or TSr missing" },
         };
@@ -198,7 +209,12 @@ pub(super) fn rekey_response<E: Enclave>(
     };
     let child = core.child_sa(&config, rekey.spi, spi_out, handles, &esp, answer_i, answer_r);
     core.children.push(child.clone());
-    ctx.out.events.push_back(Event::ChildSaRekeyed { sa: core.id, old_spi_inbound: rekey.old, child });
+    ctx.out.events.push_back(Event::ChildSaRekeyed {
+        sa: core.id,
+        old_spi_inbound: rekey.old,
+        child,
+        we_initiated: true,
+    });
     /* INFORMATIONAL { SK { D(ESP, old) } } --> */
     core.queue.push_front(RequestKind::DeleteChild(vec![rekey.old]));
 }
@@ -245,9 +261,11 @@ fn answer<E: Enclave>(
     else {
         return Err((NotifyType::INVALID_SYNTAX, Vec::new(), None));
     };
-    if sa.proposals.iter().any(|p| p.protocol == ProtocolId::IKE) {
-        // IKE SA rekeying comes later (§1.3.2); the peer keeps the IKE SA it has.
-        return Err((NotifyType::NO_ADDITIONAL_SAS, Vec::new(), None));
+    let ike_rekey_in_flight =
+        matches!(core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyIkeSent(_)));
+    if ike_rekey_in_flight || core.rekey.successor.is_some() {
+        // §2.25.2: not while the IKE SA is being rekeyed; the peer tries again later.
+        return Err((NotifyType::TEMPORARY_FAILURE, Vec::new(), None));
     }
     let old = match parts.rekey {
         None => None,
@@ -329,7 +347,12 @@ fn answer<E: Enclave>(
         let child = core.child_sa(config, spi, spi_out, handles, &esp, narrow_r, narrow_i);
         core.children.push(child.clone());
         ctx.out.events.push_back(match old {
-            Some(o) => Event::ChildSaRekeyed { sa: core.id, old_spi_inbound: o.spi_inbound, child },
+            Some(o) => Event::ChildSaRekeyed {
+                sa: core.id,
+                old_spi_inbound: o.spi_inbound,
+                child,
+                we_initiated: false,
+            },
             None => Event::ChildSaReady { sa: core.id, child },
         });
         return Ok(reply);
