@@ -154,7 +154,14 @@ secrets {{
     )
 }
 
-fn gateway_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
+/// Extra lines for the gateway's `[gateway]` table and its connection.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tuning {
+    gateway: &'static str,
+    connection: &'static str,
+}
+
+fn gateway_conf(site: &str, gw: &str, ike: &str, auth: Auth, tuning: Tuning) -> String {
     let gw_id = auth.gw_id();
     let (local, remote) = match auth {
         Auth::Psk => (
@@ -172,6 +179,7 @@ tenant = 1
 enclave = "process"
 provisioning_key = "provisioning.key"
 control_socket = "gw.sock"
+{tuning_gateway}
 
 [dataplane]
 tun = "clgw0"
@@ -183,6 +191,7 @@ workers = 2
 local_addrs = ["{gw}"]
 remote_addrs = ["{site}"]
 proposals = ["{ike}"]
+{tuning_connection}
 local = {local}
 remote = {remote}
 children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], esp_proposals = ["{esp}"] }}
@@ -191,7 +200,9 @@ children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], e
 file = "psk.blob"
 "#,
         listen = if gw.contains(':') { format!("[{gw}]:4500") } else { format!("{gw}:4500") },
-        esp = esp_for(ike)
+        esp = esp_for(ike),
+        tuning_gateway = tuning.gateway,
+        tuning_connection = tuning.connection,
     )
 }
 
@@ -206,10 +217,10 @@ struct Testbed {
 
 impl Testbed {
     fn start(family: Family, ike: &str, auth: Auth) -> Self {
-        Self::start_with(family, ike, auth, false)
+        Self::start_with(family, ike, auth, false, Tuning::default())
     }
 
-    fn start_with(family: Family, ike: &str, auth: Auth, log_keys: bool) -> Self {
+    fn start_with(family: Family, ike: &str, auth: Auth, log_keys: bool, tuning: Tuning) -> Self {
         let (site_addr, gw_addr, plen) = family.outer();
         let site = Netns::new("site").unwrap();
         let gw = Netns::new("gw").unwrap();
@@ -238,7 +249,8 @@ impl Testbed {
                 std::fs::copy(fixture(&format!("a-{kind}.key.der")), sw.join("private/site.der")).unwrap();
             }
         }
-        let conf = gw.write_file("gateway.toml", &gateway_conf(site_addr, gw_addr, ike, auth)).unwrap();
+        let conf =
+            gw.write_file("gateway.toml", &gateway_conf(site_addr, gw_addr, ike, auth, tuning)).unwrap();
         let mut cloister =
             gw.spawn("cloister", &[CLOISTER, "gateway", "--config", conf.to_str().unwrap()]).unwrap();
         cloister.wait_for_log("gateway: tenant 1", Duration::from_secs(30)).unwrap();
@@ -615,6 +627,43 @@ fn both_rekey_the_child_at_once_under_traffic_without_loss() {
     rekey_under_traffic(Rekeyer::Both, Rekeyed::Child);
 }
 
+/// Dead peer detection: with the link to the site cut, the gateway's liveness checks go
+/// unanswered and it removes the IKE SA and its child SA (traffic for the site is then
+/// dropped, never sent in clear). Timers: 2 s DPD delay, 3 sends 0.5 s apart, doubling.
+#[test]
+fn dead_peer_detection_removes_the_sas_of_a_cut_off_peer() {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        return;
+    }
+    let tuning = Tuning {
+        gateway: "retransmit_timeout = \"500ms\"\nretransmit_tries = 3",
+        connection: "dpd_delay = \"2s\"",
+    };
+    let mut tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, false, tuning);
+    tb.up(Initiator::StrongSwan);
+    tb.ping(2);
+    let ike = ike_number(&tb.sa(&["list"]));
+    // A live peer answers the liveness checks: the SA survives several DPD rounds.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(tb.sa(&["list"]).contains("net: INSTALLED"), "{}", tb.logs());
+    let cut = std::time::Instant::now();
+    let out = tb.site.exec(&["ip", "link", "set", "wan0", "down"], Duration::from_secs(10)).unwrap();
+    assert!(out.success, "{}", out.stderr);
+    if let Err(e) =
+        tb.cloister.wait_for_log(&format!("ike: #{ike} deleted: PeerUnreachable"), Duration::from_secs(30))
+    {
+        panic!("no dead peer detection: {e}\n{}", tb.logs());
+    }
+    let took = cut.elapsed();
+    let list = tb.sa(&["list"]);
+    assert!(list.contains("no IKE SAs"), "{list}");
+    assert!(tb.cloister.log().contains(" deleted (IKE SA #"), "the child went with it:\n{}", tb.logs());
+    eprintln!("dead peer detection: SAs removed {:.1} s after the link was cut", took.as_secs_f64());
+    // Silence (at most 2 s) + 0.5 + 1 + 2 s of retransmissions: well under 10 s.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
 /// The secrets charon logged at level 4 (`NAME => N bytes @ ADDR` and hex-dump lines), by
 /// name, each occurrence numbered.
 fn charon_keys(log: &str) -> Vec<(String, Vec<u8>)> {
@@ -680,7 +729,8 @@ fn no_key_that_strongswan_logged_is_in_the_gateway_process() {
         eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
         return;
     }
-    let mut tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, true);
+    let mut tb =
+        Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, true, Tuning::default());
     tb.up(Initiator::StrongSwan);
     tb.ping(20);
     let log = std::fs::read_to_string(tb.site.dir().join("charon.log")).unwrap();

@@ -8,6 +8,10 @@
 //! enclave = "process"                      # or "inline" (keys in the gateway process)
 //! provisioning_key = "provisioning.key"    # 64 hex digits, mode 0600 (until attested provisioning)
 //! control_socket = "/run/cloister/gateway.sock"
+//! retransmit_timeout = "2s"                # first IKE retransmission; each next one doubles
+//! retransmit_tries = 5                     # sends of a request before the peer counts as gone
+//! half_open_timeout = "30s"                # responder SAs waiting for IKE_AUTH
+//! cookie_threshold = 10                    # half-open SAs from which cookies are required
 //!
 //! [dataplane]
 //! tun = "clgw0"
@@ -52,6 +56,10 @@ struct RawGateway {
     enclave: Option<Backend>,
     provisioning_key: Option<String>,
     control_socket: Option<String>,
+    retransmit_timeout: Option<String>,
+    retransmit_tries: Option<u32>,
+    half_open_timeout: Option<String>,
+    cookie_threshold: Option<usize>,
 }
 
 /// The `[gateway]` table, checked.
@@ -65,6 +73,8 @@ pub struct Settings {
     pub provisioning_key: PathBuf,
     /// Where `cloister sa list` connects.
     pub control_socket: PathBuf,
+    /// The IKE engine's timers and thresholds (retransmission, half-open SAs, cookies).
+    pub engine: ike::EndpointConfig,
 }
 
 /// The whole checked configuration.
@@ -121,8 +131,18 @@ impl GatewayConfig {
                 field: "gateway",
                 why: redacted(e.message()),
             })?,
-            None => RawGateway { tenant: None, enclave: None, provisioning_key: None, control_socket: None },
+            None => RawGateway {
+                tenant: None,
+                enclave: None,
+                provisioning_key: None,
+                control_socket: None,
+                retransmit_timeout: None,
+                retransmit_tries: None,
+                half_open_timeout: None,
+                cookie_threshold: None,
+            },
         };
+        let engine = engine_settings(&raw)?;
         let tenant = raw.tenant.unwrap_or(1);
         if tenant == 0 {
             return Err(Error::Config { field: "gateway.tenant", why: "tenant 0 is reserved".into() });
@@ -135,6 +155,7 @@ impl GatewayConfig {
             enclave: raw.enclave.unwrap_or_default(),
             provisioning_key: resolve(dir, &provisioning_key),
             control_socket: resolve(dir, raw.control_socket.as_deref().unwrap_or(DEFAULT_CONTROL_SOCKET)),
+            engine,
         };
 
         let mut dp = toml::Table::new();
@@ -177,6 +198,33 @@ impl GatewayConfig {
     pub fn secret_path(&self, file: &str) -> PathBuf {
         resolve(&self.dir, file)
     }
+}
+
+/// The engine settings of `[gateway]`, over the defaults; timers from 100 ms to an hour.
+fn engine_settings(raw: &RawGateway) -> Result<ike::EndpointConfig> {
+    let mut e = ike::EndpointConfig::default();
+    let timer = |field: &'static str, text: &Option<String>, into: &mut core::time::Duration| {
+        let Some(text) = text else { return Ok(()) };
+        let d = ike::config::parse_duration_text(text)
+            .map_err(|why| Error::Config { field, why: why.to_owned() })?;
+        if d < core::time::Duration::from_millis(100) || d > core::time::Duration::from_secs(3600) {
+            return Err(Error::Config { field, why: "between 100ms and 1h".into() });
+        }
+        *into = d;
+        Ok(())
+    };
+    timer("gateway.retransmit_timeout", &raw.retransmit_timeout, &mut e.retransmit_timeout)?;
+    timer("gateway.half_open_timeout", &raw.half_open_timeout, &mut e.half_open_timeout)?;
+    if let Some(t) = raw.retransmit_tries {
+        if !(1..=20).contains(&t) {
+            return Err(Error::Config { field: "gateway.retransmit_tries", why: "from 1 to 20".into() });
+        }
+        e.retransmit_tries = t;
+    }
+    if let Some(c) = raw.cookie_threshold {
+        e.cookie_threshold = c;
+    }
+    Ok(e)
 }
 
 /// A serde message up to its first quoted value (a value could be a secret).
@@ -279,6 +327,29 @@ file = "psk.blob"
             GatewayConfig::parse(&gateway("").replace("tun = ", "tun_mtu = 99\ntun = "), Path::new(".")),
             Err(Error::Dataplane(_))
         ));
+    }
+
+    #[test]
+    fn engine_timers_are_set_and_bounded() {
+        let c = GatewayConfig::parse(
+            &gateway("retransmit_timeout = \"500ms\"\nretransmit_tries = 3\nhalf_open_timeout = \"1m\""),
+            Path::new("."),
+        )
+        .unwrap();
+        let e = c.settings.engine;
+        assert_eq!(e.retransmit_timeout, core::time::Duration::from_millis(500));
+        assert_eq!((e.retransmit_tries, e.half_open_timeout.as_secs()), (3, 60));
+        assert_eq!(e.cookie_threshold, ike::EndpointConfig::default().cookie_threshold);
+        let d = GatewayConfig::parse(&gateway(""), Path::new(".")).unwrap();
+        assert_eq!(d.settings.engine, ike::EndpointConfig::default());
+        let field = |extra: &str| match GatewayConfig::parse(&gateway(extra), Path::new(".")) {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field("retransmit_timeout = \"10ms\""), "gateway.retransmit_timeout");
+        assert_eq!(field("retransmit_timeout = \"2 fortnights\""), "gateway.retransmit_timeout");
+        assert_eq!(field("half_open_timeout = \"2h\""), "gateway.half_open_timeout");
+        assert_eq!(field("retransmit_tries = 0"), "gateway.retransmit_tries");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use dataplane::{Dataplane, IkeInbox};
 use enclave::Enclave;
 use esp::{LifetimeKind, SaRef};
-use ike::{Endpoint, EndpointConfig, Event, SaId};
+use ike::{Endpoint, Event, SaId};
 
 use crate::children::{range_prefixes, Children};
 use crate::config::{GatewayConfig, IKE_PORT};
@@ -86,7 +86,7 @@ impl<E: Enclave + 'static> Gateway<E> {
     /// binds the IKE sockets. Call it in the network namespace the gateway serves.
     pub fn start(config: &GatewayConfig, enclave: E, log: Box<dyn FnMut(&str) + Send>) -> Result<Self> {
         let mut shared = SharedEnclave::new(enclave);
-        let mut engine = Endpoint::new(shared.clone(), EndpointConfig::default());
+        let mut engine = Endpoint::new(shared.clone(), config.settings.engine);
         // Certificate validity needs the wall clock; the engine itself reads no clock.
         engine.set_wall_clock(Instant::now(), std::time::SystemTime::now());
         for s in &config.ike.secrets {

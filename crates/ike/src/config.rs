@@ -270,26 +270,33 @@ fn parse_duration(raw: &RawDuration) -> core::result::Result<Duration, (&'static
         RawDuration::Seconds(s) => return parse_duration(&RawDuration::Text(s.to_string())),
         RawDuration::Text(t) => t.trim(),
     };
+    parse_duration_text(text).map_err(|why| (why, text.to_owned()))
+}
+
+/// Parses a duration in strongSwan's syntax (`90`, `"90s"`, `"30m"`, `"4h"`, `"1d"`), and
+/// milliseconds (`"500ms"`) for timers shorter than a second; at most ten years.
+pub fn parse_duration_text(text: &str) -> core::result::Result<Duration, &'static str> {
+    let text = text.trim();
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
         None => (text, ""),
     };
-    let value: u64 =
-        digits.parse().map_err(|_| ("not a duration (e.g. 90, 90s, 30m, 4h, 1d)", text.to_owned()))?;
-    let factor = match unit.trim() {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86400,
-        _ => return Err(("unknown unit (use s, m, h or d)", text.to_owned())),
+    let value: u64 = digits.parse().map_err(|_| "not a duration (e.g. 90, 90s, 30m, 4h, 1d)")?;
+    let millis = match unit.trim() {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err("unknown unit (use ms, s, m, h or d)"),
     };
     // Ten years is far beyond any IKE lifetime; anything longer is a typo.
-    const MAX_SECONDS: u64 = 10 * 365 * 86_400;
+    const MAX_MILLIS: u64 = 10 * 365 * 86_400 * 1000;
     value
-        .checked_mul(factor)
-        .filter(|s| *s <= MAX_SECONDS)
-        .map(Duration::from_secs)
-        .ok_or(("duration too large (at most ten years)", text.to_owned()))
+        .checked_mul(millis)
+        .filter(|m| *m <= MAX_MILLIS)
+        .map(Duration::from_millis)
+        .ok_or("duration too large (at most ten years)")
 }
 
 /// A duration field with a default.
