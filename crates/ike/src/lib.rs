@@ -40,6 +40,8 @@ mod cookie;
 mod endpoint;
 mod error;
 mod event;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 pub mod nat;
 pub mod proposal;
 mod sa;

@@ -845,6 +845,16 @@ impl IkeSa {
         }
     }
 
+    /// The IKE SA's enclave handle and algorithms, for the fuzzing harness to forge
+    /// authentic messages.
+    #[cfg(fuzzing)]
+    pub(crate) fn keys(&self) -> Option<(IkeSaHandle, IkeChoice)> {
+        match &self.state {
+            State::Established(s) => Some((s.ike, s.choice)),
+            _ => None,
+        }
+    }
+
     /// The sealed SK_d blob, once established (safe to store untrusted).
     pub fn sealed_sk_d(&self) -> Option<&SealedBlob> {
         match &self.state {

@@ -17,6 +17,19 @@ pub(crate) fn seal<E: Enclave>(
     let chain: Vec<PayloadEntry> = inner.into_iter().map(PayloadEntry::from).collect();
     let mut plaintext = Vec::new();
     let first_inner = encode_chain(&chain, &mut plaintext)?;
+    seal_raw(enclave, ike, suite, header, first_inner, &plaintext)
+}
+
+/// Protects an already encoded inner chain (`plaintext`, starting with a payload of type
+/// `first_inner`) in an SK payload under `header`.
+pub(crate) fn seal_raw<E: Enclave>(
+    enclave: &mut E,
+    ike: IkeSaHandle,
+    suite: Suite,
+    header: IkeHeader,
+    first_inner: wire::ike::PayloadType,
+    plaintext: &[u8],
+) -> Result<Vec<u8>> {
     let layout = suite.sk_layout(plaintext.len());
     let body_len = layout.body_len(plaintext.len());
     let message =
@@ -30,7 +43,7 @@ pub(crate) fn seal<E: Enclave>(
         need: at + plaintext.len(),
         have: aad_len + body_len,
     })?;
-    slot.copy_from_slice(&plaintext);
+    slot.copy_from_slice(plaintext);
     enclave.sk_encrypt(ike, &mut bytes, aad_len, plaintext.len())?;
     Ok(bytes)
 }
