@@ -23,7 +23,7 @@ enum Command {
     Gateway(cmd::gateway::Args),
     /// Ask a running gateway: list SAs, initiate, rekey, terminate.
     Sa(cmd::sa::Args),
-    /// Wrap a tenant secret (PSK, private key) for the tenant's enclave.
+    /// Wrap a tenant secret (PSK, private key, static ESP SA keys) for the tenant's enclave.
     Secret(cmd::secret::Args),
     /// Run one tenant's hardened enclave process (started by the gateway, not by hand).
     #[command(hide = true)]

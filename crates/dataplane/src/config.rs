@@ -20,9 +20,16 @@
 //! address and port of the ESP-in-UDP SAs (they are the listen addresses), and one raw ESP
 //! socket per address family that raw-ESP SAs use. Raw keys (`key = { raw_encryption = .. }`)
 //! are for tests and debugging only; error messages never quote values from the file.
+//!
+//! `key = { wrapped = "..." }` is the production form: the blob `cloister secret wrap --kind
+//! esp` made, either inline as hex or as the path of the file holding it (relative to the
+//! configuration file's directory; binary as written by `cloister secret wrap`, or hex). A
+//! value made only of hex digits is the blob itself; write `./name` for a file whose name is
+//! all hex digits.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::path::Path;
 
 use cio::netdev::Prefix;
 use esp::config::{KeyMaterial, StaticConfig, StaticPolicy, StaticSa, ValidatedConfig};
@@ -30,6 +37,9 @@ use esp::Encapsulation;
 use serde::Deserialize;
 
 use crate::Error;
+
+/// Transform names as `[[sa]]` writes them, for tools that name an SA's transform too.
+pub use esp::config::suite_by_name;
 
 /// The ESP overhead the default TUN MTU leaves room for: outer IPv6 (40), UDP (8), ESP
 /// header (8), a CBC IV (16), up to 15 bytes of padding, the trailer (2) and a 32-byte ICV.
@@ -175,13 +185,63 @@ fn prefixes(list: &[String], field: &'static str) -> Result<Vec<Prefix>, Error> 
         .collect()
 }
 
+/// Whether a `key.wrapped` value is the blob in hex (else it names a file).
+fn is_hex(s: &str) -> bool {
+    let s = s.trim();
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Longest blob file read: a provisioning blob of ESP keys is under 200 bytes.
+const MAX_BLOB_FILE: u64 = 64 << 10;
+
+/// Reads the blob file a `key.wrapped` value names (relative to `dir`) and puts the blob
+/// there in hex. Errors name the SA and field, never the path or the contents.
+fn read_wrapped_files(sas: &mut [StaticSa], dir: &Path) -> Result<(), Error> {
+    use std::io::Read;
+    for (i, sa) in sas.iter_mut().enumerate() {
+        let Some(value) = sa.key.wrapped.as_mut() else { continue };
+        if is_hex(value) {
+            continue;
+        }
+        let bad =
+            |why| Error::Esp(esp::Error::Config { item: esp::ConfigItem::Sa(i), field: "key.wrapped", why });
+        let mut bytes = Vec::new();
+        std::fs::File::open(dir.join(value.trim()))
+            .and_then(|f| f.take(MAX_BLOB_FILE + 1).read_to_end(&mut bytes))
+            .map_err(|e| {
+                bad(match e.kind() {
+                    std::io::ErrorKind::NotFound => "neither hex nor the path of a file",
+                    std::io::ErrorKind::PermissionDenied => "the blob file it names is not readable",
+                    _ => "the blob file it names cannot be read",
+                })
+            })?;
+        if bytes.len() as u64 > MAX_BLOB_FILE {
+            return Err(bad("the blob file it names is too large for a blob"));
+        }
+        // A file of hex text (with a final newline, say) is read as the blob in hex.
+        let text = core::str::from_utf8(&bytes).ok().filter(|t| is_hex(t));
+        *value = match text {
+            Some(t) => t.trim().to_owned(),
+            None => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        };
+    }
+    Ok(())
+}
+
 impl Config {
-    /// Parses and checks a configuration file's text.
+    /// Parses and checks a configuration file's text; `key.wrapped` paths are relative to
+    /// the working directory (see [`Self::parse_in`]).
     pub fn parse(text: &str) -> Result<Self, Error> {
+        Self::parse_in(text, Path::new("."))
+    }
+
+    /// Parses and checks a configuration file's text; `key.wrapped` values that are not hex
+    /// name blob files relative to `dir` (the configuration file's directory), read here.
+    pub fn parse_in(text: &str, dir: &Path) -> Result<Self, Error> {
         let file: File =
             toml::from_str(text).map_err(|e| Error::Config { field: "file", why: redacted(text, &e) })?;
         let mut statics = StaticConfig { sas: file.sa, policies: file.policy };
-        let esp = statics.validate();
+        let esp = read_wrapped_files(&mut statics.sas, dir).and_then(|()| Ok(statics.validate()?));
         // The hex strings held the keys too: overwrite them whatever the outcome.
         for sa in &mut statics.sas {
             for hex in [&mut sa.key.raw_encryption, &mut sa.key.raw_integrity, &mut sa.key.wrapped] {
@@ -247,6 +307,11 @@ impl Config {
     /// Whether any SA carries raw keys (which only `static-keys` builds can install).
     pub fn has_raw_keys(&self) -> bool {
         self.esp.sas.iter().any(|sa| matches!(sa.keys, KeyMaterial::Raw { .. }))
+    }
+
+    /// Whether any SA carries wrapped keys (which need the tenant's provisioning key).
+    pub fn has_wrapped_keys(&self) -> bool {
+        self.esp.sas.iter().any(|sa| matches!(sa.keys, KeyMaterial::Wrapped(_)))
     }
 
     /// Overwrites the raw key bytes held in this configuration with zeros; call it once
@@ -374,6 +439,31 @@ mod tests {
         assert_eq!(field("batch = 0"), "dataplane.batch");
         assert_eq!(field("tun_addresses = [\"nope\"]"), "dataplane.tun_addresses");
         assert_eq!(field("wrokers = 3"), "file");
+    }
+
+    #[test]
+    fn wrapped_keys_come_inline_or_from_a_file_beside_the_config() {
+        let dir = std::env::temp_dir().join(format!("cl-dp-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("keys")).unwrap();
+        let blob = b"CLPV\x01\x05\0\0\0\0\0\x01 opaque to this crate";
+        std::fs::write(dir.join("keys/out.blob"), blob).unwrap();
+        std::fs::write(dir.join("keys/in.hex"), "434c5056ab\n").unwrap();
+        let text = sample("")
+            .replacen(&format!("raw_encryption = \"{KEY}\""), "wrapped = \"keys/out.blob\"", 1)
+            .replacen(&format!("raw_encryption = \"{KEY}\""), "wrapped = \"keys/in.hex\"", 1);
+        let c = Config::parse_in(&text, &dir).unwrap();
+        assert_eq!(c.esp.sas[0].keys, KeyMaterial::Wrapped(blob.to_vec()));
+        assert_eq!(c.esp.sas[1].keys, KeyMaterial::Wrapped(vec![0x43, 0x4c, 0x50, 0x56, 0xab]));
+        assert!(c.has_wrapped_keys() && !c.has_raw_keys());
+        // Inline hex needs no file.
+        let inline = text.replacen("keys/out.blob", "434c505601", 1);
+        let c = Config::parse_in(&inline, &dir).unwrap();
+        assert_eq!(c.esp.sas[0].keys, KeyMaterial::Wrapped(vec![0x43, 0x4c, 0x50, 0x56, 1]));
+        // A missing file is named by its SA and field only.
+        let e = Config::parse_in(&text.replacen("keys/in.hex", "keys/secret-name", 1), &dir).unwrap_err();
+        let e = e.to_string();
+        assert!(e.starts_with("sa[1].key.wrapped: ") && !e.contains("secret-name"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

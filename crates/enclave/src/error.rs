@@ -1,7 +1,7 @@
 //! The one error type of the enclave. No variant carries key bytes or anything derived
 //! from them; context is handles, algorithms, lengths and reasons.
 
-use crate::api::alg::DhGroup;
+use crate::api::alg::{DhGroup, SecretKind};
 use crate::api::handle::HandleKind;
 
 /// Why an enclave call was refused. Every refusal is also counted ([`crate::Counters`]).
@@ -97,6 +97,27 @@ pub enum Error {
     ProvisioningBlob {
         /// Why.
         reason: BlobRejection,
+    },
+    /// A provisioning blob holds another kind of secret than the call takes.
+    #[error("provisioning blob holds a {got}, this call takes {want}")]
+    WrongBlobKind {
+        /// What the blob holds.
+        got: SecretKind,
+        /// What the call takes.
+        want: &'static str,
+    },
+    /// Wrapped ESP SA keys are bound to another SA than the one asked for.
+    #[error("wrapped ESP SA keys are bound to another {field}")]
+    EspSaBinding {
+        /// `direction`, `SPI` or `transform`.
+        field: &'static str,
+    },
+    /// Static ESP keys whose install would let a (key, IV) pair repeat: an outbound SA's
+    /// keys installed a second time by this instance, or one key for both directions.
+    #[error("ESP encryption key refused: {why}")]
+    KeyReuse {
+        /// Which rule.
+        why: &'static str,
     },
     /// A provisioned private key could not be parsed or failed its pairwise check.
     #[error("provisioned key rejected: {why}")]
@@ -222,9 +243,9 @@ pub enum ErrorKind {
     TableFull,
     /// Bad lengths, suites, public values, kinds, paddings: malformed input.
     BadInput,
-    /// [`Error::KeyCleared`], [`Error::AlreadySealed`], [`Error::NotSealed`].
+    /// [`Error::KeyCleared`], [`Error::AlreadySealed`], [`Error::NotSealed`], [`Error::KeyReuse`].
     KeyState,
-    /// [`Error::SealedBlob`] and [`Error::ProvisioningBlob`].
+    /// [`Error::SealedBlob`], [`Error::ProvisioningBlob`] and [`Error::WrongBlobKind`].
     BlobRejected,
     /// [`Error::IntegrityCheckFailed`] and [`Error::AuthenticationFailed`].
     VerifyFailed,
@@ -254,9 +275,14 @@ impl Error {
             | Self::BadPrivateKey { .. }
             | Self::BadPublicKey { .. }
             | Self::BadPadding
+            | Self::EspSaBinding { .. }
             | Self::Unsupported { .. } => ErrorKind::BadInput,
-            Self::KeyCleared { .. } | Self::AlreadySealed | Self::NotSealed => ErrorKind::KeyState,
-            Self::SealedBlob { .. } | Self::ProvisioningBlob { .. } => ErrorKind::BlobRejected,
+            Self::KeyCleared { .. } | Self::AlreadySealed | Self::NotSealed | Self::KeyReuse { .. } => {
+                ErrorKind::KeyState
+            }
+            Self::SealedBlob { .. } | Self::ProvisioningBlob { .. } | Self::WrongBlobKind { .. } => {
+                ErrorKind::BlobRejected
+            }
             Self::IntegrityCheckFailed | Self::AuthenticationFailed { .. } => ErrorKind::VerifyFailed,
             Self::BatchTooLarge { .. } | Self::StatusLengthMismatch { .. } => ErrorKind::BadBatch,
             Self::Exhausted { .. }

@@ -7,7 +7,7 @@
 //! itself is not trusted.
 
 use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
-use crate::api::esp::{BatchSummary, EspDescriptor, EspStatus};
+use crate::api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
@@ -244,6 +244,11 @@ impl Enclave for InlineEnclave {
 
     fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
         let r = self.core.esp_sa_delete(sa);
+        self.core.counted(r)
+    }
+
+    fn esp_sa_install_wrapped(&mut self, wrapped: &[u8], params: &EspSaParams) -> Result<EspSaHandle> {
+        let r = self.core.esp_sa_install_wrapped(wrapped, params);
         self.core.counted(r)
     }
 }

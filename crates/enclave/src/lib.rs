@@ -4,7 +4,7 @@
 //! ECP 19/20, Curve25519), SKEYSEED and SK_* derivation (also for IKE SA rekeying), AUTH
 //! computation and verification (PSK, RSA PKCS#1 v1.5/PSS, ECDSA, RFC 7427), SK payload
 //! protection, child SA KEYMAT, batched ESP encrypt and verify+decrypt (with ESN and
-//! EnclaveVPN's AD-merging), provisioning of tenant secrets, clear-and-seal of SK_d, and
+//! EnclaveVPN's AD-merging), provisioning of tenant secrets and of static ESP SA keys, clear-and-seal of SK_d, and
 //! attestation evidence. Callers hold handles ([`IkeSaHandle`], [`EspSaHandle`], ...) and
 //! see only public values, ciphertext and typed refusals.
 //!
@@ -29,7 +29,7 @@ mod trusted;
 pub use api::alg::{
     AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, SkLayout, Suite,
 };
-pub use api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus, ESP_DESCRIPTOR_LEN};
+pub use api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus, ESP_DESCRIPTOR_LEN};
 pub use api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 pub use api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,

@@ -18,7 +18,9 @@
 //! path_mtu = 1500                     # "out" only
 //! replay_window = 1024                # "in" only
 //! lifetime = { soft_seconds = 3000, hard_seconds = 3600, hard_bytes = 1_000_000_000 }
-//! key = { wrapped = "434c5056..." }   # or, in test builds: { raw_encryption = "..", raw_integrity = ".." }
+//! key = { wrapped = "434c5056..." }   # `cloister secret wrap --kind esp` output, hex (the data
+//!                                     # plane also takes its path); in test builds also
+//!                                     # { raw_encryption = "..", raw_integrity = ".." }
 //!
 //! [[policy]]
 //! priority = 100                      # lower first; ties in file order
@@ -31,9 +33,11 @@
 //! ```
 //!
 //! Keys go to the enclave and nowhere else: [`ValidatedConfig::install`] hands each SA's key
-//! material to a caller-supplied function that calls the enclave. The enclave's call surface
-//! has no call yet that installs an ESP SA from a wrapped (provisioning) blob, so
-//! [`KeyMaterial::Wrapped`] can only be refused today; raw keys are accepted only by
+//! material to a caller-supplied function that calls the enclave. [`KeyMaterial::Wrapped`]
+//! is the production form: a blob the tenant wrapped for its enclave (`cloister secret wrap
+//! --kind esp`), which `Enclave::esp_sa_install_wrapped` opens inside the enclave, bound to
+//! the SA's direction, SPI and transform. Here it is hex; the data plane's file loader also
+//! accepts the path of a blob file. Raw keys are accepted only by
 //! `InlineEnclave::esp_sa_install_raw`, which exists in builds with the enclave's
 //! `test-keys` feature (never in production).
 
@@ -314,6 +318,21 @@ fn integ(name: &str) -> Option<Integ> {
     })
 }
 
+/// The transform an SA's `encryption` and `integrity` names (as in `[[sa]]`) stand for, or
+/// which of the two fields is wrong and why.
+pub fn suite_by_name(
+    encryption: &str,
+    integrity: Option<&str>,
+) -> core::result::Result<Suite, (&'static str, &'static str)> {
+    let c = cipher(encryption).ok_or(("encryption", "unknown transform"))?;
+    match (c.is_aead(), integrity) {
+        (true, None) => Ok(Suite::aead(c)),
+        (true, Some(_)) => Err(("integrity", "an AEAD takes no integrity transform")),
+        (false, Some(i)) => Ok(Suite::cbc(c, integ(i).ok_or(("integrity", "unknown transform"))?)),
+        (false, None) => Err(("integrity", "AES-CBC needs an integrity transform")),
+    }
+}
+
 fn hex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
     if !s.len().is_multiple_of(2) {
@@ -342,13 +361,8 @@ impl StaticSa {
         if local.is_ipv6() != remote.is_ipv6() {
             return Err(bad("remote", "not of the same address family as local"));
         }
-        let c = cipher(&self.encryption).ok_or(bad("encryption", "unknown transform"))?;
-        let suite = match (c.is_aead(), &self.integrity) {
-            (true, None) => Suite::aead(c),
-            (true, Some(_)) => return Err(bad("integrity", "an AEAD takes no integrity transform")),
-            (false, Some(i)) => Suite::cbc(c, integ(i).ok_or(bad("integrity", "unknown transform"))?),
-            (false, None) => return Err(bad("integrity", "AES-CBC needs an integrity transform")),
-        };
+        let suite = suite_by_name(&self.encryption, self.integrity.as_deref())
+            .map_err(|(field, why)| bad(field, why))?;
         let selectors = |list: &[String], field| -> Result<Vec<TrafficSelector>> {
             if list.is_empty() {
                 return Err(bad(field, "at least one selector"));

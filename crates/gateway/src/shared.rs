@@ -150,4 +150,11 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
         self.lock().esp_sa_delete(sa)
     }
+    fn esp_sa_install_wrapped(
+        &mut self,
+        wrapped: &[u8],
+        params: &enclave::EspSaParams,
+    ) -> Result<EspSaHandle> {
+        self.lock().esp_sa_install_wrapped(wrapped, params)
+    }
 }

@@ -2,21 +2,36 @@
 //! (a `[dataplane]` table and `[[sa]]`/`[[policy]]` tables, see `cloister_dataplane::config`)
 //! until SIGINT or SIGTERM, then prints each worker's counters and each SA's usage.
 //!
-//! Static keys are for tests, benchmarks and debugging: they are read from the file, go
-//! into the in-process enclave, are wiped from memory, and are never printed. Only builds
-//! with `--features static-keys` accept them (the enclave's raw-key install exists only
-//! there); other builds refuse every static SA, since wrapped ESP keys have no enclave call
-//! yet.
+//! Static SAs carry keys the tenant wrapped for its enclave (`key = { wrapped = .. }`, made
+//! by `cloister secret wrap --kind esp`): the blobs go to the enclave unopened, which needs
+//! the tenant's provisioning key (`--provisioning-key`). The enclave runs in this process
+//! (`--enclave inline`, the default) or in a hardened child process (`--enclave process`:
+//! this process then never holds an ESP key). Raw keys in the file are a test and debugging
+//! aid: only builds with `--features static-keys` accept them (the enclave's raw-key install
+//! exists only there), with the inline enclave; they are wiped once installed and never
+//! printed.
 //!
 //! Output for scripts: one `dataplane: ...` line once running (offloads included), an
 //! `event ...` line per SA lifetime event, and at exit `worker N: key=value ...`,
 //! `total: ...` and `sa ...` lines.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use dataplane::{Config, Dataplane, WorkerSnapshot};
+use enclave::attest::SoftwareAttestation;
+use enclave::process::{ProcessEnclave, ProcessSpec};
+use enclave::{Enclave, EnclaveConfig, Limits, ProvisioningKey, TenantId};
+
+/// Where the tenant's enclave runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    /// In this process.
+    Inline,
+    /// In a hardened child process (`cloister enclave-process`), reached through shared memory.
+    Process,
+}
 
 /// Arguments of `cloister dataplane`.
 #[derive(Debug, clap::Args)]
@@ -30,48 +45,96 @@ pub(crate) struct Args {
     /// Also print the counters every this many seconds (0: only at exit).
     #[arg(long, default_value_t = 0)]
     stats_every: u64,
-    /// Tenant number of the in-process enclave.
+    /// Tenant number of the enclave (wrapped keys open only in their tenant's enclave).
     #[arg(long, default_value_t = 1)]
     tenant: u32,
+    /// The tenant's provisioning key file (64 hex digits, mode 0600) under which the SAs'
+    /// `wrapped` keys were wrapped; without it the enclave can open no blob.
+    #[arg(long)]
+    provisioning_key: Option<PathBuf>,
+    /// Where the enclave runs.
+    #[arg(long, value_enum, default_value_t = Backend::Inline)]
+    enclave: Backend,
 }
 
 #[cfg(feature = "static-keys")]
-use dataplane::keys::install_raw as install_keys;
+use dataplane::keys::install_raw as install_inline;
 #[cfg(not(feature = "static-keys"))]
-use dataplane::keys::refuse as install_keys;
+use dataplane::keys::install_wrapped as install_inline;
 
 /// Runs `cloister dataplane`.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("reading {}", args.config.display()))?;
-    let parsed = Config::parse(&text);
-    // The text holds the keys in hex: wipe it before anything else happens.
+    let path = args.config.display();
+    let text = std::fs::read_to_string(&args.config).with_context(|| format!("reading {path}"))?;
+    // Blob files named in `key.wrapped` are relative to the configuration's directory.
+    let dir = args.config.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parsed = Config::parse_in(&text, dir);
+    // The text may hold raw keys in hex: wipe it before anything else happens.
     let mut bytes = text.into_bytes();
     bytes.fill(0);
     std::hint::black_box(&bytes);
     drop(bytes);
-    let mut config = parsed.with_context(|| format!("{}", args.config.display()))?;
-    if cfg!(not(feature = "static-keys")) && config.has_raw_keys() {
-        anyhow::bail!(
-            "{}: raw keys need a build with `--features static-keys` (tests and debugging only)",
-            args.config.display()
+    let mut config = parsed.with_context(|| format!("{path}"))?;
+    if config.has_raw_keys() {
+        anyhow::ensure!(
+            cfg!(feature = "static-keys"),
+            "{path}: raw keys need a build with `--features static-keys` (tests and debugging only)"
         );
+        anyhow::ensure!(args.enclave == Backend::Inline, "{path}: raw keys need `--enclave inline`");
     }
+    anyhow::ensure!(
+        !config.has_wrapped_keys() || args.provisioning_key.is_some(),
+        "{path}: wrapped keys need --provisioning-key (the tenant's key they were wrapped under)"
+    );
     if let Some(w) = args.workers {
         anyhow::ensure!((1..=64).contains(&w), "--workers must be 1 to 64");
         config.settings.workers = Some(w);
     }
+    let provisioning_key = match &args.provisioning_key {
+        Some(p) => ProvisioningKey::from_bytes(*gateway::config::read_provisioning_key(p)?),
+        None => ProvisioningKey::generate()?,
+    };
     // Blocked before any thread starts, so every worker inherits the mask and the signals
     // wait for the loop below.
     let signals = cio::signal::Signals::block_termination()?;
-    let enclave = dataplane::keys::inline_enclave(args.tenant)?;
-    let dp = Dataplane::start(&config, enclave, install_keys)?;
-    config.wipe_keys();
+    match args.enclave {
+        Backend::Inline => {
+            let enclave = dataplane::keys::inline_enclave_with_key(args.tenant, provisioning_key)?;
+            let dp = Dataplane::start(&config, enclave, install_inline)?;
+            config.wipe_keys();
+            serve(dp, &signals, "inline", args.stats_every)
+        }
+        Backend::Process => {
+            let enclave_config = EnclaveConfig {
+                tenant: TenantId(args.tenant),
+                provisioning_key,
+                trusted_min_seal_counter: 0,
+                limits: Limits::default(),
+            };
+            let platform_key = SoftwareAttestation::generate_platform_key()?;
+            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
+            let enclave = ProcessEnclave::start(spec, enclave_config, &platform_key)
+                .context("starting the enclave process")?;
+            let pid = enclave.pid().map_or_else(|| "?".into(), |p| p.to_string());
+            let dp = Dataplane::start(&config, enclave, dataplane::keys::install_wrapped::<ProcessEnclave>)?;
+            config.wipe_keys();
+            serve(dp, &signals, &format!("process pid {pid}"), args.stats_every)
+        }
+    }
+}
+
+/// Prints the start-up line, runs until a termination signal, and prints the counters.
+fn serve<E: Enclave + 'static>(
+    dp: Dataplane<E>,
+    signals: &cio::signal::Signals,
+    backend: &str,
+    stats_every: u64,
+) -> anyhow::Result<()> {
     let (udp, raw) = dp.listeners();
     let udp: Vec<String> = udp.iter().map(ToString::to_string).collect();
     let raw: Vec<&str> = raw.iter().map(|&v6| if v6 { "ipv6" } else { "ipv4" }).collect();
     println!(
-        "dataplane: tun {} workers={} udp=[{}] raw_esp=[{}] offloads: {}",
+        "dataplane: tun {} workers={} udp=[{}] raw_esp=[{}] enclave {backend} offloads: {}",
         dp.tun_name(),
         dp.workers(),
         udp.join(","),
@@ -87,7 +150,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         for e in dp.handle_timeout(Instant::now()) {
             println!("event {:?} {:?} {:?}", e.sa, e.kind, e.trigger);
         }
-        if args.stats_every > 0 && last_stats.elapsed() >= Duration::from_secs(args.stats_every) {
+        if stats_every > 0 && last_stats.elapsed() >= Duration::from_secs(stats_every) {
             last_stats = Instant::now();
             println!("{}", WorkerSnapshot::sum(&dp.snapshot()));
         }

@@ -397,6 +397,10 @@ pub enum SecretKind {
     EcdsaP256PrivateKey,
     /// An ECDSA P-384 private key.
     EcdsaP384PrivateKey,
+    /// One direction of a static ESP SA's keys, bound to its SPI and transform
+    /// ([`crate::provision::esp_sa_keys`]); installed by [`crate::Enclave::esp_sa_install_wrapped`],
+    /// never kept as a secret.
+    EspSaKeys,
 }
 
 impl SecretKind {
@@ -407,6 +411,7 @@ impl SecretKind {
             Self::RsaPrivateKey => 2,
             Self::EcdsaP256PrivateKey => 3,
             Self::EcdsaP384PrivateKey => 4,
+            Self::EspSaKeys => 5,
         }
     }
 
@@ -417,8 +422,21 @@ impl SecretKind {
             2 => Some(Self::RsaPrivateKey),
             3 => Some(Self::EcdsaP256PrivateKey),
             4 => Some(Self::EcdsaP384PrivateKey),
+            5 => Some(Self::EspSaKeys),
             _ => None,
         }
+    }
+}
+
+impl core::fmt::Display for SecretKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::PreSharedKey => "pre-shared key",
+            Self::RsaPrivateKey => "RSA private key",
+            Self::EcdsaP256PrivateKey => "ECDSA P-256 private key",
+            Self::EcdsaP384PrivateKey => "ECDSA P-384 private key",
+            Self::EspSaKeys => "set of ESP SA keys",
+        })
     }
 }
 

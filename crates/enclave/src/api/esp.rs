@@ -40,7 +40,22 @@
 //! The sequence number is always the full 64-bit value; with ESN (RFC 4303 §2.2.1) only the
 //! low half is on the wire, and the caller infers the high half from its replay window.
 
+use super::alg::Suite;
 use super::handle::EspSaHandle;
+
+/// One direction of a static ESP SA, as [`crate::Enclave::esp_sa_install_wrapped`] makes it
+/// (the parameters of the test-only raw-key install, without the keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EspSaParams {
+    /// The SPI: ours for an inbound SA, the peer's for an outbound one; never 0.
+    pub spi: u32,
+    /// `true`: we receive with it; `false`: we send with it.
+    pub inbound: bool,
+    /// Extended Sequence Numbers (RFC 4303 §2.2.1).
+    pub esn: bool,
+    /// The transform.
+    pub suite: Suite,
+}
 
 /// What to do with one packet; a newtype so that unknown values survive the trip through
 /// shared memory and are refused per packet with [`EspStatus::UnknownOpcode`].

@@ -13,7 +13,7 @@ use crate::attest::Evidence;
 use crate::error::Result;
 use alg::{AuthMethod, DhGroup, SecretKind};
 use core::ops::Range;
-use esp::{BatchSummary, EspDescriptor, EspStatus};
+use esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
@@ -155,4 +155,18 @@ pub trait Enclave: Send {
 
     /// Forgets one direction of an ESP SA.
     fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()>;
+
+    /// Installs one direction of a static ESP SA (no IKE) from keys the tenant wrapped for
+    /// this enclave ([`crate::provision::wrap_esp_sa_keys`]): the blob is opened, its
+    /// direction, SPI and transform must be `params`', its key lengths the transform's, and
+    /// the keys go straight into the SA; they are not kept as a secret. Refused when the
+    /// encryption key is already an outbound SA's of this instance, or used in the other
+    /// direction ([`crate::Error::KeyReuse`]: a static outbound SA starts at sequence number
+    /// 1, so installing its keys twice would repeat IVs).
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn esp_sa_install_wrapped(&mut self, wrapped: &[u8], params: &EspSaParams) -> Result<EspSaHandle> {
+        let _ = (wrapped, params);
+        Err(crate::Error::Unsupported { what: "static ESP SAs from wrapped keys on this backend", value: 0 })
+    }
 }

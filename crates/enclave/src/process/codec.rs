@@ -7,7 +7,7 @@
 //! the same format; errors carry handles, lengths and reasons only, never key bytes.
 
 use crate::api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, Suite};
-use crate::api::esp::EspStatus;
+use crate::api::esp::{EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, HandleKind, IkeSaHandle, SecretHandle};
 use crate::api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaParams, DhExchange, IkeSaParams, PeerCredential, PublicKey,
@@ -61,6 +61,8 @@ pub mod op {
     pub const IKE_SA_SEAL_STATE: u16 = 20;
     /// [`crate::Enclave::ike_sa_restore`].
     pub const IKE_SA_RESTORE: u16 = 21;
+    /// [`crate::Enclave::esp_sa_install_wrapped`].
+    pub const ESP_SA_INSTALL_WRAPPED: u16 = 22;
 }
 
 /// A buffer does not decode: too short, a bad tag, or bytes left over.
@@ -304,6 +306,17 @@ pub fn get_child_params<'a>(r: &mut Reader<'a>) -> Result<ChildSaParams<'a>, Mal
         spi_inbound: r.u32()?,
         spi_outbound: r.u32()?,
     })
+}
+
+/// Writes static ESP SA parameters.
+pub fn put_esp_sa_params(w: &mut Writer, p: &EspSaParams) {
+    w.u32(p.spi).u8(u8::from(p.inbound)).u8(u8::from(p.esn));
+    put_suite(w, &p.suite);
+}
+
+/// Reads static ESP SA parameters.
+pub fn get_esp_sa_params(r: &mut Reader<'_>) -> Result<EspSaParams, Malformed> {
+    Ok(EspSaParams { spi: r.u32()?, inbound: r.bool()?, esn: r.bool()?, suite: get_suite(r)? })
 }
 
 /// Writes the public inputs of an AUTH payload.
@@ -584,6 +597,9 @@ pub fn put_error(w: &mut Writer, e: &Error) {
         Error::Attestation { why } => w.u8(24).str(why),
         Error::Internal { what } => w.u8(25).str(what),
         Error::NotSealed => w.u8(26),
+        Error::WrongBlobKind { got, want } => w.u8(27).u8(got.code()).str(want),
+        Error::EspSaBinding { field } => w.u8(28).str(field),
+        Error::KeyReuse { why } => w.u8(29).str(why),
         // Variants added later, and transport errors (which the trusted core never
         // returns), cross as an internal failure rather than breaking the build.
         #[allow(unreachable_patterns)]
@@ -621,6 +637,9 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<Error, Malformed> {
         24 => Error::Attestation { why: s(r)? },
         25 => Error::Internal { what: s(r)? },
         26 => Error::NotSealed,
+        27 => Error::WrongBlobKind { got: get_secret_kind(r)?, want: s(r)? },
+        28 => Error::EspSaBinding { field: s(r)? },
+        29 => Error::KeyReuse { why: s(r)? },
         _ => return Err(Malformed),
     })
 }
@@ -683,6 +702,9 @@ mod tests {
             Error::Attestation { why: "z" },
             Error::Internal { what: "w" },
             Error::NotSealed,
+            Error::WrongBlobKind { got: SecretKind::PreSharedKey, want: "ESP SA keys" },
+            Error::EspSaBinding { field: "SPI" },
+            Error::KeyReuse { why: "twice" },
         ] {
             round_trip(e);
         }
@@ -717,6 +739,15 @@ mod tests {
             assert_eq!(get_auth_spec(&mut Reader::new(&w.buf)), Ok(AuthSpec::DigitalSignature(s)));
         }
         let _ = EspSaHandle(0);
+
+        let e = EspSaParams { spi: 0x0102_0304, inbound: true, esn: true, suite };
+        let mut w = Writer::new();
+        put_esp_sa_params(&mut w, &e);
+        let mut r = Reader::new(&w.buf);
+        assert_eq!(get_esp_sa_params(&mut r), Ok(e));
+        r.finish().unwrap();
+        w.buf[4] = 2;
+        assert_eq!(get_esp_sa_params(&mut Reader::new(&w.buf)), Err(Malformed));
     }
 
     #[test]

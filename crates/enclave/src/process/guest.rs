@@ -633,6 +633,15 @@ pub fn dispatch<E: Enclave + ?Sized>(
             r.finish()?;
             e.esp_sa_delete(sa)
         }
+        op::ESP_SA_INSTALL_WRAPPED => {
+            // The blob borrows the private copy of the arguments; the trusted core checks it.
+            let blob = r.bytes()?;
+            let p = codec::get_esp_sa_params(&mut r)?;
+            r.finish()?;
+            e.esp_sa_install_wrapped(blob, &p).map(|h| {
+                w.u32(h.0);
+            })
+        }
         _ => return Err(RejectReason::UnknownOpcode),
     };
     Ok(res)
@@ -1300,6 +1309,43 @@ mod tests {
             ]
         );
         assert!(done.iter().all(|c| c.status == CallStatus::Rejected as u8 && c.kind == KIND_CALL));
+    }
+
+    #[test]
+    fn a_wrapped_esp_install_is_decoded_strictly_before_the_trusted_core_sees_it() {
+        let mut r = rig(32);
+        let params = crate::EspSaParams {
+            spi: 9,
+            inbound: true,
+            esn: false,
+            suite: Suite::aead(Cipher::AesGcm16_128),
+        };
+        let mut w = Writer::new();
+        w.bytes(b"CLPV opaque blob");
+        codec::put_esp_sa_params(&mut w, &params);
+        let good = w.buf.clone();
+        let mut trailing = good.clone();
+        trailing.push(0);
+        let mut bad_flag = good.clone();
+        let flag_at = 4 + 16 + 4;
+        bad_flag[flag_at] = 2;
+        let mut long_blob = good.clone();
+        long_blob[..4].copy_from_slice(&1000u32.to_le_bytes());
+        // One call at a time: every call's arguments sit at the start of the call area.
+        let mut done = Vec::new();
+        for (cookie, args) in (1..).zip([&good, &trailing, &bad_flag, &long_blob]) {
+            done.extend(r.run(&[call_slot(cookie, op::ESP_SA_INSTALL_WRAPPED, args, &r, 4096)]));
+            if cookie == 1 {
+                // The well-formed call reaches the (mock) enclave, whose refusal crosses encoded.
+                assert_eq!(done[0].status, CallStatus::Refused as u8);
+                let mut res = vec![0u8; done[0].result_len as usize];
+                r.shm.read_into(r.layout.call, &mut res);
+                let e = codec::get_error(&mut Reader::new(&res));
+                assert!(matches!(e, Ok(crate::Error::Unsupported { .. })), "{e:?}");
+            }
+        }
+        let reasons: Vec<_> = done[1..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
+        assert_eq!(reasons, [Some(RejectReason::BadArguments); 3]);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::shm::SharedMem;
 use super::validate::{RejectCounters, RejectReason};
 use super::{ExitReport, ProcessError};
 use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
-use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
+use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
@@ -1209,6 +1209,14 @@ impl Enclave for ProcessEnclave {
         w.u32(sa.0);
         let res = self.call(op::ESP_SA_DELETE, &w)?;
         decode(&res, |_| Ok(()))
+    }
+
+    fn esp_sa_install_wrapped(&mut self, wrapped: &[u8], params: &EspSaParams) -> Result<EspSaHandle> {
+        let mut w = Writer::new();
+        w.bytes(wrapped);
+        codec::put_esp_sa_params(&mut w, params);
+        let res = self.call(op::ESP_SA_INSTALL_WRAPPED, &w)?;
+        decode(&res, |r| r.u32().map(EspSaHandle))
     }
 }
 

@@ -50,6 +50,10 @@ impl Secret {
                 EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P384_SHA384_ASN1_SIGNING, bytes, rng)
                     .map_err(|_| bad("not a P-384 PKCS#8 key"))?,
             ),
+            // Never a stored secret: they go straight into an SA (`esp_sa_install_wrapped`).
+            SecretKind::EspSaKeys => {
+                return Err(Error::WrongBlobKind { got: kind, want: "a PSK or private key" });
+            }
         };
         s.pairwise_check(rng)?;
         Ok(s)

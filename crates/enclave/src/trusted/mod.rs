@@ -8,6 +8,7 @@ pub(crate) mod cbc_mode;
 pub(crate) mod dh;
 pub(crate) mod esp;
 pub(crate) mod esp_keys;
+pub(crate) mod esp_wrapped;
 pub(crate) mod ike_keys;
 pub(crate) mod keybuf;
 pub(crate) mod prf;
@@ -21,7 +22,7 @@ pub(crate) mod table;
 mod vectors;
 
 use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
-use crate::api::esp::{BatchSummary, EspDescriptor, EspStatus};
+use crate::api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
@@ -73,6 +74,8 @@ pub(crate) struct TrustedCore {
     esp: Table<EspSa>,
     /// Expanded AEAD keys of the ESP SAs in use (bounded; see `esp_keys`).
     esp_keys: KeyCache,
+    /// Digests of the static ESP keys installed from wrapped blobs (see `esp_wrapped`).
+    wrapped_keys: esp_wrapped::KeyRecord,
     /// Private scratch for DECRYPT_FORWARD, allocated once.
     scratch: Zeroizing<Vec<u8>>,
     counters: Counters,
@@ -113,6 +116,7 @@ impl TrustedCore {
             ike: Table::new(HandleKind::IkeSa, tag, l.max_ike_sas),
             esp: Table::new(HandleKind::EspSa, tag, l.max_esp_sas),
             esp_keys: KeyCache::new(esp_keys::MAX_CACHED),
+            wrapped_keys: esp_wrapped::KeyRecord::default(),
             scratch: Zeroizing::new(vec![0u8; esp::SCRATCH_LEN]),
             counters: Counters::default(),
             attestation,
@@ -151,6 +155,7 @@ impl TrustedCore {
             secret_bytes: self.secrets.entries().map(Secret::footprint).sum(),
             fixed_bytes: core::mem::size_of::<Self>()
                 + self.scratch.capacity()
+                + self.wrapped_keys.bytes()
                 + self.ike.overhead_bytes()
                 + self.esp.overhead_bytes()
                 + self.dh.overhead_bytes()
@@ -395,6 +400,30 @@ impl TrustedCore {
         drop(sa);
         scrub_stack();
         Ok(())
+    }
+
+    pub(crate) fn esp_sa_install_wrapped(&mut self, wrapped: &[u8], p: &EspSaParams) -> Result<EspSaHandle> {
+        if p.spi == 0 {
+            return Err(Error::BadLength { what: "SPI", len: 0, why: "SPI 0 is reserved (RFC 4303 §2.1)" });
+        }
+        if !p.suite.is_consistent() {
+            let integ = p.suite.integ.map_or(0, |i| i.id());
+            return Err(Error::InconsistentSuite { cipher: p.suite.cipher.id(), integ });
+        }
+        // Refuse before a key is remembered if the SA could not be stored anyway.
+        if self.esp.live() + 1 > self.limits.max_esp_sas.min(table::MAX_ENTRIES) {
+            return Err(Error::TableFull { kind: HandleKind::EspSa, max: self.limits.max_esp_sas });
+        }
+        let (kind, secret) = seal::open_provisioning(&self.root, self.tenant, wrapped)?;
+        if kind != SecretKind::EspSaKeys {
+            return Err(Error::WrongBlobKind { got: kind, want: "ESP SA keys" });
+        }
+        let keys = esp_wrapped::open(&secret, p)?;
+        drop(secret);
+        self.wrapped_keys.admit(keys.enc.as_slice(), !p.inbound)?;
+        let dir = if p.inbound { Direction::Inbound(self.limits.inbound) } else { Direction::Outbound };
+        let sa = EspSa::new(p.spi, dir, p.esn, p.suite, keys)?;
+        self.esp.insert(sa).map(EspSaHandle)
     }
 
     // ---- static ESP SAs from raw keys (`test-keys`; added for crates/esp) -------------------

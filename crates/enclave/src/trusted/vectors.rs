@@ -21,7 +21,7 @@ use crate::api::report::InboundMode;
 use ring::aead::Aad;
 use std::collections::HashMap;
 
-type Block = HashMap<String, Vec<u8>>;
+pub(super) type Block = HashMap<String, Vec<u8>>;
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
@@ -30,7 +30,7 @@ fn unhex(s: &str) -> Vec<u8> {
 
 /// Parses `name = hex` blocks separated by blank lines (`kind`/`alg` values stay text,
 /// returned as their UTF-8 bytes).
-fn blocks(text: &str) -> Vec<Block> {
+pub(super) fn blocks(text: &str) -> Vec<Block> {
     let mut out = Vec::new();
     for chunk in text.split("\n\n") {
         let mut b = Block::new();
@@ -48,7 +48,7 @@ fn blocks(text: &str) -> Vec<Block> {
     out
 }
 
-fn field<'a>(b: &'a Block, k: &str) -> &'a [u8] {
+pub(super) fn field<'a>(b: &'a Block, k: &str) -> &'a [u8] {
     b.get(k).map(Vec::as_slice).unwrap_or_else(|| panic!("missing {k}"))
 }
 
