@@ -194,13 +194,16 @@ impl<E: Enclave + 'static> Gateway<E> {
         // Bounded: events can cause transmits and the other way round only a few times.
         for _ in 0..64 {
             let mut worked = false;
-            while let Some(t) = self.engine.poll_transmit() {
-                worked = true;
-                self.send(&t);
-            }
+            // Events first: an answer that creates a child SA must not leave before the SA
+            // is in the data plane, or the peer's first packets on it meet an unknown SPI
+            // (seen against strongSwan under load: one ping in 400 lost per child rekey).
             while let Some(e) = self.engine.poll_event() {
                 worked = true;
                 self.on_event(now, e);
+            }
+            while let Some(t) = self.engine.poll_transmit() {
+                worked = true;
+                self.send(&t);
             }
             if !worked {
                 break;
