@@ -41,15 +41,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod common;
+
+use common::{fixture, set_mode, wrap_secret, Family, CLOISTER, GW_ID, PSK, SITE_ID};
 use testnet::{Netns, Process, Veth};
 
-const CLOISTER: &str = env!("CARGO_BIN_EXE_cloister");
 /// scripts/setup.sh unpacks libreswan's .deb here (`dpkg -x`).
 const LIBRESWAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.deps/libreswan");
-/// Random-looking, as in strongswan_interop.rs.
-const PSK: &str = "Kq7v-Tz3W-pL9x-Rm2c-Yh5n-Bd8f-Gs4j-Nw6e";
-const SITE_ID: &str = "site-a.cloister.test";
-const GW_ID: &str = "gw.cloister.test";
 /// The suites of the issue in both syntaxes. The child's PFS group matters only for
 /// CREATE_CHILD_SA (pluto offers its IKE group there, `pfs=yes` by default).
 const CLOISTER_IKE: &str = "aes256gcm16-prfsha256-ecp256";
@@ -71,22 +69,6 @@ fn libreswan(rel: &str) -> PathBuf {
 
 fn whack_bin() -> PathBuf {
     libreswan("usr/libexec/ipsec/whack")
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    /// (site outer, gateway outer, prefix length).
-    fn outer(self) -> (&'static str, &'static str, u8) {
-        match self {
-            Self::V4 => ("198.18.0.1", "198.18.0.2", 24),
-            Self::V6 => ("2001:db8::1", "2001:db8::2", 64),
-        }
-    }
 }
 
 /// How the two ends authenticate. Certificates are crates/ike/tests/certs' fixtures:
@@ -138,10 +120,6 @@ impl Auth {
             _ => format!("digital signature using peer certificate '@{}'", self.gw_id()),
         }
     }
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ike/tests/certs").join(name)
 }
 
 /// Whether this machine can run the cases; prints the notice if not.
@@ -490,28 +468,6 @@ fn cloister_in_spi(log: &str) -> Option<u32> {
     let line = log.lines().rev().find(|l| l.starts_with("child: net installed, in "))?;
     let hex = line.strip_prefix("child: net installed, in ")?.split_whitespace().next()?;
     u32::from_str_radix(hex, 16).ok()
-}
-
-fn set_mode(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-fn wrap_secret(key: &Path, out: &Path, kind: &str, secret: &[u8]) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(CLOISTER)
-        .args(["secret", "wrap", "--tenant", "1", "--kind", kind, "--provisioning-key"])
-        .arg(key)
-        .arg("--out")
-        .arg(out)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(secret).unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "secret wrap: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// libreswan initiates: IKE SA established and authenticated on both sides, the child agreed

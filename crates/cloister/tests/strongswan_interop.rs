@@ -11,34 +11,15 @@
 use std::path::Path;
 use std::time::Duration;
 
+mod common;
+
+use common::{fixture, set_mode, wrap_secret, Family, CLOISTER, GW_ID, PSK, SITE_ID};
 use testnet::{Netns, Process, Veth};
 
-const CLOISTER: &str = env!("CARGO_BIN_EXE_cloister");
 const CHARON: &str = "/usr/lib/ipsec/charon";
-/// Random-looking on purpose: a PSK with a common run in it (say the hex digits
-/// `0123456789abcdef`) would be "found" in any binary's formatting tables.
-const PSK: &str = "Kq7v-Tz3W-pL9x-Rm2c-Yh5n-Bd8f-Gs4j-Nw6e";
-const SITE_ID: &str = "site-a.cloister.test";
-const GW_ID: &str = "gw.cloister.test";
 /// The site's inner address (strongSwan side) and the gateway's (on Cloister's TUN).
 const SITE_INNER: &str = "198.19.1.1";
 const GW_INNER: &str = "198.19.2.1";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    /// (site outer, gateway outer, prefix length).
-    fn outer(self) -> (&'static str, &'static str, u8) {
-        match self {
-            Self::V4 => ("198.18.0.1", "198.18.0.2", 24),
-            Self::V6 => ("2001:db8::1", "2001:db8::2", 64),
-        }
-    }
-}
 
 /// How the two ends authenticate. Certificates are crates/ike/tests/certs' fixtures
 /// (strongSwan is site-a, Cloister site-b, one CA per key type).
@@ -67,10 +48,6 @@ impl Auth {
             "site-b.cloister.test"
         }
     }
-}
-
-fn fixture(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ike/tests/certs").join(name)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,29 +355,6 @@ impl Testbed {
         assert!(v > 0.0, "iperf3 moved nothing:\n{}", out.stdout);
         v / 1e6
     }
-}
-
-fn set_mode(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-fn wrap_secret(key: &Path, out: &Path, kind: &str, secret: &[u8]) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(CLOISTER)
-        .args(["secret", "wrap", "--tenant", "1", "--kind", kind, "--provisioning-key"])
-        .arg(key)
-        .arg("--out")
-        .arg(out)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(secret).unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "secret wrap: {}", String::from_utf8_lossy(&o.stderr));
-    assert!(!String::from_utf8_lossy(&o.stdout).contains(PSK));
 }
 
 fn case(initiator: Initiator, family: Family, ike: &str, auth: Auth) {
