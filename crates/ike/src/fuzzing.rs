@@ -124,6 +124,14 @@ impl Pair {
     }
 }
 
+/// `inner` (an encoded payload chain starting with type `first`) as an authentic SK
+/// message under `header`, sealed with the keys `ep` holds for the IKE SA it names.
+fn forge(ep: &mut Endpoint<InlineEnclave>, header: IkeHeader, first: u8, inner: &[u8]) -> Option<Vec<u8>> {
+    let spis = (header.initiator_spi, header.responder_spi);
+    let (ike, choice) = ep.ike_sas().find(|s| s.spis() == spis)?.keys()?;
+    crate::sk::seal_raw(ep.enclave_mut(), ike, choice.suite, header, PayloadType(first), inner).ok()
+}
+
 thread_local! {
     static PAIR: RefCell<Option<Pair>> = const { RefCell::new(None) };
 }
@@ -153,7 +161,6 @@ pub fn engine_input(data: &[u8]) {
                     [ExchangeType::INFORMATIONAL, ExchangeType::CREATE_CHILD_SA, ExchangeType::IKE_AUTH]
                         [usize::from(*ex % 3)];
                 let sa = p.i.ike_sa(i_sa).unwrap();
-                let (ike, choice) = sa.keys().unwrap();
                 let (spi_i, spi_r) = sa.spis();
                 let header = IkeHeader::new(
                     spi_i,
@@ -163,16 +170,7 @@ pub fn engine_input(data: &[u8]) {
                     u32::from(*id % 8),
                 );
                 let (local, remote) = (sa.local(), sa.remote());
-                let Ok(bytes) = crate::sk::seal_raw(
-                    p.i.enclave_mut(),
-                    ike,
-                    choice.suite,
-                    header,
-                    PayloadType(*first),
-                    inner,
-                ) else {
-                    return;
-                };
+                let Some(bytes) = forge(&mut p.i, header, *first, inner) else { return };
                 p.r.handle_datagram(p.now, local, remote, &bytes);
             }
             _ => {
@@ -187,12 +185,6 @@ pub fn engine_input(data: &[u8]) {
                 // The request goes nowhere; a forged answer comes back instead.
                 let Some(request) = p.i.poll_transmit() else { return };
                 let Ok(m) = wire::ike::Message::decode(&request.contents) else { return };
-                let Some(r_sa) =
-                    p.r.ike_sas().find(|s| s.spis() == (m.header.initiator_spi, m.header.responder_spi))
-                else {
-                    return;
-                };
-                let (ike, choice) = r_sa.keys().unwrap();
                 let header = IkeHeader::new(
                     m.header.initiator_spi,
                     m.header.responder_spi,
@@ -200,16 +192,7 @@ pub fn engine_input(data: &[u8]) {
                     HeaderFlags::default().with(HeaderFlags::RESPONSE),
                     m.header.message_id,
                 );
-                let Ok(bytes) = crate::sk::seal_raw(
-                    p.r.enclave_mut(),
-                    ike,
-                    choice.suite,
-                    header,
-                    PayloadType(*first),
-                    inner,
-                ) else {
-                    return;
-                };
+                let Some(bytes) = forge(&mut p.r, header, *first, inner) else { return };
                 p.i.handle_datagram(p.now, request.remote, request.local, &bytes);
             }
         }

@@ -402,6 +402,14 @@ impl Core {
         Ok(())
     }
 
+    /// The group an INVALID_KE_PAYLOAD notify asks for (§1.2), if it is one of ours and not
+    /// the one we just used.
+    fn group_asked_for(&self, invalid: &Notify, used: DhGroup) -> Option<DhGroup> {
+        let wanted = <[u8; 2]>::try_from(invalid.data.as_slice()).ok().map(u16::from_be_bytes)?;
+        DhGroup::from_id(wanted)
+            .filter(|g| *g != used && self.conn.proposals.iter().any(|p| p.groups.contains(g)))
+    }
+
     /// Deletes one child's enclave state and SPI and reports it.
     fn release_child<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, child: ChildSa) {
         // The handles may already be gone if the enclave restarted; nothing else to do then.
@@ -1366,14 +1374,8 @@ impl ExpectSaInitResponse {
         }
         /* <-- IKE_SA_INIT { N(INVALID_KE_PAYLOAD) } */
         if let Some(invalid) = message.notify(NotifyType::INVALID_KE_PAYLOAD) {
-            let wanted = <[u8; 2]>::try_from(invalid.data.as_slice())
-                .ok()
-                .map(u16::from_be_bytes)
-                .and_then(DhGroup::from_id);
-            let offered = |g: &DhGroup| core.conn.proposals.iter().any(|p| p.groups.contains(g));
-            let Some(group) =
-                wanted.filter(|g| offered(g) && *g != self.group && self.retries < MAX_INIT_RETRIES)
-            else {
+            let wanted = core.group_asked_for(invalid, self.group);
+            let Some(group) = wanted.filter(|_| self.retries < MAX_INIT_RETRIES) else {
                 return core.fail(
                     ctx,
                     None,

@@ -256,12 +256,7 @@ pub(super) fn response<E: Enclave>(
             return;
         }
         if n.ty == NotifyType::INVALID_KE_PAYLOAD && rekey.group_retries < MAX_GROUP_RETRIES {
-            let wanted = <[u8; 2]>::try_from(n.data.as_slice())
-                .ok()
-                .map(u16::from_be_bytes)
-                .and_then(DhGroup::from_id);
-            let offered = |g: &DhGroup| core.conn.proposals.iter().any(|p| p.groups.contains(g));
-            if let Some(g) = wanted.filter(|g| offered(g) && *g != rekey.group) {
+            if let Some(g) = core.group_asked_for(n, rekey.group) {
                 core.queue.push_front(RequestKind::RekeyIke(Some(g), rekey.group_retries + 1));
                 return;
             }
