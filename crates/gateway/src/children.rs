@@ -3,8 +3,9 @@
 //! One negotiated child SA becomes an inbound SA (by our SPI), an outbound SA and one
 //! PROTECT policy per pair of narrowed selectors. A rekey is make-before-break (RFC 7296
 //! §2.8): the new pair is installed, the policies move to the new outbound SA, the old
-//! outbound SA goes, and the old inbound SA stays until the engine deletes it, so packets
-//! the peer sent with the old SA still arrive.
+//! outbound SA goes when the old child retires, and the old inbound SA stays until the
+//! engine deletes it after a grace period, so packets the peer sent with the old SA still
+//! arrive.
 
 use core::net::IpAddr;
 use std::collections::BTreeMap;
@@ -14,7 +15,7 @@ use esp::{
     AddressRange, Encapsulation, Lifetime, LifetimeLimits, OutboundSaId, Policy, PolicyAction, PolicyId,
     PolicySelector, PortRange, SaConfig, TrafficSelector,
 };
-use ike::{ChildSa, SaId};
+use ike::{ChildSa, OutboundSwitch, SaId};
 
 /// Policies of gateway child SAs sit after any operator-installed ones.
 const CHILD_POLICY_PRIORITY: u32 = 1000;
@@ -176,20 +177,37 @@ impl Children {
     }
 
     /// Installs `new` as the successor of the child with inbound SPI `old`. With
-    /// `switch_now` the policies move to the new outbound SA and the old outbound SA is
-    /// removed; otherwise that happens when the old child is removed (the peer's Delete) or
-    /// after [`SWITCH_WAIT`]. The old inbound SA stays until [`Self::remove`].
+    /// [`OutboundSwitch::Now`] the policies move to the new outbound SA and the old outbound
+    /// SA is removed; with `OnPeerDelete` that happens when the old child retires (the
+    /// peer's Delete) or after [`SWITCH_WAIT`]; with `Never` (a collision's redundant SA)
+    /// only the inbound SA is installed. The old inbound SA stays until [`Self::remove`].
     pub(crate) fn rekeyed<E: enclave::Enclave + 'static>(
         &mut self,
         dp: &dataplane::Dataplane<E>,
         ike: SaId,
         old: u32,
         new: ChildSa,
-        switch_now: bool,
+        switch: OutboundSwitch,
         now: Instant,
     ) -> Result<(), InstallError> {
-        let (inb, out) = sa_config(&new, true).zip(sa_config(&new, false)).ok_or(InstallError::Selectors)?;
         let spi = new.spi_inbound;
+        if switch == OutboundSwitch::Never {
+            let inb = sa_config(&new, true).ok_or(InstallError::Selectors)?;
+            dp.update(|sad, _| sad.add_inbound(inb, now).map_err(|e| InstallError::Esp(e.to_string())))
+                .ok_or(InstallError::Poisoned)??;
+            let installed = Installed {
+                ike,
+                child: new,
+                outbound: None,
+                policies: Vec::new(),
+                since: now,
+                waiting_for: None,
+            };
+            self.by_spi.insert(spi, installed);
+            return Ok(());
+        }
+        let switch_now = switch == OutboundSwitch::Now;
+        let (inb, out) = sa_config(&new, true).zip(sa_config(&new, false)).ok_or(InstallError::Selectors)?;
         let wait = !switch_now && self.by_spi.get(&old).is_some_and(|o| o.outbound.is_some());
         let (old_out, policies) = match self.by_spi.get_mut(&old) {
             Some(o) if !wait => (o.outbound.take(), core::mem::take(&mut o.policies)),
@@ -263,6 +281,34 @@ impl Children {
         })
         .ok_or(InstallError::Poisoned)?;
         Ok(c)
+    }
+
+    /// Takes a retired child (see `ike::Event::ChildSaRetired`) out of outbound service: a
+    /// successor waiting for it takes its policies, and its outbound SA goes (with any
+    /// policies still its own: that traffic is dropped, never sent in clear). Its inbound
+    /// SA stays until [`Self::remove`].
+    pub(crate) fn retire<E: enclave::Enclave + 'static>(
+        &mut self,
+        dp: &dataplane::Dataplane<E>,
+        spi: u32,
+    ) -> Result<(), InstallError> {
+        self.switch_to_successor(dp, spi)?;
+        let c = self.by_spi.get_mut(&spi).ok_or(InstallError::Unknown(spi))?;
+        // A retired child never carries outbound traffic again, nor waits to.
+        c.waiting_for = None;
+        let (outbound, policies) = (c.outbound.take(), core::mem::take(&mut c.policies));
+        if outbound.is_none() && policies.is_empty() {
+            return Ok(());
+        }
+        dp.update(|sad, spd| {
+            for p in &policies {
+                spd.remove(*p);
+            }
+            if let Some(o) = outbound {
+                let _ = sad.remove_outbound(o);
+            }
+        })
+        .ok_or(InstallError::Poisoned)
     }
 
     /// Moves outbound traffic from the child `old` to a successor waiting for it, if any:

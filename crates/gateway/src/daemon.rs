@@ -266,16 +266,34 @@ impl<E: Enclave + 'static> Gateway<E> {
                     }
                 }
             }
-            Event::ChildSaRekeyed { sa, old_spi_inbound, child, we_initiated } => {
+            Event::ChildSaRekeyed { sa, old_spi_inbound, child, outbound } => {
                 let (name, spi_in, spi_out) = (child.name.clone(), child.spi_inbound, child.spi_outbound);
-                match self.children.rekeyed(&self.dp, sa, old_spi_inbound, child, we_initiated, now) {
+                match self.children.rekeyed(&self.dp, sa, old_spi_inbound, child, outbound, now) {
                     Ok(()) => (self.log)(&format!(
-                        "child: {name} rekeyed {old_spi_inbound:08x} -> in {spi_in:08x} out {spi_out:08x}"
+                        "child: {name} rekeyed {old_spi_inbound:08x} -> in {spi_in:08x} out {spi_out:08x} \
+                         (outbound moves {})",
+                        match outbound {
+                            ike::OutboundSwitch::Now => "now",
+                            ike::OutboundSwitch::OnPeerDelete => "on the peer's Delete",
+                            _ => "never: redundant after a rekey collision",
+                        }
                     )),
                     Err(err) => {
                         (self.log)(&format!("child: {name} rekey to {spi_in:08x} not installed: {err}"));
                         let _ = self.engine.delete_child(now, sa, spi_in);
                     }
+                }
+            }
+            Event::ChildSaRetired { sa, child, until } => {
+                match self.children.retire(&self.dp, child.spi_inbound) {
+                    Ok(()) => (self.log)(&format!(
+                        "child: {} {:08x} retired (IKE SA #{}): inbound only, for {} ms",
+                        child.name,
+                        child.spi_inbound,
+                        sa.0,
+                        until.saturating_duration_since(now).as_millis()
+                    )),
+                    Err(err) => (self.log)(&format!("child: {} retire: {err}", child.name)),
                 }
             }
             Event::ChildSaDeleted { sa, child } => match self.children.remove(&self.dp, child.spi_inbound) {

@@ -353,7 +353,8 @@ impl<E: Enclave> Endpoint<E> {
                 }
                 None => {
                     // The successor is gone already: its children go with it.
-                    for child in handoff.children {
+                    let retired = handoff.retiring.into_iter().map(|(_, c)| c);
+                    for child in handoff.children.into_iter().chain(retired) {
                         let _ = self.enclave.esp_sa_delete(child.handles.inbound);
                         let _ = self.enclave.esp_sa_delete(child.handles.outbound);
                         self.child_spis.remove(&child.spi_inbound);

@@ -1,7 +1,7 @@
 //! What the engine reports: datagrams to send, events, and drop and refusal counters.
 
 use core::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use enclave::{ChildSaPair, Role, Suite};
 use wire::ike::Identification;
@@ -108,6 +108,20 @@ pub enum DeleteReason {
     Expired,
 }
 
+/// When the data plane moves a rekeyed child's outbound traffic to the new SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboundSwitch {
+    /// At once: we started the rekey, so the peer installed the new SA before answering.
+    Now,
+    /// When the peer deletes the old SA (or after a while): we answered the rekey, and
+    /// the peer may not have installed its inbound side yet when our first packets arrive
+    /// (strongSwan switches the same way).
+    OnPeerDelete,
+    /// Never: the new SA is the redundant one of a simultaneous rekey (RFC 7296 §2.8.1)
+    /// and is deleted shortly; its inbound side takes what the peer sent with it meanwhile.
+    Never,
+}
+
 /// Something the application should know about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -143,7 +157,7 @@ pub enum Event {
         child: ChildSa,
     },
     /// A child SA was rekeyed (CREATE_CHILD_SA): the new one is installed; the old one
-    /// stays until its [`Event::ChildSaDeleted`].
+    /// stays until it is retired ([`Event::ChildSaRetired`]) and then deleted.
     ChildSaRekeyed {
         /// The IKE SA.
         sa: SaId,
@@ -151,11 +165,8 @@ pub enum Event {
         old_spi_inbound: u32,
         /// The new child SA.
         child: ChildSa,
-        /// Whether we started the rekey. If we did, the new SA takes outbound traffic at
-        /// once (the peer installed it before answering). If we answered, the peer may not
-        /// have installed its inbound side yet when our first packets arrive: outbound
-        /// traffic should move when the peer deletes the old SA (as strongSwan does).
-        we_initiated: bool,
+        /// When outbound traffic should move to the new SA.
+        outbound: OutboundSwitch,
     },
     /// A child SA could not be negotiated; the IKE SA lives on.
     ChildSaFailed {
@@ -165,6 +176,19 @@ pub enum Event {
         child: String,
         /// Why (NO_PROPOSAL_CHOSEN, TS_UNACCEPTABLE, ...).
         error: Error,
+    },
+    /// A child SA was deleted by IKE while another child of the same configuration lives
+    /// on (its rekey's successor, or the survivor of a rekey collision): the data plane must
+    /// stop sending with it now, but its inbound side keeps its enclave handles until
+    /// [`Event::ChildSaDeleted`] follows at `until`, so packets the peer sent before the
+    /// Delete still arrive (a rekey loses no traffic).
+    ChildSaRetired {
+        /// The IKE SA.
+        sa: SaId,
+        /// The retired child SA.
+        child: ChildSa,
+        /// When its handles are deleted.
+        until: Instant,
     },
     /// A child SA is gone and its enclave handles are deleted: the data plane must stop
     /// using them.

@@ -54,6 +54,7 @@ pub use config::{ChildConfig, Config, Connection};
 pub use endpoint::{Endpoint, EndpointConfig};
 pub use error::{Error, Result, Side};
 pub use event::{
-    ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, Refusal, SaId, SealReport, Transmit,
+    ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, OutboundSwitch, Refusal, SaId,
+    SealReport, Transmit,
 };
-pub use sa::{IkeSa, IkeSaState, PeerAuth, IKE_PORT, NATT_PORT};
+pub use sa::{IkeSa, IkeSaState, PeerAuth, IKE_PORT, NATT_PORT, RETIRE_GRACE};

@@ -61,6 +61,9 @@ const NONCE_LEN: usize = 32;
 const MAX_INIT_RETRIES: u8 = 3;
 /// The longest retransmission interval.
 const MAX_RETRANSMIT_INTERVAL: Duration = Duration::from_secs(300);
+/// How long a child SA deleted after its rekey keeps its inbound side: packets the peer
+/// sent with it just before the Delete may still be queued in the data plane.
+pub const RETIRE_GRACE: Duration = Duration::from_secs(2);
 
 /// Where outputs go while an SA is processed.
 #[derive(Debug, Default)]
@@ -249,6 +252,13 @@ pub(crate) struct Core {
     /// Rekeying of this IKE SA.
     rekey: ike_rekey::RekeyState,
     children: Vec<ChildSa>,
+    /// Children deleted by IKE whose inbound side lives until the instant (see
+    /// [`RETIRE_GRACE`]).
+    retiring: Vec<(Instant, ChildSa)>,
+    /// Our inbound SPIs of children that have a successor and wait for their Delete.
+    replaced: Vec<u32>,
+    /// The peer's rekey of a child we are rekeying too (§2.8.1), until ours completes.
+    collision: Option<child::Collision>,
     created: Instant,
     last_heard: Instant,
 }
@@ -412,11 +422,44 @@ impl Core {
 
     /// Deletes one child's enclave state and SPI and reports it.
     fn release_child<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, child: ChildSa) {
+        self.replaced.retain(|s| *s != child.spi_inbound);
         // The handles may already be gone if the enclave restarted; nothing else to do then.
         let _ = ctx.enclave.esp_sa_delete(child.handles.inbound);
         let _ = ctx.enclave.esp_sa_delete(child.handles.outbound);
         ctx.child_spis.remove(&child.spi_inbound);
         ctx.out.events.push_back(Event::ChildSaDeleted { sa: self.id, child });
+    }
+
+    /// Takes a child that a Delete exchange removed out of service. If another child of
+    /// its configuration lives on (a rekey's successor, a collision's survivor), it retires
+    /// for [`RETIRE_GRACE`] so its inbound side still takes packets in flight; otherwise
+    /// it is released at once.
+    fn close_child<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, child: ChildSa) {
+        self.replaced.retain(|s| *s != child.spi_inbound);
+        if self.children.iter().any(|c| c.name == child.name) {
+            let until = later(ctx.now, RETIRE_GRACE);
+            ctx.out.events.push_back(Event::ChildSaRetired { sa: self.id, child: child.clone(), until });
+            self.retiring.push((until, child));
+        } else {
+            self.release_child(ctx, child);
+        }
+    }
+
+    /// Releases retired children whose grace is over (all of them with `all`).
+    fn release_retired<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, all: bool) {
+        let now = ctx.now;
+        let (due, keep): (Vec<_>, Vec<_>) =
+            mem::take(&mut self.retiring).into_iter().partition(|(t, _)| all || *t <= now);
+        self.retiring = keep;
+        for (_, child) in due {
+            self.release_child(ctx, child);
+        }
+    }
+
+    /// Whether a Delete of our child with this inbound SPI is queued or outstanding.
+    fn closing(&self, spi: u32) -> bool {
+        let deletes = |k: &RequestKind| matches!(k, RequestKind::DeleteChild(spis) if spis.contains(&spi));
+        self.pending.as_ref().is_some_and(|p| deletes(&p.kind)) || self.queue.iter().any(deletes)
     }
 
     /// Deletes children whose readiness was never reported (establishment failed late).
@@ -461,6 +504,8 @@ impl Core {
         for child in mem::take(&mut self.children) {
             self.release_child(ctx, child);
         }
+        self.release_retired(ctx, true);
+        self.collision = None;
         let requests: Vec<RequestKind> =
             self.pending.take().map(|p| p.kind).into_iter().chain(self.queue.drain(..)).collect();
         for kind in requests {
@@ -680,6 +725,9 @@ impl IkeSa {
                 deferred: Vec::new(),
                 rekey: ike_rekey::RekeyState::default(),
                 children: Vec::new(),
+                retiring: Vec::new(),
+                replaced: Vec::new(),
+                collision: None,
                 created: ctx.now,
                 last_heard: ctx.now,
             },
@@ -773,6 +821,9 @@ impl IkeSa {
                 deferred: Vec::new(),
                 rekey: ike_rekey::RekeyState::default(),
                 children: Vec::new(),
+                retiring: Vec::new(),
+                replaced: Vec::new(),
+                collision: None,
                 created: ctx.now,
                 last_heard: ctx.now,
             },
@@ -1203,6 +1254,7 @@ impl IkeSa {
                 mem::take(&mut self.core.deferred).into_iter().partition(|(t, _)| *t <= now);
             self.core.deferred = later_ones;
             self.core.queue.extend(due.into_iter().map(|(_, k)| k));
+            self.core.release_retired(ctx, false);
             if self.core.rekey.successor.is_some() {
                 // A rekeyed SA only waits for its Delete; past CLOSE_WAIT it sends its own.
                 if self.core.rekey.close_at.is_some_and(|t| now >= t) {
@@ -1248,6 +1300,9 @@ impl IkeSa {
                     }
                 }
                 for (t, _) in &self.core.deferred {
+                    consider(*t);
+                }
+                for (t, _) in &self.core.retiring {
                     consider(*t);
                 }
                 if self.core.rekey.successor.is_some() {
@@ -1297,6 +1352,10 @@ impl IkeSa {
         if !self.core.children.iter().any(|c| c.spi_inbound == spi) {
             return Err(Error::UnknownChildSa { spi });
         }
+        if self.core.replaced.contains(&spi) || self.core.closing(spi) {
+            // Its successor exists already; it only waits for its Delete.
+            return Err(Error::WrongState { state: "rekeyed child", what: "rekey a child SA" });
+        }
         self.core.queue.push_back(RequestKind::RekeyChild(spi));
         self.pump(ctx);
         Ok(())
@@ -1321,6 +1380,8 @@ impl IkeSa {
     /// Takes over child SAs and queued work from the IKE SA this one succeeds.
     pub(crate) fn adopt<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>, handoff: Handoff) {
         self.core.children.extend(handoff.children);
+        self.core.retiring.extend(handoff.retiring);
+        self.core.replaced.extend(handoff.replaced);
         self.core.queue.extend(handoff.queue);
         self.pump(ctx);
     }
@@ -1832,7 +1893,7 @@ impl Established {
                         if let Some(at) = core.children.iter().position(|c| c.spi_outbound == spi) {
                             let child = core.children.remove(at);
                             ours.push(child.spi_inbound);
-                            core.release_child(ctx, child);
+                            core.close_child(ctx, child);
                         }
                     }
                 }
@@ -1871,7 +1932,7 @@ impl Established {
                 for spi in spis {
                     if let Some(at) = core.children.iter().position(|c| c.spi_inbound == spi) {
                         let child = core.children.remove(at);
-                        core.release_child(ctx, child);
+                        core.close_child(ctx, child);
                     }
                 }
                 State::Established(self)

@@ -9,7 +9,8 @@ mod util;
 use std::time::Duration;
 
 use cloister_ike::{
-    DeleteReason, DropReason, Encapsulation, EndpointConfig, Error, Event, IkeSaState, Refusal, SaId, Side,
+    DeleteReason, DropReason, Encapsulation, EndpointConfig, Error, Event, IkeSaState, OutboundSwitch,
+    Refusal, SaId, Side, RETIRE_GRACE,
 };
 use enclave::{Cipher, DhGroup, Enclave, Integ, Prf, Role, Suite};
 use util::{endpoint, esp_round_trip, initiator_config, responder_config, Dir, Pair};
@@ -699,7 +700,30 @@ fn a_child_sa_is_rekeyed_from_either_side_with_and_without_pfs() {
         assert_ne!(new_i.spi_inbound, ci.spi_inbound);
         assert_eq!((new_i.suite, new_i.esn), (ci.suite, ci.esn));
         assert_eq!((&new_i.local_ts, &new_i.remote_ts), (&ci.local_ts, &ci.remote_ts), "same selectors");
-        // The old SAs are gone, the new ones carry traffic with agreeing keys.
+        // The rekey's initiator moves outbound traffic at once, the responder on the Delete.
+        let switches = |events: &[Event]| {
+            events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::ChildSaRekeyed { outbound, .. } => Some(*outbound),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let (now_side, later_side) =
+            if from_initiator { (&p.i_events, &p.r_events) } else { (&p.r_events, &p.i_events) };
+        assert_eq!(switches(now_side), [OutboundSwitch::Now]);
+        assert_eq!(switches(later_side), [OutboundSwitch::OnPeerDelete]);
+        // The old SAs retire: their inbound sides keep working for the grace period...
+        let until = p.now + RETIRE_GRACE;
+        assert!(p.i_events.contains(&Event::ChildSaRetired { sa: i_sa, child: ci.clone(), until }));
+        assert!(p.r_events.contains(&Event::ChildSaRetired { sa: r_sa, child: cr.clone(), until }));
+        assert!(!p.i_events.iter().chain(&p.r_events).any(|e| matches!(e, Event::ChildSaDeleted { .. })));
+        esp_round_trip(p.r.enclave_mut(), &cr, p.i.enclave_mut(), &ci);
+        assert_eq!(p.i.enclave().memory_report().esp_sas, 4, "{esp}");
+        assert_eq!(p.i.poll_timeout(), Some(until), "{esp}");
+        // ... and are deleted after it.
+        p.advance(RETIRE_GRACE);
         assert!(p.i_events.contains(&Event::ChildSaDeleted { sa: i_sa, child: ci.clone() }));
         assert!(p.r_events.contains(&Event::ChildSaDeleted { sa: r_sa, child: cr.clone() }));
         assert_eq!(p.i.ike_sa(i_sa).unwrap().children(), std::slice::from_ref(new_i));
@@ -756,4 +780,102 @@ fn a_pfs_mismatch_fails_the_rekey_but_keeps_the_old_child() {
         let m = ep.enclave().memory_report();
         assert_eq!((m.esp_sas, m.dh_values), (2, 0));
     }
+}
+
+/// The `outbound` switches of an endpoint's rekey events, by new inbound SPI.
+fn switches(events: &[Event]) -> Vec<(u32, OutboundSwitch)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ChildSaRekeyed { child, outbound, .. } => Some((child.spi_inbound, *outbound)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn simultaneous_child_rekeys_keep_one_new_sa_and_lose_nothing() {
+    for esp in ["aes256gcm16", "aes256gcm16-ecp256"] {
+        let mut p = Pair::with_proposals("aes256gcm16-prfsha256-ecp256", esp);
+        p.connect();
+        let (i_sa, r_sa) = both_established(&p);
+        let (ci, cr) = (Pair::ready(&p.i_events)[0].clone(), Pair::ready(&p.r_events)[0].clone());
+        let sent = p.log.len();
+        /* CREATE_CHILD_SA requests cross on the wire (§2.8.1); both are answered. */
+        p.i.rekey_child(p.now, i_sa, ci.spi_inbound).unwrap();
+        p.r.rekey_child(p.now, r_sa, cr.spi_inbound).unwrap();
+        p.drive();
+        let (si, sr) = (switches(&p.i_events), switches(&p.r_events));
+        assert_eq!((si.len(), sr.len()), (2, 2), "{esp}: {:?} {:?}", p.i_events, p.r_events);
+        // Exactly one side made the redundant SA (it never carries outbound traffic); the
+        // other moved its traffic to its own new SA at once.
+        let never: Vec<_> = si.iter().chain(&sr).filter(|(_, s)| *s == OutboundSwitch::Never).collect();
+        let now: Vec<_> = si.iter().chain(&sr).filter(|(_, s)| *s == OutboundSwitch::Now).collect();
+        assert_eq!((never.len(), now.len()), (1, 1), "{esp}: {si:?} {sr:?}");
+        // Each side deleted one SA: the winner the old one, the loser its redundant one.
+        let informational = p.exchanges()[sent..].iter().filter(|e| e.1 == X::INFORMATIONAL && !e.2).count();
+        assert_eq!(informational, 2, "{esp}: {:?}", &p.exchanges()[sent..]);
+        // Both the old SA and the redundant one retire on both sides, then go.
+        let retired =
+            |events: &[Event]| events.iter().filter(|e| matches!(e, Event::ChildSaRetired { .. })).count();
+        assert_eq!((retired(&p.i_events), retired(&p.r_events)), (2, 2), "{esp}");
+        p.advance(RETIRE_GRACE);
+        let (ki, kr) =
+            (p.i.ike_sa(i_sa).unwrap().children().to_vec(), p.r.ike_sa(r_sa).unwrap().children().to_vec());
+        assert_eq!((ki.len(), kr.len()), (1, 1), "{esp}: one child survives: {ki:?} {kr:?}");
+        let (survivor_i, survivor_r) = (&ki[0], &kr[0]);
+        assert_eq!(
+            (survivor_i.spi_inbound, survivor_i.spi_outbound),
+            (survivor_r.spi_outbound, survivor_r.spi_inbound)
+        );
+        assert_ne!(survivor_i.spi_inbound, ci.spi_inbound);
+        assert!(never
+            .iter()
+            .all(|(spi, _)| *spi != survivor_i.spi_inbound && *spi != survivor_r.spi_inbound));
+        esp_round_trip(p.i.enclave_mut(), survivor_i, p.r.enclave_mut(), survivor_r);
+        esp_round_trip(p.r.enclave_mut(), survivor_r, p.i.enclave_mut(), survivor_i);
+        for ep in [&p.i, &p.r] {
+            let m = ep.enclave().memory_report();
+            assert_eq!((m.esp_sas, m.dh_values), (2, 0), "{esp}: every other SA's keys are gone");
+        }
+        assert_eq!(p.i.counters().dropped_total() + p.r.counters().dropped_total(), 0);
+    }
+}
+
+#[test]
+fn a_rekey_of_a_child_being_deleted_is_told_to_wait() {
+    let mut p = Pair::with_proposals("aes256gcm16-prfsha256-ecp256", "aes256gcm16");
+    p.connect();
+    let (i_sa, r_sa) = both_established(&p);
+    let (ci, cr) = (Pair::ready(&p.i_events)[0].clone(), Pair::ready(&p.r_events)[0].clone());
+    let deliver = |to: &mut cloister_ike::Endpoint<_>, t: &cloister_ike::Transmit, now| {
+        to.handle_datagram(now, t.local, t.remote, &t.contents);
+    };
+    /* Both rekey the child; the responder's request is slow on the wire. */
+    p.i.rekey_child(p.now, i_sa, ci.spi_inbound).unwrap();
+    p.r.rekey_child(p.now, r_sa, cr.spi_inbound).unwrap();
+    let (req_i, req_r) = (p.i.poll_transmit().unwrap(), p.r.poll_transmit().unwrap());
+    /* CREATE_CHILD_SA --> (a collision for the responder) <-- CREATE_CHILD_SA answer */
+    deliver(&mut p.r, &req_i, p.now);
+    let resp_i = p.r.poll_transmit().unwrap();
+    deliver(&mut p.i, &resp_i, p.now);
+    /* The initiator's rekey is complete: it deletes the old child, INFORMATIONAL { D } --> */
+    let delete = p.i.poll_transmit().expect("the Delete of the old child");
+    /* <-- the slow CREATE_CHILD_SA for the child being deleted: N(TEMPORARY_FAILURE) --> */
+    deliver(&mut p.i, &req_r, p.now);
+    let refusal = p.i.poll_transmit().expect("an answer");
+    deliver(&mut p.r, &refusal, p.now);
+    deliver(&mut p.r, &delete, p.now);
+    p.run_for(Duration::from_secs(10));
+    // Had the initiator answered with a new SA, the responder would report a second rekey;
+    // it was told TEMPORARY_FAILURE instead, retried later, found its child gone and gave up.
+    assert!(!p.r_events.iter().any(|e| matches!(e, Event::ChildSaFailed { .. })), "{:?}", p.r_events);
+    assert_eq!(switches(&p.r_events).len(), 1, "only the initiator's rekey made an SA");
+    let (ki, kr) = (p.i.ike_sa(i_sa).unwrap().children(), p.r.ike_sa(r_sa).unwrap().children());
+    assert_eq!((ki.len(), kr.len()), (1, 1));
+    assert_eq!(ki[0].spi_inbound, kr[0].spi_outbound);
+    for ep in [&p.i, &p.r] {
+        assert_eq!(ep.enclave().memory_report().esp_sas, 2);
+    }
+    assert_eq!(p.i.counters().dropped_total() + p.r.counters().dropped_total(), 0);
 }

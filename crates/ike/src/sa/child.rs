@@ -12,13 +12,18 @@
 //! TEMPORARY_FAILURE (§2.25.2); told TEMPORARY_FAILURE ourselves, we try again shortly.
 //!
 //! TSi and TSr name the sides of the *exchange's* initiator, which may be the original
-//! responder (§2.9). Simultaneous rekeys of one child (§2.8.1) are not resolved yet: both
-//! new SAs are kept and both old ones deleted.
+//! responder (§2.9).
+//!
+//! Simultaneous rekeys of one child (§2.8.1): the peer's request arrives while ours is out.
+//! We answer it and note its lowest nonce; when our answer arrives, the SA made with the
+//! lowest of the four nonces is redundant and its creator deletes it, while the creator of
+//! the survivor deletes the old SA. A peer's rekey of a child we are already deleting
+//! (our rekey of it completed first) gets TEMPORARY_FAILURE (§2.25.1).
 
 use super::{Core, Ctx, Established, RequestKind};
 
 use crate::error::{Error, Side};
-use crate::event::Event;
+use crate::event::{Event, OutboundSwitch};
 use crate::proposal;
 use crate::ts::{self, TrafficSelector};
 use core::net::SocketAddr;
@@ -51,14 +56,26 @@ impl ChildRekey {
     }
 }
 
+/// The peer's rekey of a child while our rekey of it is out (§2.8.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Collision {
+    /// The child both sides rekey (our inbound SPI).
+    old: u32,
+    /// The lower of the two nonces of the peer's exchange.
+    lowest: Vec<u8>,
+}
+
 /// The request rekeying our child with inbound SPI `old`.
 pub(super) fn rekey_request<E: Enclave>(
     core: &Core,
     ctx: &mut Ctx<'_, E>,
     old: u32,
 ) -> Result<(ChildRekey, Vec<Payload>), Error> {
-    let child =
-        core.children.iter().find(|c| c.spi_inbound == old).ok_or(Error::UnknownChildSa { spi: old })?;
+    let child = core
+        .children
+        .iter()
+        .find(|c| c.spi_inbound == old && !core.closing(old) && !core.replaced.contains(&old))
+        .ok_or(Error::UnknownChildSa { spi: old })?;
     let config =
         core.conn.children.iter().find(|c| c.name == child.name).ok_or(Error::UnknownChildSa { spi: old })?;
     let spi = ctx.child_spi()?;
@@ -144,6 +161,8 @@ pub(super) fn rekey_response<E: Enclave>(
     inner: &[Payload],
 ) {
     let parts = Parts::of(inner);
+    // Whatever this answer says, the peer's colliding rekey (if any) is settled now.
+    let collision = core.collision.take().filter(|c| c.old == rekey.old);
     let failed = |core: &Core, ctx: &mut Ctx<'_, E>, rekey: &ChildRekey, error: Error| {
         rekey.release(ctx);
         ctx.out.events.push_back(Event::ChildSaFailed { sa: core.id, child: rekey.config.clone(), error });
@@ -209,14 +228,19 @@ pub(super) fn rekey_response<E: Enclave>(
     };
     let child = core.child_sa(&config, rekey.spi, spi_out, handles, &esp, answer_i, answer_r);
     core.children.push(child.clone());
+    // §2.8.1: ours is redundant when its exchange holds the lowest of the four nonces.
+    let ours_lowest = rekey.nonce_i.as_slice().min(nonce.data.as_slice());
+    let redundant = collision.is_some_and(|c| ours_lowest < c.lowest.as_slice());
     ctx.out.events.push_back(Event::ChildSaRekeyed {
         sa: core.id,
         old_spi_inbound: rekey.old,
         child,
-        we_initiated: true,
+        outbound: if redundant { OutboundSwitch::Never } else { OutboundSwitch::Now },
     });
-    /* INFORMATIONAL { SK { D(ESP, old) } } --> */
-    core.queue.push_front(RequestKind::DeleteChild(vec![rekey.old]));
+    /* INFORMATIONAL { SK { D(ESP, old) } } -->  (or D(ESP, ours) when ours is redundant) */
+    let doomed = if redundant { rekey.spi } else { rekey.old };
+    core.replaced.push(rekey.old);
+    core.queue.push_front(RequestKind::DeleteChild(vec![doomed]));
 }
 
 /// Answers a CREATE_CHILD_SA request from the peer (a child rekey or a new child).
@@ -270,6 +294,10 @@ fn answer<E: Enclave>(
     let old = match parts.rekey {
         None => None,
         Some(n) => match n.child_spi().and_then(|spi| core.children.iter().find(|c| c.spi_outbound == spi)) {
+            // §2.25.1: we are deleting it already (our own rekey of it completed first).
+            Some(c) if core.closing(c.spi_inbound) => {
+                return Err((NotifyType::TEMPORARY_FAILURE, Vec::new(), None))
+            }
             Some(c) => Some(c.clone()),
             None => return Err((NotifyType::CHILD_SA_NOT_FOUND, Vec::new(), None)),
         },
@@ -277,7 +305,8 @@ fn answer<E: Enclave>(
     let (proposed_i, proposed_r) = (ts::from_payload(ts_i), ts::from_payload(ts_r));
     let mut refusal: Refusal =
         (NotifyType::TS_UNACCEPTABLE, Vec::new(), Some(Error::TsUnacceptable { side: Side::Local }));
-    let configs = core.conn.children.iter().filter(|c| old.as_ref().is_none_or(|o| o.name == c.name));
+    let conn = core.conn.clone();
+    let configs = conn.children.iter().filter(|c| old.as_ref().is_none_or(|o| o.name == c.name));
     for config in configs {
         let remote: Vec<_> = config.remote_ts.iter().map(|t| t.resolve(core.remote.ip())).collect();
         let local: Vec<_> = config.local_ts.iter().map(|t| t.resolve(core.local.ip())).collect();
@@ -337,6 +366,10 @@ fn answer<E: Enclave>(
                 return Err(internal(e.into()));
             }
         };
+        if let Some(o) = &old {
+            note_peer_rekey(core, o.spi_inbound, &nonce.data, &nonce_r);
+            core.replaced.push(o.spi_inbound);
+        }
         let mut reply = vec![
             Payload::Sa(proposal::esp_answer(number, spi, &esp)),
             Payload::Nonce(Nonce { data: nonce_r }),
@@ -351,11 +384,22 @@ fn answer<E: Enclave>(
                 sa: core.id,
                 old_spi_inbound: o.spi_inbound,
                 child,
-                we_initiated: false,
+                outbound: OutboundSwitch::OnPeerDelete,
             },
             None => Event::ChildSaReady { sa: core.id, child },
         });
         return Ok(reply);
     }
     Err(refusal)
+}
+
+/// Records the peer's rekey of our child `old` (nonces `ni`, `nr`): our own rekey of it
+/// waiting in the queue is moot now, and one already sent collides with it (§2.8.1).
+fn note_peer_rekey(core: &mut Core, old: u32, ni: &[u8], nr: &[u8]) {
+    core.queue.retain(|k| *k != RequestKind::RekeyChild(old));
+    core.deferred.retain(|(_, k)| *k != RequestKind::RekeyChild(old));
+    if matches!(core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyChildSent(r)) if r.old == old)
+    {
+        core.collision = Some(Collision { old, lowest: ni.min(nr).to_vec() });
+    }
 }

@@ -87,6 +87,10 @@ pub(super) struct RekeyState {
 pub(crate) struct Handoff {
     pub(crate) to: SaId,
     pub(crate) children: Vec<ChildSa>,
+    /// Retired children with the end of their grace.
+    pub(crate) retiring: Vec<(std::time::Instant, ChildSa)>,
+    /// Children that have a successor already (inbound SPIs).
+    pub(super) replaced: Vec<u32>,
     pub(super) queue: Vec<RequestKind>,
 }
 
@@ -192,6 +196,9 @@ fn successor<E: Enclave>(
         deferred: Vec::new(),
         rekey: RekeyState::default(),
         children: Vec::new(),
+        retiring: Vec::new(),
+        replaced: Vec::new(),
+        collision: None,
         created: ctx.now,
         last_heard: ctx.now,
     };
@@ -215,7 +222,9 @@ fn hand_over(core: &mut Core, out: &mut Output, to: (SaId, Role, IkeChoice), sea
     let (id, role, choice) = to;
     core.rekey.successor = Some(id);
     out.events.push_back(Event::IkeSaRekeyed { old: core.id, new: id, role, choice, seal });
-    out.handoffs.push(Handoff { to: id, children: mem::take(&mut core.children), queue });
+    let (children, retiring) = (mem::take(&mut core.children), mem::take(&mut core.retiring));
+    let replaced = mem::take(&mut core.replaced);
+    out.handoffs.push(Handoff { to: id, children, retiring, replaced, queue });
 }
 
 /// What [`hand_over`] needs of a new SA.
