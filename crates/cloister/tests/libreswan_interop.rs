@@ -79,7 +79,7 @@ enum Auth {
     /// ECDSA P-256 with pluto told to sign with SHA2-256 (`authby=ecdsa-sha2_256`).
     Ecdsa,
     /// ECDSA P-256 with pluto's default `authby=ecdsa`: as initiator it signs with the
-    /// strongest hash Cloister announced (SHA2-512). See the ignored test.
+    /// strongest hash Cloister announced (SHA2-512).
     EcdsaPlutoDefault,
     /// RSA-2048 (`authby=rsasig`).
     Rsa,
@@ -541,10 +541,8 @@ fn cloister_initiates_v4_rsa_certificates() {
 
 /// Pluto's default `authby=ecdsa`, as initiator: it signs with the strongest hash of
 /// Cloister's N(SIGNATURE_HASH_ALGORITHMS) (SHA2-256, -384, -512), so ecdsa-with-SHA512 with
-/// a P-256 key (RFC 7427), which Cloister announced but cannot verify (its enclave verifies
-/// P-256 only with SHA-256): Cloister answers AUTHENTICATION_FAILED.
+/// a P-256 key (RFC 7427); Cloister verifies every hash it announces with every key type.
 #[test]
-#[ignore = "Cloister bug: announces SHA2-384/512 in SIGNATURE_HASH_ALGORITHMS but refuses ECDSA P-256 signed with SHA2-512 (reported)"]
 fn libreswan_initiates_v4_ecdsa_with_plutos_default_hash() {
     libreswan_initiates(Family::V4, Auth::EcdsaPlutoDefault);
 }

@@ -42,9 +42,15 @@ impl HashAlgorithm {
     pub fn of(scheme: SignatureScheme) -> Option<Self> {
         use SignatureScheme as S;
         match scheme {
-            S::RsaPkcs1Sha256 | S::RsaPssSha256 | S::EcdsaP256Sha256 => Some(Self::Sha256),
-            S::RsaPkcs1Sha384 | S::RsaPssSha384 | S::EcdsaP384Sha384 => Some(Self::Sha384),
-            S::RsaPkcs1Sha512 | S::RsaPssSha512 => Some(Self::Sha512),
+            S::RsaPkcs1Sha256 | S::RsaPssSha256 | S::EcdsaP256Sha256 | S::EcdsaP384Sha256 => {
+                Some(Self::Sha256)
+            }
+            S::RsaPkcs1Sha384 | S::RsaPssSha384 | S::EcdsaP384Sha384 | S::EcdsaP256Sha384 => {
+                Some(Self::Sha384)
+            }
+            S::RsaPkcs1Sha512 | S::RsaPssSha512 | S::EcdsaP256Sha512 | S::EcdsaP384Sha512 => {
+                Some(Self::Sha512)
+            }
             _ => None,
         }
     }
@@ -330,6 +336,12 @@ mod tests {
         assert!(!policy("rsa").accepts(rsa, &ds(S::RsaPssSha256)));
         assert!(!policy("rsa/pss").accepts(rsa, &ds(S::RsaPkcs1Sha256)));
         assert!(!policy("pubkey-sha384").accepts(rsa, &ds(S::RsaPkcs1Sha256)));
+        // An ECDSA key may sign with any announced hash (libreswan signs P-256 with SHA-512).
+        let p256 = PublicKeyKind::EcdsaP256;
+        assert!(policy("ecdsa").accepts(p256, &ds(S::EcdsaP256Sha512)));
+        assert!(policy("ecdsa-sha512").accepts(p256, &ds(S::EcdsaP256Sha512)));
+        assert!(!policy("ecdsa-sha256").accepts(p256, &ds(S::EcdsaP256Sha512)));
+        assert!(policy("pubkey-sha256").accepts(PublicKeyKind::EcdsaP384, &ds(S::EcdsaP384Sha256)));
         let classic = AuthVerified { method: AuthMethod::EcdsaSha256P256, scheme: None };
         assert!(policy("ecdsa").accepts(PublicKeyKind::EcdsaP256, &classic));
         assert!(!policy("rsa").accepts(PublicKeyKind::EcdsaP256, &classic));

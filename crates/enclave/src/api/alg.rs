@@ -383,6 +383,36 @@ pub enum SignatureScheme {
     EcdsaP256Sha256,
     /// ECDSA on P-384 with SHA-384 (DER signature).
     EcdsaP384Sha384,
+    /// ECDSA on P-256 with SHA-384 (DER signature; verified, never made).
+    EcdsaP256Sha384,
+    /// ECDSA on P-256 with SHA-512 (DER signature; verified, never made).
+    EcdsaP256Sha512,
+    /// ECDSA on P-384 with SHA-256 (DER signature; verified, never made).
+    EcdsaP384Sha256,
+    /// ECDSA on P-384 with SHA-512 (DER signature; verified, never made).
+    EcdsaP384Sha512,
+}
+
+impl SignatureScheme {
+    /// For an ECDSA scheme, the scheme with the same hash on the curve of `key`; any other
+    /// scheme unchanged. RFC 7427's AlgorithmIdentifier names the hash, the key the curve.
+    pub fn on_curve_of(self, key: super::ike::PublicKeyKind) -> Self {
+        use SignatureScheme as S;
+        let hash = match self {
+            S::EcdsaP256Sha256 | S::EcdsaP384Sha256 => 256,
+            S::EcdsaP256Sha384 | S::EcdsaP384Sha384 => 384,
+            S::EcdsaP256Sha512 | S::EcdsaP384Sha512 => 512,
+            other => return other,
+        };
+        match (key, hash) {
+            (super::ike::PublicKeyKind::EcdsaP384, 256) => S::EcdsaP384Sha256,
+            (super::ike::PublicKeyKind::EcdsaP384, 384) => S::EcdsaP384Sha384,
+            (super::ike::PublicKeyKind::EcdsaP384, _) => S::EcdsaP384Sha512,
+            (_, 256) => S::EcdsaP256Sha256,
+            (_, 384) => S::EcdsaP256Sha384,
+            _ => S::EcdsaP256Sha512,
+        }
+    }
 }
 
 /// What a provisioned secret is.

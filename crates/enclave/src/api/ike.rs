@@ -218,8 +218,9 @@ pub(crate) fn algorithm_identifier(scheme: SignatureScheme) -> &'static [u8] {
         S::RsaPssSha256 => &ALG_RSA_PSS_SHA256,
         S::RsaPssSha384 => &ALG_RSA_PSS_SHA384,
         S::RsaPssSha512 => &ALG_RSA_PSS_SHA512,
-        S::EcdsaP256Sha256 => &ALG_ECDSA_SHA256,
-        S::EcdsaP384Sha384 => &ALG_ECDSA_SHA384,
+        S::EcdsaP256Sha256 | S::EcdsaP384Sha256 => &ALG_ECDSA_SHA256,
+        S::EcdsaP256Sha384 | S::EcdsaP384Sha384 => &ALG_ECDSA_SHA384,
+        S::EcdsaP256Sha512 | S::EcdsaP384Sha512 => &ALG_ECDSA_SHA512,
     }
 }
 
@@ -231,6 +232,7 @@ const fn hex15(last: u8) -> [u8; 15] {
 }
 const ALG_ECDSA_SHA256: [u8; 12] = [0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
 const ALG_ECDSA_SHA384: [u8; 12] = [0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03];
+const ALG_ECDSA_SHA512: [u8; 12] = [0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x04];
 const ALG_RSA_PSS_SHA256: [u8; 67] = pss(0x01, 0x20);
 const ALG_RSA_PSS_SHA384: [u8; 67] = pss(0x02, 0x30);
 const ALG_RSA_PSS_SHA512: [u8; 67] = pss(0x03, 0x40);
@@ -252,7 +254,8 @@ const OID_SHA512: &[u8] = &[0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x03
 const OID_MGF1: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x08];
 const OID_RSA_PSS: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0a];
 
-/// Maps an RFC 7427 AlgorithmIdentifier to a scheme this enclave verifies.
+/// Maps an RFC 7427 AlgorithmIdentifier to a scheme this enclave verifies. ECDSA ones
+/// come out on P-256: the identifier names no curve (see [`SignatureScheme::on_curve_of`]).
 ///
 /// The fixed encodings are compared byte for byte; RSASSA-PSS is parsed because peers
 /// differ in whether the hash AlgorithmIdentifiers carry a NULL parameter. Only PSS with
@@ -264,7 +267,8 @@ pub(crate) fn scheme_from_algorithm_identifier(alg: &[u8]) -> Option<SignatureSc
         S::RsaPkcs1Sha384,
         S::RsaPkcs1Sha512,
         S::EcdsaP256Sha256,
-        S::EcdsaP384Sha384,
+        S::EcdsaP256Sha384,
+        S::EcdsaP256Sha512,
         S::RsaPssSha256,
         S::RsaPssSha384,
         S::RsaPssSha512,
@@ -365,8 +369,19 @@ mod tests {
             S::RsaPssSha512,
             S::EcdsaP256Sha256,
             S::EcdsaP384Sha384,
+            S::EcdsaP256Sha384,
+            S::EcdsaP256Sha512,
+            S::EcdsaP384Sha256,
+            S::EcdsaP384Sha512,
         ] {
-            assert_eq!(scheme_from_algorithm_identifier(algorithm_identifier(s)), Some(s));
+            // ECDSA identifiers name the hash only; the key's curve completes the scheme.
+            let curve = match s {
+                S::EcdsaP384Sha256 | S::EcdsaP384Sha384 | S::EcdsaP384Sha512 => PublicKeyKind::EcdsaP384,
+                _ => PublicKeyKind::EcdsaP256,
+            };
+            let back =
+                scheme_from_algorithm_identifier(algorithm_identifier(s)).map(|b| b.on_curve_of(curve));
+            assert_eq!(back, Some(s));
         }
     }
 

@@ -234,7 +234,7 @@ fn get_role(r: &mut Reader<'_>) -> Result<Role, Malformed> {
     }
 }
 
-const SCHEMES: [SignatureScheme; 8] = [
+const SCHEMES: [SignatureScheme; 12] = [
     SignatureScheme::RsaPkcs1Sha256,
     SignatureScheme::RsaPkcs1Sha384,
     SignatureScheme::RsaPkcs1Sha512,
@@ -243,6 +243,10 @@ const SCHEMES: [SignatureScheme; 8] = [
     SignatureScheme::RsaPssSha512,
     SignatureScheme::EcdsaP256Sha256,
     SignatureScheme::EcdsaP384Sha384,
+    SignatureScheme::EcdsaP256Sha384,
+    SignatureScheme::EcdsaP256Sha512,
+    SignatureScheme::EcdsaP384Sha256,
+    SignatureScheme::EcdsaP384Sha512,
 ];
 
 fn scheme_code(s: SignatureScheme) -> u8 {

@@ -153,11 +153,42 @@ pub(crate) fn verify_signature(
         (PublicKeyKind::Rsa, S::RsaPssSha512) => &signature::RSA_PSS_2048_8192_SHA512,
         (PublicKeyKind::EcdsaP256, S::EcdsaP256Sha256) => &signature::ECDSA_P256_SHA256_ASN1,
         (PublicKeyKind::EcdsaP384, S::EcdsaP384Sha384) => &signature::ECDSA_P384_SHA384_ASN1,
+        (PublicKeyKind::EcdsaP256, S::EcdsaP256Sha384) => &signature::ECDSA_P256_SHA384_ASN1,
+        (PublicKeyKind::EcdsaP384, S::EcdsaP384Sha256) => &signature::ECDSA_P384_SHA256_ASN1,
+        (PublicKeyKind::EcdsaP256, S::EcdsaP256Sha512) | (PublicKeyKind::EcdsaP384, S::EcdsaP384Sha512) => {
+            return verify_ecdsa_sha512(public, msg, sig)
+        }
         _ => return Err(Error::Unsupported { what: "signature scheme for this public key", value: 0 }),
     };
     UnparsedPublicKey::new(alg, &public.bytes)
         .verify(msg, sig)
         .map_err(|_| Error::AuthenticationFailed { method: AuthMethod::DigitalSignature.id() })
+}
+
+/// Verifies a DER ECDSA signature over SHA-512 of `msg` (ring has no SHA-512 ECDSA); the
+/// digest is truncated to the curve's order length as FIPS 186-4 §6.4 says.
+fn verify_ecdsa_sha512(public: &PublicKey, msg: &[u8], sig: &[u8]) -> Result<()> {
+    use ecdsa::signature::hazmat::PrehashVerifier;
+    let failed = Error::AuthenticationFailed { method: AuthMethod::DigitalSignature.id() };
+    let digest = ring::digest::digest(&ring::digest::SHA512, msg);
+    let ok = match public.kind {
+        PublicKeyKind::EcdsaP256 => {
+            let key = ecdsa::VerifyingKey::<p256::NistP256>::from_sec1_bytes(&public.bytes);
+            let sig = ecdsa::Signature::<p256::NistP256>::from_der(sig);
+            key.ok().zip(sig.ok()).is_some_and(|(k, s)| k.verify_prehash(digest.as_ref(), &s).is_ok())
+        }
+        PublicKeyKind::EcdsaP384 => {
+            let key = ecdsa::VerifyingKey::<p384::NistP384>::from_sec1_bytes(&public.bytes);
+            let sig = ecdsa::Signature::<p384::NistP384>::from_der(sig);
+            key.ok().zip(sig.ok()).is_some_and(|(k, s)| k.verify_prehash(digest.as_ref(), &s).is_ok())
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(failed)
+    }
 }
 
 /// Verifies a fixed-length (r || s, RFC 4754 / P1363) ECDSA signature.
@@ -313,7 +344,8 @@ pub(crate) fn verify(
             let (&alg_len, rest) = data.split_first().ok_or(failed.clone())?;
             let (alg, sig) = rest.split_at_checked(usize::from(alg_len)).ok_or(failed.clone())?;
             let scheme = scheme_from_algorithm_identifier(alg)
-                .ok_or(Error::Unsupported { what: "RFC 7427 signature algorithm", value: 0 })?;
+                .ok_or(Error::Unsupported { what: "RFC 7427 signature algorithm", value: 0 })?
+                .on_curve_of(pk.kind);
             verify_signature(scheme, pk, &octets, sig).map_err(|e| match e {
                 Error::AuthenticationFailed { .. } => failed.clone(),
                 e => e,

