@@ -136,6 +136,8 @@ secrets {{
 struct Tuning {
     gateway: &'static str,
     connection: &'static str,
+    /// Extra keys of the child's inline table, each starting with ", ".
+    child: &'static str,
 }
 
 fn gateway_conf(site: &str, gw: &str, ike: &str, auth: Auth, tuning: Tuning) -> String {
@@ -171,7 +173,7 @@ proposals = ["{ike}"]
 {tuning_connection}
 local = {local}
 remote = {remote}
-children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], esp_proposals = ["{esp}"] }}
+children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], esp_proposals = ["{esp}"]{tuning_child} }}
 
 [secrets.psk]
 file = "psk.blob"
@@ -180,6 +182,7 @@ file = "psk.blob"
         esp = esp_for(ike),
         tuning_gateway = tuning.gateway,
         tuning_connection = tuning.connection,
+        tuning_child = tuning.child,
     )
 }
 
@@ -584,6 +587,39 @@ fn both_rekey_the_child_at_once_under_traffic_without_loss() {
     rekey_under_traffic(Rekeyer::Both, Rekeyed::Child);
 }
 
+/// Volume lifetimes: with `rekey_bytes = "64k"` on Cloister's side, 1000-byte pings every
+/// 10 ms (about 100 kB/s each way) make the data plane's byte counters cross the soft limit
+/// again and again; each crossing rekeys the child, and no ping may be lost meanwhile.
+#[test]
+fn the_byte_limit_rekeys_the_child_under_traffic_without_loss() {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        return;
+    }
+    let tuning = Tuning { child: r#", rekey_bytes = "64k", life_bytes = "4m""#, ..Tuning::default() };
+    let mut tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, false, tuning);
+    tb.up(Initiator::StrongSwan);
+    let out = tb
+        .site
+        .exec(
+            &[
+                "ping", "-n", "-q", "-c", "300", "-i", "0.01", "-s", "1000", "-W", "1", "-I", SITE_INNER,
+                GW_INNER,
+            ],
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    let line = out.stdout.lines().find(|l| l.contains("received")).unwrap_or_default().to_owned();
+    let log = tb.cloister.log();
+    let rekeys = log.matches("soft lifetime (Bytes): rekeying").count();
+    eprintln!("byte-limit rekeys: {rekeys} during 300 pings of 1000 bytes: {line}");
+    assert!(rekeys >= 2, "expected several byte-limit rekeys:\n{}", tb.logs());
+    assert!(!log.contains("hard lifetime"), "no SA may reach its hard limit:\n{}", tb.logs());
+    assert!(line.contains("300 packets transmitted, 300 received"), "lost pings: {line}\n{}", tb.logs());
+    let list = tb.sa(&["list"]);
+    assert!(list.contains("net: INSTALLED"), "{list}");
+}
+
 /// Dead peer detection: with the link to the site cut, the gateway's liveness checks go
 /// unanswered and it removes the IKE SA and its child SA (traffic for the site is then
 /// dropped, never sent in clear). Timers: 2 s DPD delay, 3 sends 0.5 s apart, doubling.
@@ -596,6 +632,7 @@ fn dead_peer_detection_removes_the_sas_of_a_cut_off_peer() {
     let tuning = Tuning {
         gateway: "retransmit_timeout = \"500ms\"\nretransmit_tries = 3",
         connection: "dpd_delay = \"2s\"",
+        child: "",
     };
     let mut tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, false, tuning);
     tb.up(Initiator::StrongSwan);

@@ -73,9 +73,10 @@ fn sa_config(child: &ChildSa, inbound: bool) -> Option<SaConfig> {
     c.local_selectors = child.local_ts.iter().map(esp_ts).collect::<Option<_>>()?;
     c.remote_selectors = child.remote_ts.iter().map(esp_ts).collect::<Option<_>>()?;
     // Soft expiry asks the engine to rekey; hard expiry stops traffic and deletes it.
+    let v = child.volume;
     c.lifetime = Lifetime {
-        soft: LifetimeLimits { time: Some(child.rekey_time), ..LifetimeLimits::default() },
-        hard: LifetimeLimits { time: Some(child.life_time), ..LifetimeLimits::default() },
+        soft: LifetimeLimits { time: Some(child.rekey_time), bytes: v.rekey_bytes, packets: v.rekey_packets },
+        hard: LifetimeLimits { time: Some(child.life_time), bytes: v.life_bytes, packets: v.life_packets },
     };
     Some(c)
 }

@@ -366,10 +366,11 @@ impl<E: Enclave + 'static> Gateway<E> {
         for ev in self.dp.handle_timeout(now) {
             let Some(c) = self.children.find(ev.sa) else { continue };
             let (ike, spi) = (c.ike, c.child.spi_inbound);
-            // A child already replaced by a rekey only waits for its Delete.
+            // A child already replaced by a rekey only waits for its Delete. Either
+            // direction's soft limit rekeys it (volume limits count each direction).
             let current = c.outbound.is_some();
             match ev.kind {
-                LifetimeKind::Soft if current && matches!(ev.sa, SaRef::Outbound { .. }) => {
+                LifetimeKind::Soft if current => {
                     if let Err(e) = self.engine.rekey_child(now, ike, spi) {
                         (self.log)(&format!("child: rekey of {spi:08x}: {e}"));
                     } else {

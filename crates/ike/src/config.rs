@@ -25,6 +25,9 @@
 //! esp_proposals = ["aes256gcm16-esn"]
 //! rekey_time = "1h"
 //! life_time = "66m"                        # default: rekey_time + 10 %
+//! rekey_bytes = "512m"                     # volume limits (default: none); k, m, g = 1024^n
+//! life_bytes = "600m"                      # default: rekey_bytes + 10 %
+//! rekey_packets = 1000000                  # life_packets likewise
 //!
 //! [secrets.site-b-psk]
 //! file = "/etc/cloister/site-b.psk.wrapped"   # a provisioning blob, opened by the enclave only
@@ -137,6 +140,22 @@ pub struct ChildConfig {
     pub rekey_time: Duration,
     /// Hard lifetime.
     pub life_time: Duration,
+    /// Volume limits: rekey and hard limits in bytes and packets (per direction).
+    pub volume: VolumeLimits,
+}
+
+/// A child's volume lifetimes, counted per SA direction by the data plane (strongSwan's
+/// `rekey_bytes`, `life_bytes`, `rekey_packets`, `life_packets`); `None` is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VolumeLimits {
+    /// Bytes after which the child is rekeyed.
+    pub rekey_bytes: Option<u64>,
+    /// Bytes after which the child is deleted.
+    pub life_bytes: Option<u64>,
+    /// Packets after which the child is rekeyed.
+    pub rekey_packets: Option<u64>,
+    /// Packets after which the child is deleted.
+    pub life_packets: Option<u64>,
 }
 
 /// A duration as strongSwan writes it: seconds, or a number with s/m/h/d.
@@ -212,6 +231,10 @@ struct RawChild {
     esp_proposals: Vec<String>,
     rekey_time: Option<RawDuration>,
     life_time: Option<RawDuration>,
+    rekey_bytes: Option<RawDuration>,
+    life_bytes: Option<RawDuration>,
+    rekey_packets: Option<RawDuration>,
+    life_packets: Option<RawDuration>,
 }
 
 /// strongSwan's defaults (swanctl.conf).
@@ -315,6 +338,48 @@ fn duration(
             why,
         }),
     }
+}
+
+/// A count as strongSwan writes volumes: a number, optionally with k, m or g (powers of
+/// 1024, either case); 0 means no limit.
+fn parse_count(raw: &RawDuration) -> core::result::Result<Option<u64>, (&'static str, String)> {
+    let text = match raw {
+        RawDuration::Seconds(n) => return Ok(Some(*n).filter(|n| *n > 0)),
+        RawDuration::Text(t) => t.trim(),
+    };
+    let bad = "a count: a number, optionally followed by k, m or g";
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&text[..i], 10),
+        Some((i, 'm' | 'M')) => (&text[..i], 20),
+        Some((i, 'g' | 'G')) => (&text[..i], 30),
+        _ => (text, 0),
+    };
+    let n: u64 = digits.trim().parse().map_err(|_| (bad, text.to_owned()))?;
+    let n = n.checked_mul(1u64 << shift).ok_or(("too large", text.to_owned()))?;
+    Ok(Some(n).filter(|n| *n > 0))
+}
+
+/// A pair of volume limits: the hard one defaults to the soft one + 10 %, and must exceed it.
+fn volume(
+    connection: &str,
+    fields: (&'static str, &'static str),
+    soft: &Option<RawDuration>,
+    hard: &Option<RawDuration>,
+) -> Result<(Option<u64>, Option<u64>)> {
+    let invalid =
+        |field, (why, value)| Error::InvalidValue { connection: connection.to_owned(), field, value, why };
+    let soft = soft.as_ref().map(parse_count).transpose().map_err(|e| invalid(fields.0, e))?.flatten();
+    let hard = match hard {
+        Some(h) => parse_count(h).map_err(|e| invalid(fields.1, e))?,
+        None => soft.map(|s| s.saturating_add(s / 10).max(s.saturating_add(1))),
+    };
+    if let (Some(s), Some(h)) = (soft, hard) {
+        if h <= s {
+            let why = "must be larger than its rekey limit, or the SA expires before it is rekeyed";
+            return Err(invalid(fields.1, (why, h.to_string())));
+        }
+    }
+    Ok((soft, hard))
 }
 
 /// Parses an identity in strongSwan's syntax: an IP address, `@fqdn`, `user@domain`,
@@ -515,7 +580,12 @@ impl ChildConfig {
                 why: "must be longer than rekey_time, or the SA expires before it is rekeyed",
             });
         }
-        Ok(Self { name, local_ts, remote_ts, esp_proposals, rekey_time, life_time })
+        let (rekey_bytes, life_bytes) =
+            volume(&label, ("rekey_bytes", "life_bytes"), &c.rekey_bytes, &c.life_bytes)?;
+        let (rekey_packets, life_packets) =
+            volume(&label, ("rekey_packets", "life_packets"), &c.rekey_packets, &c.life_packets)?;
+        let volume = VolumeLimits { rekey_bytes, life_bytes, rekey_packets, life_packets };
+        Ok(Self { name, local_ts, remote_ts, esp_proposals, rekey_time, life_time, volume })
     }
 }
 
@@ -617,6 +687,30 @@ children.all = {}
         assert!(parse_identity("CN=moon, XX=example").is_err());
         assert!(parse_identity("@#xyz").is_err());
         assert!(parse_identity(" ").is_err());
+    }
+
+    #[test]
+    fn volume_limits_take_strongswan_units_and_default_the_hard_one() {
+        let child = |extra: &str| {
+            let text = EXAMPLE.replace("life_time = \"66m\"", &format!("life_time = \"66m\"\n{extra}"));
+            Config::from_toml(&text).map(|c| c.connections[0].children[0].volume)
+        };
+        assert_eq!(child("").unwrap(), VolumeLimits::default());
+        let v = child("rekey_bytes = \"512k\"\nrekey_packets = 1000").unwrap();
+        assert_eq!((v.rekey_bytes, v.life_bytes), (Some(512 * 1024), Some(512 * 1024 + 512 * 1024 / 10)));
+        assert_eq!((v.rekey_packets, v.life_packets), (Some(1000), Some(1100)));
+        let v = child("rekey_bytes = \"1G\"\nlife_bytes = \"2g\"\nlife_packets = \"3M\"").unwrap();
+        assert_eq!((v.rekey_bytes, v.life_bytes), (Some(1 << 30), Some(2 << 30)));
+        assert_eq!((v.rekey_packets, v.life_packets), (None, Some(3 << 20)));
+        assert_eq!(child("rekey_bytes = 0").unwrap().life_bytes, None, "0 is no limit");
+        for bad in [
+            r#"rekey_bytes = "12x""#,
+            "rekey_bytes = \"100\"\nlife_bytes = \"100\"",
+            r#"life_packets = "-1""#,
+        ] {
+            let e = child(bad).unwrap_err().to_string();
+            assert!(e.contains("bytes") || e.contains("packets"), "{bad}: {e}");
+        }
     }
 
     #[test]

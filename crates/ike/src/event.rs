@@ -72,6 +72,8 @@ pub struct ChildSa {
     pub rekey_time: Duration,
     /// When the SA must be gone (hard lifetime).
     pub life_time: Duration,
+    /// Byte and packet limits for rekey and deletion.
+    pub volume: crate::config::VolumeLimits,
 }
 
 /// How much trusted memory the enclave held for IKE SAs around this SA's clear-and-seal

@@ -275,7 +275,7 @@ pub struct IkeSa {
 enum State {
     ExpectSaInitResponse(ExpectSaInitResponse),
     ExpectAuthRequest(ExpectAuthRequest),
-    ExpectAuthResponse(ExpectAuthResponse),
+    ExpectAuthResponse(Box<ExpectAuthResponse>),
     Established(Established),
     Deleted,
 }
@@ -559,6 +559,7 @@ impl Core {
             remote: self.remote,
             rekey_time: config.rekey_time,
             life_time: config.life_time,
+            volume: config.volume,
         }
     }
 
@@ -1356,6 +1357,13 @@ impl IkeSa {
             // Its successor exists already; it only waits for its Delete.
             return Err(Error::WrongState { state: "rekeyed child", what: "rekey a child SA" });
         }
+        let queued = self.core.queue.contains(&RequestKind::RekeyChild(spi))
+            || self.core.deferred.iter().any(|(_, k)| *k == RequestKind::RekeyChild(spi))
+            || matches!(self.core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyChildSent(r)) if r.old == spi);
+        if queued {
+            // Asked twice (both directions' soft limits, or an operator): one rekey will do.
+            return Ok(());
+        }
         self.core.queue.push_back(RequestKind::RekeyChild(spi));
         self.pump(ctx);
         Ok(())
@@ -1527,7 +1535,7 @@ impl ExpectSaInitResponse {
             &request,
             datagram.to_vec(),
         ) {
-            Ok(next) => State::ExpectAuthResponse(next),
+            Ok(next) => State::ExpectAuthResponse(Box::new(next)),
             Err(e) => core.fail(ctx, Some(ike), None, e),
         }
     }

@@ -34,7 +34,7 @@ use wire::ike::{KeyExchange, Nonce, Notify, NotifyType, Payload, ProtocolId};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ChildRekey {
     /// The old child's inbound SPI.
-    old: u32,
+    pub(super) old: u32,
     /// The new child's inbound SPI.
     spi: u32,
     nonce_i: Vec<u8>,
