@@ -1353,15 +1353,15 @@ impl IkeSa {
         if !self.core.children.iter().any(|c| c.spi_inbound == spi) {
             return Err(Error::UnknownChildSa { spi });
         }
-        if self.core.replaced.contains(&spi) || self.core.closing(spi) {
-            // Its successor exists already; it only waits for its Delete.
-            return Err(Error::WrongState { state: "rekeyed child", what: "rekey a child SA" });
-        }
-        let queued = self.core.queue.contains(&RequestKind::RekeyChild(spi))
+        let queued = self.core.replaced.contains(&spi)
+            || self.core.closing(spi)
+            || self.core.queue.contains(&RequestKind::RekeyChild(spi))
             || self.core.deferred.iter().any(|(_, k)| *k == RequestKind::RekeyChild(spi))
             || matches!(self.core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyChildSent(r)) if r.old == spi);
         if queued {
-            // Asked twice (both directions' soft limits, or an operator): one rekey will do.
+            // Rekeyed already (its fresh successor only waits for the old one's Delete), or
+            // asked twice (both directions' soft limits, an operator racing the peer): one
+            // rekey will do.
             return Ok(());
         }
         self.core.queue.push_back(RequestKind::RekeyChild(spi));
