@@ -30,6 +30,9 @@ use crate::control::{self, ControlServer, Request};
 use crate::error::{Error, Result};
 use crate::shared::SharedEnclave;
 
+/// Receive buffer of the IKE sockets (bytes).
+const IKE_RECEIVE_BUFFER: i32 = 4 << 20;
+
 /// The longest the loop sleeps without looking at signals, timers and the stop flag.
 pub const MAX_WAIT: Duration = Duration::from_millis(200);
 /// How often SA lifetimes are evaluated.
@@ -118,6 +121,10 @@ impl<E: Enclave + 'static> Gateway<E> {
             let s = UdpSocket::bind(addr)
                 .map_err(|source| Error::Io { what: format!("binding {addr}"), source })?;
             s.set_nonblocking(true).map_err(|source| Error::Io { what: format!("{addr}"), source })?;
+            // A burst of IKE_SA_INIT requests (hundreds of peers at once) overflows the
+            // default receive buffer, and each lost datagram costs the peer a retransmission
+            // timeout (seen in bench/ike-setup.sh): take what the data plane's sockets take.
+            cio::udp::grow_receive_buffer(&s, IKE_RECEIVE_BUFFER);
             let local = s.local_addr().map_err(|source| Error::Io { what: format!("{addr}"), source })?;
             ike_sockets.push((s, local));
         }

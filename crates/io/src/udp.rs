@@ -44,6 +44,12 @@ impl fmt::Display for UdpOffloads {
     }
 }
 
+/// Raises a socket's receive buffer towards `bytes` (SO_RCVBUFFORCE, else SO_RCVBUF), best
+/// effort: for sockets bound elsewhere (the gateway's IKE sockets) that take bursts.
+pub fn grow_receive_buffer(socket: &impl AsFd, bytes: i32) {
+    sys::grow_buffer(socket.as_fd(), false, bytes);
+}
+
 /// A bound UDP socket.
 #[derive(Debug)]
 pub struct UdpSocket {
