@@ -21,6 +21,8 @@ enum Command {
     Decode(cmd::decode::Args),
     /// Run one tenant's gateway (IKE, ESP data plane, enclave) until SIGINT/SIGTERM.
     Gateway(cmd::gateway::Args),
+    /// Load-test an IKEv2 responder: N tunnels with PSK, a window under way; rate and setup times.
+    IkeLoad(cmd::ike_load::Args),
     /// Ask a running gateway: list SAs, initiate, rekey, terminate.
     Sa(cmd::sa::Args),
     /// Wrap a tenant secret (PSK, private key, static ESP SA keys) for the tenant's enclave.
@@ -39,6 +41,7 @@ fn main() -> std::process::ExitCode {
         Command::Decode(args) => cmd::decode::run(args),
         Command::EnclaveProcess(args) => cmd::enclave_process::run(args),
         Command::Gateway(args) => cmd::gateway::run(args),
+        Command::IkeLoad(args) => cmd::ike_load::run(args),
         Command::Sa(args) => cmd::sa::run(args),
         Command::Secret(args) => cmd::secret::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
