@@ -119,7 +119,13 @@ impl RecvBuffers {
                 })
                 .unwrap_or(&[]);
             let seg = if m.segment == 0 { bytes.len().max(1) } else { m.segment };
-            bytes.chunks(seg).filter_map(move |chunk| {
+            // An empty datagram is still one datagram (the caller counts it as a drop);
+            // `chunks` of an empty slice would make it vanish uncounted.
+            let count =
+                if bytes.is_empty() { usize::from(remote.is_some()) } else { bytes.len().div_ceil(seg) };
+            (0..count).filter_map(move |k| {
+                let chunk = bytes
+                    .get(k.checked_mul(seg)?..bytes.len().min(k.saturating_add(1).saturating_mul(seg)))?;
                 Some(Datagram { remote: remote?, local: m.local, tos: m.tos, bytes: chunk })
             })
         })
@@ -510,5 +516,16 @@ mod tests {
         let d: Vec<_> = b.datagrams().map(|d| d.bytes.len()).collect();
         assert_eq!(d, [1000, 1000, 500]);
         assert_eq!(b.dropped(), 1);
+    }
+
+    #[test]
+    fn an_empty_datagram_is_still_one() {
+        let mut b = RecvBuffers::new(2, 100);
+        let remote = Some("198.18.0.2:4500".parse().unwrap());
+        b.meta[0] = Meta { remote, len: 0, ..Meta::default() };
+        b.meta[1] = Meta { remote, len: 0, segment: 1000, ..Meta::default() };
+        b.received = 2;
+        let d: Vec<_> = b.datagrams().map(|d| d.bytes.len()).collect();
+        assert_eq!(d, [0, 0]);
     }
 }
