@@ -29,11 +29,13 @@
 //! tshark part tshark and dumpcap; elsewhere it prints a notice and passes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod test_keys;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use test_keys::Keys;
 
 use testnet::{Netns, Process, Veth};
 
@@ -179,26 +181,8 @@ impl Case {
     }
 }
 
-/// A small PRNG (splitmix64), seeded per run: fresh keys every run, as static SAs need.
-struct Keys(u64);
-
-impl Keys {
-    fn hex(&mut self, len: usize) -> String {
-        let mut s = String::with_capacity(2 * len);
-        for _ in 0..len {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            write!(s, "{:02x}", (z ^ (z >> 31)) & 0xff).unwrap();
-        }
-        s
-    }
-}
-
 fn matrix() -> Vec<Case> {
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let mut keys = Keys(u64::try_from(seed & u128::from(u64::MAX)).unwrap() ^ u64::from(std::process::id()));
+    let mut keys = Keys::seeded();
     let mut cases = Vec::new();
     for suite in Suite::ALL {
         for udp in [false, true] {

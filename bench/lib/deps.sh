@@ -1,0 +1,31 @@
+# Extra dependencies of bench/esp-e2e.sh, installed on first use (CI runs no benchmarks, so
+# scripts/setup.sh does not pay for them). Sourced; expects ROOT (the repository root).
+#   - wireguard-go and wireguard-tools (`wg`): Debian packages
+#   - boringtun-cli: crates.io, built into .deps/cargo
+# Idempotent: each step checks first.
+
+e2e_deps() {
+  local deps="$ROOT/.deps"
+  mkdir -p "$deps"
+  local missing=()
+  for p in wireguard-go wireguard-tools iperf3 iproute2 strongswan-charon strongswan-swanctl libcharon-extra-plugins; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "[esp-e2e] installing Debian packages: ${missing[*]}" >&2
+    local created_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      # Keep package scripts from starting services (charon); removed again below.
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; created_policy=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
+      >"$deps/apt-e2e.log" 2>&1 || { tail -30 "$deps/apt-e2e.log" >&2; [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d; return 1; }
+    [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  fi
+  if [ ! -x "$deps/cargo/bin/boringtun-cli" ]; then
+    echo "[esp-e2e] building boringtun-cli (crates.io) into .deps/cargo (a few minutes, once)" >&2
+    cargo install -q --locked --root "$deps/cargo" boringtun-cli >"$deps/boringtun-cli.log" 2>&1 \
+      || { tail -30 "$deps/boringtun-cli.log" >&2; return 1; }
+  fi
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Helpers of bench/esp-e2e.sh (system python3, standard library only).
+
+  e2e_stats.py extract TEST FILE      one iperf3 --json result -> "value loss_percent"
+      tcp1, tcp4: receiver Mbit/s (end.sum_received); udp64, udp1372: packets per second
+      received at the far end ((packets - lost) / seconds, from the server's figures that
+      iperf3 reports in end.sum), and the loss in percent. Prints "nan nan" on an error.
+  e2e_stats.py summary RESULTS VARIANTS...
+      RESULTS holds lines "round variant test value loss"; prints one table row per variant
+      and test (median, min-max, rounds; loss medians for UDP), and the last line
+      esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>
+      where a peer is strongswan, boringtun or wireguard-go (the best median of them).
+"""
+import json
+import math
+import statistics
+import sys
+
+TESTS = ["tcp1", "tcp4", "udp64", "udp1372"]
+PEERS = ["strongswan", "boringtun", "wireguard-go"]
+UNITS = {"tcp1": "Mbit/s", "tcp4": "Mbit/s", "udp64": "pkt/s", "udp1372": "pkt/s"}
+
+
+def extract(test, path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            j = json.load(f)
+        if "error" in j:
+            raise ValueError(j["error"])
+        end = j["end"]
+        if test.startswith("tcp"):
+            return end["sum_received"]["bits_per_second"] / 1e6, 0.0
+        s = end["sum"]
+        received = s["packets"] - s["lost_packets"]
+        return received / s["seconds"], s["lost_percent"]
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+        print(f"[esp-e2e] {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return math.nan, math.nan
+
+
+def fmt(test, v):
+    if math.isnan(v):
+        return "n/a"
+    if test.startswith("tcp"):
+        return f"{v:.0f}"
+    return f"{v / 1000:.1f}k"
+
+
+def summary(path, variants):
+    data = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 5:
+                continue
+            _, variant, test, value, loss = parts
+            data.setdefault((variant, test), []).append((float(value), float(loss)))
+    med = {}
+    print(f"{'variant':<15} {'test':<8} {'median':>9} {'min-max':>19} {'unit':<7} {'loss% (median)':>14}  rounds")
+    for variant in variants:
+        for test in TESTS:
+            runs = data.get((variant, test), [])
+            vals = [v for v, _ in runs if not math.isnan(v)]
+            losses = [l for _, l in runs if not math.isnan(l)]
+            if vals:
+                m = statistics.median(vals)
+                med[(variant, test)] = m
+                rng = f"{fmt(test, min(vals))}-{fmt(test, max(vals))}"
+            else:
+                m = math.nan
+                rng = "n/a"
+            loss = f"{statistics.median(losses):.1f}" if test.startswith("udp") and losses else ""
+            failed = len(runs) - len(vals)
+            note = f"{len(vals)}" + (f" ({failed} failed)" if failed else "")
+            print(f"{variant:<15} {test:<8} {fmt(test, m):>9} {rng:>19} {UNITS[test]:<7} {loss:>14}  {note}")
+
+    def ratio(test):
+        mine = med.get(("cloister", test))
+        peers = [(med[(p, test)], p) for p in PEERS if (p, test) in med]
+        if mine is None or not peers:
+            return "n/a", ""
+        best, who = max(peers)
+        return f"{mine / best:.2f}", who
+
+    r1, p1 = ratio("tcp1")
+    r64, p64 = ratio("udp64")
+    plain = [f"{t} {med[('cloister', t)] / med[('plain', t)]:.2f}" for t in TESTS
+             if ("cloister", t) in med and ("plain", t) in med]
+    print(f"best peer: tcp1 {p1 or 'n/a'}, udp64 {p64 or 'n/a'}; cloister vs plain routing: {', '.join(plain) or 'n/a'}")
+    print(f"esp e2e tcp1 ratio vs best peer={r1} udp64 ratio vs best peer={r64}")
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "extract":
+        v, l = extract(sys.argv[2], sys.argv[3])
+        print(f"{v} {l}")
+    elif len(sys.argv) >= 3 and sys.argv[1] == "summary":
+        summary(sys.argv[2], sys.argv[3:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
