@@ -146,6 +146,7 @@ pub fn engine_input(data: &[u8]) {
         }
         let Some(p) = slot.as_mut() else { return };
         let Some((i_sa, _)) = p.established() else { return };
+        // The address constants parse (the pair was built from them): unwrap cannot fire.
         let from: SocketAddr = SocketAddr::new(I_ADDR.parse().unwrap(), 500);
         match mode % 4 {
             0 => p.r.handle_datagram(p.now, from, SocketAddr::new(R_ADDR.parse().unwrap(), 500), rest),
@@ -160,7 +161,7 @@ pub fn engine_input(data: &[u8]) {
                 let exchange =
                     [ExchangeType::INFORMATIONAL, ExchangeType::CREATE_CHILD_SA, ExchangeType::IKE_AUTH]
                         [usize::from(*ex % 3)];
-                let sa = p.i.ike_sa(i_sa).unwrap();
+                let Some(sa) = p.i.ike_sa(i_sa) else { return };
                 let (spi_i, spi_r) = sa.spis();
                 let header = IkeHeader::new(
                     spi_i,
@@ -175,7 +176,8 @@ pub fn engine_input(data: &[u8]) {
             }
             _ => {
                 let [cmd, first, inner @ ..] = rest else { return };
-                let child = p.i.ike_sa(i_sa).unwrap().children().first().map(|c| c.spi_inbound);
+                let Some(sa) = p.i.ike_sa(i_sa) else { return };
+                let child = sa.children().first().map(|c| c.spi_inbound);
                 let _ = match (cmd % 4, child) {
                     (1, Some(spi)) => p.i.rekey_child(p.now, i_sa, spi),
                     (2, _) => p.i.rekey_ike(p.now, i_sa),
