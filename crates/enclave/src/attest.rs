@@ -46,6 +46,35 @@ pub enum EvidenceKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Measurement(pub [u8; 48]);
 
+impl Measurement {
+    /// Lower-case hex (96 digits), the form reference values are published and configured in.
+    pub fn to_hex(&self) -> String {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut s = String::with_capacity(96);
+        for b in self.0 {
+            s.push(char::from(DIGITS[usize::from(b >> 4)]));
+            s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        }
+        s
+    }
+}
+
+/// Parses a measurement from 96 hex digits (either case; surrounding whitespace ignored).
+pub fn parse_measurement_hex(s: &str) -> Result<Measurement> {
+    let bad = Error::Attestation { why: "a measurement is 96 hex digits" };
+    let s = s.trim().as_bytes();
+    if s.len() != 96 {
+        return Err(bad);
+    }
+    let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let mut m = [0u8; 48];
+    for (out, pair) in m.iter_mut().zip(s.chunks_exact(2)) {
+        let (hi, lo) = (digit(pair[0]).ok_or(bad.clone())?, digit(pair[1]).ok_or(bad.clone())?);
+        *out = (hi << 4) | lo;
+    }
+    Ok(Measurement(m))
+}
+
 /// Attestation evidence as produced by a provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evidence {
@@ -156,6 +185,14 @@ impl AttestationProvider for SoftwareAttestation {
     }
 }
 
+/// The tenant field of software-rooted evidence, **unverified**: only for choosing the
+/// report data to verify the evidence against (the signature covers the field, so
+/// verification with report data built from a forged tenant fails).
+pub(crate) fn software_evidence_tenant(evidence: &[u8]) -> Option<TenantId> {
+    let b = evidence.get(120..SIGNED_LEN)?;
+    Some(TenantId(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+}
+
 /// What verified software-rooted evidence says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VerifiedEvidence {
@@ -211,6 +248,18 @@ mod tests {
         t[10] ^= 1;
         assert!(verify_software_evidence(&t, p.platform_public_key(), &rd).is_err());
         assert!(verify_software_evidence(&e.bytes[..100], p.platform_public_key(), &rd).is_err());
+    }
+
+    #[test]
+    fn measurements_round_trip_through_hex() {
+        let m = software_measurement(b"code", b"cfg");
+        let hex = m.to_hex();
+        assert_eq!(hex.len(), 96);
+        assert_eq!(parse_measurement_hex(&hex), Ok(m));
+        assert_eq!(parse_measurement_hex(&format!(" {} \n", hex.to_uppercase())), Ok(m));
+        for bad in [&hex[..94], "zz", &format!("{}0", hex), &format!("{}g", &hex[..95])] {
+            assert!(parse_measurement_hex(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

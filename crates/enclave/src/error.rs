@@ -189,6 +189,23 @@ pub enum Error {
         /// Why.
         why: &'static str,
     },
+    /// Attested provisioning refused an offer or an envelope ([`crate::provision`]): the
+    /// reason is one of a fixed set ("unknown challenge", "offer expired", "offer already
+    /// used", "envelope malformed", "does not decrypt", "wrong tenant", "offer malformed").
+    #[error("attested provisioning refused: {why}")]
+    Provisioning {
+        /// Why.
+        why: &'static str,
+    },
+    /// The tenant's side found evidence of another measurement than the one it expects
+    /// (measurements are public, so both are shown). Boxed: an `Error` stays small.
+    #[error("measurement {} does not match the expected {}", got.to_hex(), expected.to_hex())]
+    MeasurementMismatch {
+        /// The measurement the tenant expects.
+        expected: Box<crate::attest::Measurement>,
+        /// The measurement the evidence carries.
+        got: Box<crate::attest::Measurement>,
+    },
     /// A crypto library refused an operation that the enclave's own checks allowed.
     #[error("internal crypto failure in {what}")]
     Internal {
@@ -245,13 +262,14 @@ pub enum ErrorKind {
     BadInput,
     /// [`Error::KeyCleared`], [`Error::AlreadySealed`], [`Error::NotSealed`], [`Error::KeyReuse`].
     KeyState,
-    /// [`Error::SealedBlob`], [`Error::ProvisioningBlob`] and [`Error::WrongBlobKind`].
+    /// [`Error::SealedBlob`], [`Error::ProvisioningBlob`], [`Error::WrongBlobKind`] and
+    /// [`Error::Provisioning`].
     BlobRejected,
     /// [`Error::IntegrityCheckFailed`] and [`Error::AuthenticationFailed`].
     VerifyFailed,
     /// [`Error::BatchTooLarge`], [`Error::StatusLengthMismatch`].
     BadBatch,
-    /// Everything else (randomness, exhaustion, internal, attestation, self-test).
+    /// Everything else (randomness, exhaustion, internal, attestation, measurement, self-test).
     Other,
 }
 
@@ -280,15 +298,17 @@ impl Error {
             Self::KeyCleared { .. } | Self::AlreadySealed | Self::NotSealed | Self::KeyReuse { .. } => {
                 ErrorKind::KeyState
             }
-            Self::SealedBlob { .. } | Self::ProvisioningBlob { .. } | Self::WrongBlobKind { .. } => {
-                ErrorKind::BlobRejected
-            }
+            Self::SealedBlob { .. }
+            | Self::ProvisioningBlob { .. }
+            | Self::WrongBlobKind { .. }
+            | Self::Provisioning { .. } => ErrorKind::BlobRejected,
             Self::IntegrityCheckFailed | Self::AuthenticationFailed { .. } => ErrorKind::VerifyFailed,
             Self::BatchTooLarge { .. } | Self::StatusLengthMismatch { .. } => ErrorKind::BadBatch,
             Self::Exhausted { .. }
             | Self::Random
             | Self::SelfTestFailed { .. }
             | Self::Attestation { .. }
+            | Self::MeasurementMismatch { .. }
             | Self::Internal { .. } => ErrorKind::Other,
             // Process backend (crates/enclave/src/process): transport, spawn, death.
             Self::Process(_) => ErrorKind::Other,

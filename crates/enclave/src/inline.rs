@@ -17,6 +17,7 @@ use crate::api::report::{Counters, EnclaveConfig, MemoryReport};
 use crate::api::Enclave;
 use crate::attest::{AttestationProvider, Evidence};
 use crate::error::Result;
+use crate::provision::ProvisioningOffer;
 use crate::trusted::TrustedCore;
 use core::ops::Range;
 
@@ -117,6 +118,21 @@ impl Enclave for InlineEnclave {
 
     fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
         let r = self.core.provision_secret(wrapped);
+        self.core.counted(r)
+    }
+
+    fn provisioning_offer(&mut self) -> Result<ProvisioningOffer> {
+        let r = self.core.provisioning_offer();
+        self.core.counted(r)
+    }
+
+    fn provision_attested(&mut self, envelope: &[u8]) -> Result<(SecretHandle, SealedBlob)> {
+        let r = self.core.provision_attested(envelope);
+        self.core.counted(r)
+    }
+
+    fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
+        let r = self.core.unseal_secret(sealed);
         self.core.counted(r)
     }
 

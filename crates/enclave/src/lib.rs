@@ -41,4 +41,4 @@ pub use error::{BlobRejection, Error, ErrorKind, Result};
 pub use inline::InlineEnclave;
 #[cfg(feature = "test-export")]
 pub use inline::{EspKeysExport, IkeKeysExport};
-pub use provision::seal_format;
+pub use provision::{seal_format, ProvisioningOffer};

@@ -1,8 +1,76 @@
-//! Provisioning tenant secrets in wrapped form.
+//! Provisioning tenant secrets: attested (an envelope only the attested enclave can open)
+//! or wrapped (a blob under the symmetric provisioning key the host also holds).
 //!
-//! Until attested provisioning exists, a tenant secret (PSK or private key) enters the
-//! enclave as a blob AEAD-encrypted under the instance's [`crate::ProvisioningKey`]. The
-//! untrusted side carries the blob and never sees the secret.
+//! Every function here that takes a plaintext secret is the **tenant's** side (or its
+//! provisioning tool's); the enclave's side is behind [`crate::Enclave`]. The untrusted
+//! gateway carries offers, envelopes, blobs and sealed blobs, and never sees a secret.
+//!
+//! # Attested provisioning (EnclaveVPN §4.2)
+//!
+//! 1. The gateway asks the enclave for an offer ([`crate::Enclave::provisioning_offer`]):
+//!    the enclave generates an X25519 key pair and a 16-byte challenge, keeps the private
+//!    key (at most 16 offers outstanding, the oldest evicted; each lives
+//!    [`OFFER_LIFETIME_SECS`], timed inside the enclave) and returns a
+//!    [`ProvisioningOffer`] whose evidence's report data is [`offer_report_data`].
+//! 2. The tenant verifies the evidence against the platform key it trusts and the
+//!    measurement it expects, and encrypts the secret to the offer's key
+//!    ([`seal_to_offer`]), producing an *envelope*.
+//! 3. The gateway hands the envelope in ([`crate::Enclave::provision_attested`]). The
+//!    enclave opens it with the offer it names, which is consumed by that first attempt
+//!    (refused later as "offer already used"), checks the secret as for wrapped blobs, keeps
+//!    it, and returns a handle and a sealed blob of kind 3 ([`crate::seal_format`]) from
+//!    which a restarted instance of the same tenant recovers the secret
+//!    ([`crate::Enclave::unseal_secret`]) without the tenant.
+//!
+//! What it protects: the secret in transit. Only an enclave whose evidence verifies holds
+//! the offer's private key; the gateway sees offer, envelope and sealed blob only. What it
+//! does not: the envelope is not signed by the tenant, so the gateway can provision secrets
+//! of its own choosing (as it can with the wrapping key today); the sealed blob is only as
+//! safe as the instance's root key, which the gateway still hands in at start; and
+//! software-rooted evidence is only as safe as the platform key, which root can read (see
+//! docs/threat-model.md).
+//!
+//! Offer, as bytes ([`ProvisioningOffer::to_bytes`]; integers big-endian):
+//!
+//! ```text
+//! 0   "CLPO"     magic
+//! 4   1          version
+//! 5   1          evidence kind: software-rooted
+//! 6   0 0        reserved
+//! 8   lifetime   u32 seconds the enclave keeps the offer
+//! 12  challenge  16 bytes
+//! 28  public key 32 bytes, X25519
+//! 60  n          u32 evidence length (at most 4096)
+//! 64  evidence   n bytes ([`crate::attest`]); report data = offer_report_data(...)
+//! ```
+//!
+//! Envelope v1 (integers big-endian):
+//!
+//! ```text
+//! 0   "CLPE"     magic
+//! 4   1          version
+//! 5   kind       SecretKind::code (1..=4; 5, ESP SA keys, is refused)
+//! 6   0 0        reserved
+//! 8   tenant     u32
+//! 12  challenge  16 bytes, the offer's
+//! 28  issued_at  u64 unix seconds (informational, for logs: freshness comes from the
+//!                single-use challenge and the enclave-side offer lifetime)
+//! 36  sender     32 bytes, the tenant's ephemeral X25519 public key
+//! 68  ct||tag    AES-256-GCM, key = HKDF-SHA256(salt = challenge,
+//!                  ikm = X25519(sender private, offer public),
+//!                  info = "cloister-provision-v1" || offer public key || sender public key
+//!                         || tenant u32), 32 bytes
+//!                nonce = 12 zero bytes (the key encrypts this one message),
+//!                AAD = bytes 0..68; plaintext = the secret (at most 16 KiB)
+//! ```
+//!
+//! Refusals are [`crate::Error::Provisioning`] with a reason from [`why`], or the kind's
+//! own checks (below).
+//!
+//! # Wrapped blobs
+//!
+//! A tenant secret (PSK or private key) may also enter the enclave as a blob AEAD-encrypted
+//! under the instance's [`crate::ProvisioningKey`], which the host holds too.
 //!
 //! Format v1 (integers big-endian):
 //!
@@ -50,8 +118,155 @@ use crate::api::alg::{Cipher, SecretKind, Suite};
 use crate::api::esp::EspSaParams;
 use crate::api::handle::TenantId;
 use crate::api::report::ProvisioningKey;
+use crate::attest::{self, Evidence, EvidenceKind, Measurement};
 use crate::error::{Error, Result};
+use crate::trusted::provisioning::{self as trusted, CHALLENGE_LEN, PUBLIC_LEN};
 use zeroize::Zeroizing;
+
+/// How long the enclave keeps an offer, in seconds, measured inside the enclave.
+pub const OFFER_LIFETIME_SECS: u32 = 120;
+/// Longest secret an envelope (or a kind-3 sealed blob) carries.
+pub const MAX_PROVISIONED_SECRET: usize = 16 * 1024;
+/// The envelope's magic.
+pub const ENVELOPE_MAGIC: &[u8; 4] = b"CLPE";
+/// The envelope format's version.
+pub const ENVELOPE_VERSION: u8 = 1;
+/// Bytes of the envelope before the ciphertext (all of them authenticated).
+pub const ENVELOPE_HEADER_LEN: usize = 68;
+/// The offer encoding's magic.
+pub const OFFER_MAGIC: &[u8; 4] = b"CLPO";
+/// The offer encoding's version.
+pub const OFFER_VERSION: u8 = 1;
+/// Longest evidence an encoded offer carries.
+pub const MAX_OFFER_EVIDENCE: usize = 4096;
+const OFFER_HEADER_LEN: usize = 64;
+
+/// The reasons of [`crate::Error::Provisioning`].
+pub mod why {
+    /// No outstanding offer has the envelope's challenge (never issued, or evicted).
+    pub const UNKNOWN_CHALLENGE: &str = "unknown challenge";
+    /// The offer outlived [`super::OFFER_LIFETIME_SECS`] before the envelope arrived.
+    pub const EXPIRED: &str = "offer expired";
+    /// An envelope for this offer was already presented (decrypted or not).
+    pub const USED: &str = "offer already used";
+    /// Wrong magic, version, reserved bytes, kind, or length.
+    pub const MALFORMED: &str = "envelope malformed";
+    /// The AEAD tag does not verify: tampered, or encrypted to another key.
+    pub const NO_DECRYPT: &str = "does not decrypt";
+    /// The envelope or the evidence names another tenant.
+    pub const WRONG_TENANT: &str = "wrong tenant";
+    /// An encoded offer does not parse.
+    pub const OFFER_MALFORMED: &str = "offer malformed";
+}
+
+/// An enclave's offer to receive one secret: public data only (module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvisioningOffer {
+    /// Names the offer in the envelope; single use.
+    pub challenge: [u8; 16],
+    /// The enclave's X25519 public key for this offer.
+    pub public_key: [u8; 32],
+    /// Evidence whose report data is [`offer_report_data`] of this offer.
+    pub evidence: Evidence,
+    /// How long the enclave keeps the offer, in seconds.
+    pub lifetime_secs: u32,
+}
+
+impl ProvisioningOffer {
+    /// The offer as bytes (format in the module docs), e.g. to travel as hex.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let kind = match self.evidence.kind {
+            EvidenceKind::SoftwareRooted => 1,
+        };
+        let mut v = Vec::with_capacity(OFFER_HEADER_LEN + self.evidence.bytes.len());
+        v.extend_from_slice(OFFER_MAGIC);
+        v.extend_from_slice(&[OFFER_VERSION, kind, 0, 0]);
+        v.extend_from_slice(&self.lifetime_secs.to_be_bytes());
+        v.extend_from_slice(&self.challenge);
+        v.extend_from_slice(&self.public_key);
+        // Evidence longer than u32::MAX cannot exist; from_bytes refuses anything long anyway.
+        v.extend_from_slice(&u32::try_from(self.evidence.bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
+        v.extend_from_slice(&self.evidence.bytes);
+        v
+    }
+
+    /// Parses [`Self::to_bytes`]'s output; refuses anything else (trailing bytes too).
+    pub fn from_bytes(b: &[u8]) -> Result<Self> {
+        let bad = Error::Provisioning { why: why::OFFER_MALFORMED };
+        let h = b.get(..OFFER_HEADER_LEN).ok_or(bad.clone())?;
+        if &h[0..4] != OFFER_MAGIC || h[4] != OFFER_VERSION || h[6..8] != [0, 0] {
+            return Err(bad);
+        }
+        let kind = match h[5] {
+            1 => EvidenceKind::SoftwareRooted,
+            _ => return Err(bad),
+        };
+        let be32 = |x: &[u8]| u32::from_be_bytes([x[0], x[1], x[2], x[3]]);
+        let n = usize::try_from(be32(&h[60..64])).map_err(|_| bad.clone())?;
+        let evidence = b.get(OFFER_HEADER_LEN..).filter(|e| e.len() == n && n <= MAX_OFFER_EVIDENCE);
+        let evidence = evidence.ok_or(bad.clone())?;
+        let mut challenge = [0u8; CHALLENGE_LEN];
+        challenge.copy_from_slice(&h[12..28]);
+        let mut public_key = [0u8; PUBLIC_LEN];
+        public_key.copy_from_slice(&h[28..60]);
+        Ok(Self {
+            challenge,
+            public_key,
+            evidence: Evidence { kind, bytes: evidence.to_vec() },
+            lifetime_secs: be32(&h[8..12]),
+        })
+    }
+}
+
+/// The report data an offer's evidence carries: SHA-512("cloister-provision-offer-v1" ||
+/// tenant u32 || public key || challenge).
+pub fn offer_report_data(tenant: TenantId, public_key: &[u8; 32], challenge: &[u8; 16]) -> [u8; 64] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA512);
+    ctx.update(b"cloister-provision-offer-v1");
+    ctx.update(&tenant.0.to_be_bytes());
+    ctx.update(public_key);
+    ctx.update(challenge);
+    let mut rd = [0u8; 64];
+    rd.copy_from_slice(ctx.finish().as_ref());
+    rd
+}
+
+/// Encrypts `secret` for `tenant`'s enclave to `offer` (the tenant's side): verifies the
+/// offer's evidence against `platform_public_key` and the offer's own fields, insists on
+/// the `expected` measurement and on `tenant`, then builds an envelope (module docs) with
+/// a fresh X25519 key. `issued_at_unix` is only recorded in it.
+pub fn seal_to_offer(
+    offer: &ProvisioningOffer,
+    platform_public_key: &[u8],
+    expected: &Measurement,
+    tenant: TenantId,
+    kind: SecretKind,
+    secret: &[u8],
+    issued_at_unix: u64,
+) -> Result<Vec<u8>> {
+    if kind == SecretKind::EspSaKeys {
+        return Err(Error::WrongBlobKind { got: kind, want: "a PSK or private key" });
+    }
+    match offer.evidence.kind {
+        EvidenceKind::SoftwareRooted => {}
+    }
+    // The tenant field as claimed picks the report data; the signature covers both, so a
+    // forged field fails verification.
+    let claimed = attest::software_evidence_tenant(&offer.evidence.bytes)
+        .ok_or(Error::Attestation { why: "evidence too short" })?;
+    let rd = offer_report_data(claimed, &offer.public_key, &offer.challenge);
+    let verified = attest::verify_software_evidence(&offer.evidence.bytes, platform_public_key, &rd)?;
+    if verified.tenant != tenant {
+        return Err(Error::Provisioning { why: why::WRONG_TENANT });
+    }
+    if verified.measurement != *expected {
+        return Err(Error::MeasurementMismatch {
+            expected: Box::new(*expected),
+            got: Box::new(verified.measurement),
+        });
+    }
+    trusted::seal_envelope(&offer.public_key, &offer.challenge, tenant, kind, secret, issued_at_unix)
+}
 
 /// Bytes of an ESP SA keys secret before the keys.
 pub const ESP_KEYS_HEADER_LEN: usize = 14;
@@ -130,20 +345,21 @@ pub fn wrap_secret(
     crate::trusted::seal::wrap_provisioning(&key.0, tenant, kind, secret)
 }
 
-/// Sealed blobs (clear-and-seal of SK_d, and IKE SA state for restarts): their format, and
-/// what the counter protects.
+/// Sealed blobs (clear-and-seal of SK_d, IKE SA state and attested tenant secrets, for
+/// restarts): their format, and what the counter protects.
 ///
 /// Format v1 (integers big-endian):
 ///
 /// ```text
 /// 0   "CLSB"   magic
 /// 4   1        version
-/// 5   kind     1: SK_d (clear_and_seal); 2: IKE SA state (ike_sa_seal_state)
-/// 6   prf      u16 IANA PRF ID of the IKE SA
+/// 5   kind     1: SK_d (clear_and_seal); 2: IKE SA state (ike_sa_seal_state);
+///              3: tenant secret (provision_attested)
+/// 6   prf      u16 IANA PRF ID of the IKE SA (0 for kind 3)
 /// 8   counter  u64 version counter (also readable by the store: SealedBlob::counter)
 /// 16  tenant   u32
-/// 20  SPIi     u64 of the IKE SA
-/// 28  SPIr     u64
+/// 20  SPIi     u64 of the IKE SA (0 for kind 3)
+/// 28  SPIr     u64 (0 for kind 3)
 /// 36  nonce    12 random bytes
 /// 48  ct||tag  AES-256-GCM(sealing key, nonce, AAD = bytes 0..36, body)
 /// ```
@@ -152,6 +368,13 @@ pub fn wrap_secret(
 /// (u16 each), integrity ID (u16, 0 for AEADs), the counter of the SA's SK_d blob (u64),
 /// then SK_ai, SK_ar, SK_ei, SK_er, each after a one-byte length. A state blob is accepted
 /// by `ike_sa_restore` in any instance of the same tenant whose trusted minimum it meets.
+///
+/// The body of kind 3 is the secret's kind code ([`crate::SecretKind::code`], 1..=4) then
+/// the secret as the envelope carried it. `provision_attested` seals it; `unseal_secret`
+/// accepts it in any instance of the same tenant and root whose trusted minimum it meets,
+/// as often as asked (a tenant secret belongs to no IKE SA, so the latest-seal rule below
+/// does not apply), and checks the secret again as on provisioning. Kinds are not
+/// interchangeable: each call takes only its own.
 ///
 /// The sealing key is HMAC-SHA-256(provisioning key, "cloister-seal-key-v1" || tenant).
 ///
@@ -168,6 +391,8 @@ pub fn wrap_secret(
 /// *Not protected:* across a restart, blobs between the trusted minimum and the last counter
 /// actually issued can be replayed by whoever stores them, unless whoever starts the enclave
 /// keeps the minimum current (the control node in its replicated store behind an attested
-/// channel, or an HSM/monotonic-counter service later). No SGX platform services are used.
+/// channel, or an HSM/monotonic-counter service later); for kind 3 that means a secret the
+/// tenant has since replaced can come back, until the minimum passes its blob's counter.
+/// No SGX platform services are used.
 /// The store can always withhold or delete blobs (denial of service is out of scope).
 pub mod seal_format {}

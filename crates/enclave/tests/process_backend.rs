@@ -555,6 +555,54 @@ fn a_restarted_enclave_restores_its_ike_sa_from_sealed_state_and_rekeys_children
 }
 
 #[test]
+fn attested_provisioning_crosses_the_boundary_and_survives_a_restart() {
+    use cloister_enclave::attest::software_measurement;
+    use cloister_enclave::provision::{seal_to_offer, why};
+    let (mut a, pk) = start_process(1);
+    // The tenant's trust anchors: the platform key, and the measurement of the child program
+    // with this configuration (computed from the binary, as a reference value would be).
+    let anchor = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(vec![]), b"").unwrap();
+    let anchor = anchor.platform_public_key().to_vec();
+    let code = std::fs::read(&spec().program).unwrap();
+    let expected = software_measurement(&code, &config(1).measured_bytes());
+
+    let offer = a.provisioning_offer().unwrap();
+    let offer = ProvisioningOffer::from_bytes(&offer.to_bytes()).unwrap();
+    let psk = b"attested PSK over the rings: 5be1d09a";
+    let kind = SecretKind::PreSharedKey;
+    let envelope = seal_to_offer(&offer, &anchor, &expected, TenantId(1), kind, psk, 1_700_000_000).unwrap();
+    let (h, sealed) = a.provision_attested(&envelope).unwrap();
+    assert_eq!(a.secret_kind(h), Ok(SecretKind::PreSharedKey));
+    // Refusals cross typed.
+    assert_eq!(a.provision_attested(&envelope), Err(Error::Provisioning { why: why::USED }));
+    assert_eq!(a.provision_attested(&envelope[..50]), Err(Error::Provisioning { why: why::MALFORMED }));
+
+    // A restarted process gets the PSK back from the sealed blob alone, and it is the
+    // tenant's PSK: an inline peer holding the same PSK verifies the AUTH computed with it.
+    a.restart(config(1), &pk).unwrap();
+    let back = a.unseal_secret(&sealed).unwrap();
+    assert_eq!(a.secret_kind(back), Ok(SecretKind::PreSharedKey));
+    let mut peer = start_inline(1);
+    let t = tunnel(&mut a, &mut peer);
+    let peer_psk = peer
+        .provision_secret(
+            &wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(1), kind, psk).unwrap(),
+        )
+        .unwrap();
+    let input = AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[5; 32], id_body: b"id" };
+    let mut auth = [0u8; 64];
+    let (method, n) = a.auth_compute(t.ike_p, back, AuthSpec::SharedKey, &input, &mut auth).unwrap();
+    let v = peer.auth_verify(t.ike_i, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
+    assert_eq!(v.map(|v| v.method), Ok(AuthMethod::SharedKey));
+    // Another tenant's process cannot open the blob; a forged blob is refused.
+    let (mut b, _) = start_process(2);
+    assert_eq!(b.unseal_secret(&sealed), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
+    let mut forged = sealed.clone();
+    forged.0[60] ^= 1;
+    assert_eq!(a.unseal_secret(&forged), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
+}
+
+#[test]
 fn a_shutdown_is_clean_and_reported() {
     let (mut e, _) = start_process(3);
     let pid = e.pid().unwrap();

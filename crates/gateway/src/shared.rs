@@ -59,6 +59,15 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
         self.lock().provision_secret(wrapped)
     }
+    fn provisioning_offer(&mut self) -> Result<enclave::ProvisioningOffer> {
+        self.lock().provisioning_offer()
+    }
+    fn provision_attested(&mut self, envelope: &[u8]) -> Result<(SecretHandle, SealedBlob)> {
+        self.lock().provision_attested(envelope)
+    }
+    fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
+        self.lock().unseal_secret(sealed)
+    }
     fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {
         self.lock().secret_kind(secret)
     }

@@ -11,6 +11,7 @@ pub(crate) mod report;
 
 use crate::attest::Evidence;
 use crate::error::Result;
+use crate::provision::ProvisioningOffer;
 use alg::{AuthMethod, DhGroup, SecretKind};
 use core::ops::Range;
 use esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
@@ -43,6 +44,38 @@ pub trait Enclave: Send {
 
     /// Unwraps a provisioning blob ([`crate::provision`]) and keeps the secret inside.
     fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle>;
+
+    /// Attested provisioning, step 1 ([`crate::provision`]): a fresh X25519 key pair and
+    /// challenge, the private key kept inside (at most 16 outstanding, the oldest evicted;
+    /// each expires after [`crate::provision::OFFER_LIFETIME_SECS`]), the public part
+    /// returned with evidence that binds it to this enclave.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn provisioning_offer(&mut self) -> Result<ProvisioningOffer> {
+        Err(crate::Error::Unsupported { what: "attested provisioning on this backend", value: 0 })
+    }
+
+    /// Attested provisioning, step 3: opens a tenant's envelope
+    /// ([`crate::provision::seal_to_offer`]) with the offer it names, which it consumes
+    /// (single use), checks the secret as [`Self::provision_secret`] does for its kind, and
+    /// keeps it. Also returns the secret sealed for restarts (kind 3,
+    /// [`crate::seal_format`]): store it; [`Self::unseal_secret`] brings the secret back.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn provision_attested(&mut self, envelope: &[u8]) -> Result<(SecretHandle, SealedBlob)> {
+        let _ = envelope;
+        Err(crate::Error::Unsupported { what: "attested provisioning on this backend", value: 0 })
+    }
+
+    /// Keeps the secret of a sealed tenant secret (kind 3) that an instance of this tenant's
+    /// enclave with the same root sealed in [`Self::provision_attested`]; refuses other
+    /// kinds, other tenants' blobs, forged ones and ones below the trusted minimum.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
+        let _ = sealed;
+        Err(crate::Error::Unsupported { what: "attested provisioning on this backend", value: 0 })
+    }
 
     /// What kind of secret a handle names.
     fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind>;

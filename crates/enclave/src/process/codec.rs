@@ -14,8 +14,9 @@ use crate::api::ike::{
     PublicKeyKind,
 };
 use crate::api::report::{Counters, MemoryReport};
-use crate::attest::{Evidence, EvidenceKind};
+use crate::attest::{Evidence, EvidenceKind, Measurement};
 use crate::error::{BlobRejection, Error, ErrorKind};
+use crate::provision::ProvisioningOffer;
 
 /// Call opcodes: one per [`crate::Enclave`] method that is not the ESP batch.
 pub mod op {
@@ -63,6 +64,12 @@ pub mod op {
     pub const IKE_SA_RESTORE: u16 = 21;
     /// [`crate::Enclave::esp_sa_install_wrapped`].
     pub const ESP_SA_INSTALL_WRAPPED: u16 = 22;
+    /// [`crate::Enclave::provisioning_offer`].
+    pub const PROVISIONING_OFFER: u16 = 23;
+    /// [`crate::Enclave::provision_attested`].
+    pub const PROVISION_ATTESTED: u16 = 24;
+    /// [`crate::Enclave::unseal_secret`].
+    pub const UNSEAL_SECRET: u16 = 25;
 }
 
 /// A buffer does not decode: too short, a bad tag, or bytes left over.
@@ -504,6 +511,24 @@ pub fn get_evidence(r: &mut Reader<'_>) -> Result<Evidence, Malformed> {
     Ok(Evidence { kind, bytes: r.bytes()?.to_vec() })
 }
 
+/// Writes a provisioning offer (public data).
+pub fn put_offer(w: &mut Writer, o: &ProvisioningOffer) {
+    w.bytes(&o.challenge).bytes(&o.public_key).u32(o.lifetime_secs);
+    put_evidence(w, &o.evidence);
+}
+
+/// Reads a provisioning offer; the challenge and key must have their exact lengths.
+pub fn get_offer(r: &mut Reader<'_>) -> Result<ProvisioningOffer, Malformed> {
+    let challenge = r.bytes()?.try_into().map_err(|_| Malformed)?;
+    let public_key = r.bytes()?.try_into().map_err(|_| Malformed)?;
+    let lifetime_secs = r.u32()?;
+    Ok(ProvisioningOffer { challenge, public_key, evidence: get_evidence(r)?, lifetime_secs })
+}
+
+fn get_measurement(r: &mut Reader<'_>) -> Result<Measurement, Malformed> {
+    r.bytes()?.try_into().map(Measurement).map_err(|_| Malformed)
+}
+
 // ---- errors ----------------------------------------------------------------------------
 
 fn handle_kind_code(k: HandleKind) -> u8 {
@@ -604,6 +629,8 @@ pub fn put_error(w: &mut Writer, e: &Error) {
         Error::WrongBlobKind { got, want } => w.u8(27).u8(got.code()).str(want),
         Error::EspSaBinding { field } => w.u8(28).str(field),
         Error::KeyReuse { why } => w.u8(29).str(why),
+        Error::Provisioning { why } => w.u8(30).str(why),
+        Error::MeasurementMismatch { expected, got } => w.u8(31).bytes(&expected.0).bytes(&got.0),
         // Variants added later, and transport errors (which the trusted core never
         // returns), cross as an internal failure rather than breaking the build.
         #[allow(unreachable_patterns)]
@@ -644,6 +671,11 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<Error, Malformed> {
         27 => Error::WrongBlobKind { got: get_secret_kind(r)?, want: s(r)? },
         28 => Error::EspSaBinding { field: s(r)? },
         29 => Error::KeyReuse { why: s(r)? },
+        30 => Error::Provisioning { why: s(r)? },
+        31 => Error::MeasurementMismatch {
+            expected: Box::new(get_measurement(r)?),
+            got: Box::new(get_measurement(r)?),
+        },
         _ => return Err(Malformed),
     })
 }
@@ -709,6 +741,11 @@ mod tests {
             Error::WrongBlobKind { got: SecretKind::PreSharedKey, want: "ESP SA keys" },
             Error::EspSaBinding { field: "SPI" },
             Error::KeyReuse { why: "twice" },
+            Error::Provisioning { why: "offer already used" },
+            Error::MeasurementMismatch {
+                expected: Box::new(Measurement([1; 48])),
+                got: Box::new(Measurement([2; 48])),
+            },
         ] {
             round_trip(e);
         }
@@ -752,6 +789,29 @@ mod tests {
         r.finish().unwrap();
         w.buf[4] = 2;
         assert_eq!(get_esp_sa_params(&mut Reader::new(&w.buf)), Err(Malformed));
+    }
+
+    #[test]
+    fn offers_round_trip_and_wrong_lengths_are_refused() {
+        let o = ProvisioningOffer {
+            challenge: [7; 16],
+            public_key: [9; 32],
+            evidence: Evidence { kind: EvidenceKind::SoftwareRooted, bytes: vec![1, 2, 3] },
+            lifetime_secs: 120,
+        };
+        let mut w = Writer::new();
+        put_offer(&mut w, &o);
+        let mut r = Reader::new(&w.buf);
+        assert_eq!(get_offer(&mut r), Ok(o.clone()));
+        r.finish().unwrap();
+        for n in 0..w.buf.len() {
+            assert!(get_offer(&mut Reader::new(&w.buf[..n])).is_err(), "prefix of {n} bytes");
+        }
+        // A challenge one byte short.
+        let mut w = Writer::new();
+        w.bytes(&[7; 15]).bytes(&[9; 32]).u32(120);
+        put_evidence(&mut w, &o.evidence);
+        assert_eq!(get_offer(&mut Reader::new(&w.buf)), Err(Malformed));
     }
 
     #[test]

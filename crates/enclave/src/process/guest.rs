@@ -501,6 +501,25 @@ pub fn dispatch<E: Enclave + ?Sized>(
                 w.u32(h.0);
             })
         }
+        op::PROVISIONING_OFFER => {
+            r.finish()?;
+            e.provisioning_offer().map(|o| codec::put_offer(w, &o))
+        }
+        op::PROVISION_ATTESTED => {
+            // The envelope borrows the private copy of the arguments; the trusted core checks it.
+            let env = r.bytes()?;
+            r.finish()?;
+            e.provision_attested(env).map(|(h, blob)| {
+                w.u32(h.0).bytes(&blob.0);
+            })
+        }
+        op::UNSEAL_SECRET => {
+            let blob = SealedBlob(r.bytes()?.to_vec());
+            r.finish()?;
+            e.unseal_secret(&blob).map(|h| {
+                w.u32(h.0);
+            })
+        }
         op::SECRET_KIND => {
             let h = SecretHandle(r.u32()?);
             r.finish()?;
@@ -1346,6 +1365,41 @@ mod tests {
         }
         let reasons: Vec<_> = done[1..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
         assert_eq!(reasons, [Some(RejectReason::BadArguments); 3]);
+    }
+
+    #[test]
+    fn attested_provisioning_calls_are_decoded_strictly() {
+        let mut r = rig(32);
+        let mut env = Writer::new();
+        env.bytes(b"CLPE opaque envelope");
+        let mut trailing = env.buf.clone();
+        trailing.push(0);
+        let mut long = env.buf.clone();
+        long[..4].copy_from_slice(&1000u32.to_le_bytes());
+        let mut done = Vec::new();
+        // One call at a time: every call's arguments sit at the start of the call area.
+        for (cookie, opcode, args) in [
+            (1, op::PROVISIONING_OFFER, &[][..]),
+            (2, op::PROVISION_ATTESTED, &env.buf[..]),
+            (3, op::UNSEAL_SECRET, &env.buf[..]),
+            (4, op::PROVISIONING_OFFER, &[0][..]),
+            (5, op::PROVISION_ATTESTED, &trailing[..]),
+            (6, op::UNSEAL_SECRET, &long[..]),
+            (7, op::PROVISION_ATTESTED, &[1, 0][..]),
+        ] {
+            done.extend(r.run(&[call_slot(cookie, opcode, args, &r, 4096)]));
+            if cookie <= 3 {
+                // Well-formed calls reach the (mock) enclave, whose refusal crosses encoded.
+                let c = done.last().unwrap();
+                assert_eq!(c.status, CallStatus::Refused as u8, "call {cookie}");
+                let mut res = vec![0u8; c.result_len as usize];
+                r.shm.read_into(r.layout.call, &mut res);
+                let e = codec::get_error(&mut Reader::new(&res));
+                assert!(matches!(e, Ok(crate::Error::Unsupported { .. })), "{e:?}");
+            }
+        }
+        let reasons: Vec<_> = done[3..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
+        assert_eq!(reasons, [Some(RejectReason::BadArguments); 4]);
     }
 
     #[test]

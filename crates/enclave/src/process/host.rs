@@ -32,6 +32,7 @@ use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::api::Enclave;
 use crate::attest::Evidence;
 use crate::error::{Error, Result};
+use crate::provision::ProvisioningOffer;
 use core::ops::Range;
 use std::ffi::OsString;
 use std::io::Write;
@@ -1013,6 +1014,25 @@ impl Enclave for ProcessEnclave {
         let mut w = Writer::new();
         w.bytes(wrapped);
         let res = self.call(op::PROVISION_SECRET, &w)?;
+        decode(&res, |r| r.u32().map(SecretHandle))
+    }
+
+    fn provisioning_offer(&mut self) -> Result<ProvisioningOffer> {
+        let res = self.call(op::PROVISIONING_OFFER, &Writer::new())?;
+        decode(&res, codec::get_offer)
+    }
+
+    fn provision_attested(&mut self, envelope: &[u8]) -> Result<(SecretHandle, SealedBlob)> {
+        let mut w = Writer::new();
+        w.bytes(envelope);
+        let res = self.call(op::PROVISION_ATTESTED, &w)?;
+        decode(&res, |r| Ok((SecretHandle(r.u32()?), SealedBlob(r.bytes()?.to_vec()))))
+    }
+
+    fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
+        let mut w = Writer::new();
+        w.bytes(&sealed.0);
+        let res = self.call(op::UNSEAL_SECRET, &w)?;
         decode(&res, |r| r.u32().map(SecretHandle))
     }
 

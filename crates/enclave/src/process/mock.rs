@@ -14,6 +14,7 @@ use crate::api::report::{Counters, MemoryReport};
 use crate::api::Enclave;
 use crate::attest::Evidence;
 use crate::error::{Error, Result};
+use crate::provision::ProvisioningOffer;
 use core::ops::Range;
 
 /// The tag of every handle the mock issues.
@@ -111,6 +112,15 @@ impl Enclave for MockEnclave {
         self.counters
     }
     fn provision_secret(&mut self, _: &[u8]) -> Result<SecretHandle> {
+        unsupported()
+    }
+    fn provisioning_offer(&mut self) -> Result<ProvisioningOffer> {
+        unsupported()
+    }
+    fn provision_attested(&mut self, _: &[u8]) -> Result<(SecretHandle, SealedBlob)> {
+        unsupported()
+    }
+    fn unseal_secret(&mut self, _: &SealedBlob) -> Result<SecretHandle> {
         unsupported()
     }
     fn secret_kind(&mut self, _: SecretHandle) -> Result<SecretKind> {

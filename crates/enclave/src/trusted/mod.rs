@@ -12,6 +12,7 @@ pub(crate) mod esp_wrapped;
 pub(crate) mod ike_keys;
 pub(crate) mod keybuf;
 pub(crate) mod prf;
+pub(crate) mod provisioning;
 pub(crate) mod seal;
 pub(crate) mod selftest;
 pub(crate) mod sk;
@@ -31,6 +32,7 @@ use crate::api::ike::{
 use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::attest::{AttestationProvider, Evidence};
 use crate::error::{Error, Result};
+use crate::provision::{offer_report_data, ProvisioningOffer, OFFER_LIFETIME_SECS};
 use auth::{PeerKey, Secret};
 use core::ops::Range;
 use dh::{DhSecret, SharedSecret};
@@ -39,6 +41,7 @@ use esp_keys::KeyCache;
 use ike_keys::{IkeSa, SkeyseedSource};
 use ring::rand::{SecureRandom, SystemRandom};
 use seal::{RootKeys, SealBinding};
+use std::time::Instant;
 use table::Table;
 use zeroize::Zeroizing;
 
@@ -78,6 +81,8 @@ pub(crate) struct TrustedCore {
     wrapped_keys: esp_wrapped::KeyRecord,
     /// Private scratch for DECRYPT_FORWARD, allocated once.
     scratch: Zeroizing<Vec<u8>>,
+    /// Outstanding attested-provisioning offers (their X25519 private keys).
+    offers: provisioning::Offers,
     counters: Counters,
     attestation: Box<dyn AttestationProvider>,
 }
@@ -89,6 +94,7 @@ impl core::fmt::Debug for TrustedCore {
             .field("ike_sas", &self.ike.live())
             .field("esp_sas", &self.esp.live())
             .field("secrets", &self.secrets.live())
+            .field("offers", &self.offers.len())
             .finish_non_exhaustive()
     }
 }
@@ -118,6 +124,7 @@ impl TrustedCore {
             esp_keys: KeyCache::new(esp_keys::MAX_CACHED),
             wrapped_keys: esp_wrapped::KeyRecord::default(),
             scratch: Zeroizing::new(vec![0u8; esp::SCRATCH_LEN]),
+            offers: provisioning::Offers::default(),
             counters: Counters::default(),
             attestation,
         })
@@ -156,6 +163,7 @@ impl TrustedCore {
             fixed_bytes: core::mem::size_of::<Self>()
                 + self.scratch.capacity()
                 + self.wrapped_keys.bytes()
+                + self.offers.bytes()
                 + self.ike.overhead_bytes()
                 + self.esp.overhead_bytes()
                 + self.dh.overhead_bytes()
@@ -167,6 +175,70 @@ impl TrustedCore {
         let (kind, bytes) = seal::open_provisioning(&self.root, self.tenant, wrapped)?;
         let secret = Secret::load(kind, &bytes, &self.rng)?;
         self.secrets.insert(secret).map(SecretHandle)
+    }
+
+    pub(crate) fn provisioning_offer(&mut self) -> Result<ProvisioningOffer> {
+        self.provisioning_offer_at(Instant::now())
+    }
+
+    /// [`Self::provisioning_offer`] at a given time (tests move the clock).
+    pub(crate) fn provisioning_offer_at(&mut self, now: Instant) -> Result<ProvisioningOffer> {
+        let offer = self.offers.issue(&self.rng, now)?;
+        let report_data = offer_report_data(self.tenant, &offer.public, &offer.challenge);
+        let evidence = self.attestation.evidence(self.tenant, &report_data)?;
+        Ok(ProvisioningOffer {
+            challenge: offer.challenge,
+            public_key: offer.public,
+            evidence,
+            lifetime_secs: OFFER_LIFETIME_SECS,
+        })
+    }
+
+    pub(crate) fn provision_attested(&mut self, envelope: &[u8]) -> Result<(SecretHandle, SealedBlob)> {
+        self.provision_attested_at(envelope, Instant::now())
+    }
+
+    /// [`Self::provision_attested`] at a given time (tests move the clock past the lifetime).
+    pub(crate) fn provision_attested_at(
+        &mut self,
+        envelope: &[u8],
+        now: Instant,
+    ) -> Result<(SecretHandle, SealedBlob)> {
+        // Refuse before the offer is spent if the secret could not be kept anyway.
+        if self.secrets.live() >= self.limits.max_secrets.min(table::MAX_ENTRIES) {
+            return Err(Error::TableFull { kind: HandleKind::Secret, max: self.limits.max_secrets });
+        }
+        let counter = self.next_seal_counter()?;
+        let (kind, bytes) = provisioning::open_envelope(&mut self.offers, self.tenant, envelope, now)?;
+        let secret = Secret::load(kind, &bytes, &self.rng)?;
+        let mut body = Zeroizing::new(Vec::with_capacity(1 + bytes.len()));
+        body.push(kind.code());
+        body.extend_from_slice(&bytes);
+        drop(bytes);
+        let blob = seal::seal_tenant_secret(&self.root, &self.rng, self.tenant, counter, &body)?;
+        drop(body);
+        let handle = self.secrets.insert(secret)?;
+        self.seal_counter = counter;
+        Ok((SecretHandle(handle), SealedBlob(blob)))
+    }
+
+    pub(crate) fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
+        let (counter, body) = seal::open_tenant_secret(&self.root, self.tenant, self.trusted_min, &sealed.0)?;
+        let malformed = Error::SealedBlob { reason: crate::error::BlobRejection::Malformed };
+        let (&code, bytes) = body.split_first().ok_or(malformed.clone())?;
+        let kind = SecretKind::from_code(code).filter(|k| *k != SecretKind::EspSaKeys).ok_or(malformed)?;
+        let secret = Secret::load(kind, bytes, &self.rng)?;
+        drop(body);
+        let handle = self.secrets.insert(secret)?;
+        // Blobs sealed from now on must never reuse a counter an earlier instance issued.
+        self.seal_counter = self.seal_counter.max(counter);
+        Ok(SecretHandle(handle))
+    }
+
+    /// Offers outstanding (tests).
+    #[cfg(test)]
+    pub(crate) fn outstanding_offers(&self) -> usize {
+        self.offers.len()
     }
 
     pub(crate) fn secret_kind(&self, h: SecretHandle) -> Result<SecretKind> {

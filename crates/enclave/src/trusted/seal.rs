@@ -1,4 +1,5 @@
-//! Provisioning blobs (tenant secrets in) and sealed blobs (SK_d out and back).
+//! Provisioning blobs (tenant secrets in) and sealed blobs (SK_d, IKE SA state and
+//! attested tenant secrets out and back).
 //! Formats: [`crate::provision`] and [`crate::seal_format`].
 
 use super::keybuf::KeyBuf;
@@ -22,6 +23,8 @@ const TAG_LEN: usize = 16;
 pub(crate) const SEAL_KIND_SK_D: u8 = 1;
 /// The kind octet of a sealed IKE SA state (keys for restore after a restart).
 pub(crate) const SEAL_KIND_IKE_STATE: u8 = 2;
+/// The kind octet of a sealed tenant secret (attested provisioning, for restarts).
+pub(crate) const SEAL_KIND_TENANT_SECRET: u8 = 3;
 
 /// The AEAD keys derived from the provisioning key.
 pub(crate) struct RootKeys {
@@ -138,16 +141,24 @@ pub(crate) struct SealBinding {
     pub(crate) spi_r: u64,
 }
 
-fn seal_header(kind: u8, b: &SealBinding, counter: u64) -> [u8; SEAL_HEADER_LEN] {
+/// The header of a sealed blob; `prf` is 0 and the SPIs are 0 for blobs that belong to no
+/// IKE SA (tenant secrets).
+fn seal_header(
+    kind: u8,
+    prf: u16,
+    tenant: TenantId,
+    spis: (u64, u64),
+    counter: u64,
+) -> [u8; SEAL_HEADER_LEN] {
     let mut h = [0u8; SEAL_HEADER_LEN];
     h[0..4].copy_from_slice(SEAL_MAGIC);
     h[4] = FORMAT_VERSION;
     h[5] = kind;
-    h[6..8].copy_from_slice(&b.prf.id().to_be_bytes());
+    h[6..8].copy_from_slice(&prf.to_be_bytes());
     h[8..16].copy_from_slice(&counter.to_be_bytes());
-    h[16..20].copy_from_slice(&b.tenant.0.to_be_bytes());
-    h[20..28].copy_from_slice(&b.spi_i.to_be_bytes());
-    h[28..36].copy_from_slice(&b.spi_r.to_be_bytes());
+    h[16..20].copy_from_slice(&tenant.0.to_be_bytes());
+    h[20..28].copy_from_slice(&spis.0.to_be_bytes());
+    h[28..36].copy_from_slice(&spis.1.to_be_bytes());
     h
 }
 
@@ -169,18 +180,40 @@ pub(crate) fn seal_blob(
     counter: u64,
     body: &[u8],
 ) -> Result<Vec<u8>> {
-    let header = seal_header(kind, binding, counter);
+    let header = seal_header(kind, binding.prf.id(), binding.tenant, (binding.spi_i, binding.spi_r), counter);
+    seal_with_header(keys, rng, &header, body)
+}
+
+/// Seals a tenant secret (kind 3): `body` is the secret's kind code, then its bytes. It
+/// belongs to no IKE SA: PRF and SPIs are 0.
+pub(crate) fn seal_tenant_secret(
+    keys: &RootKeys,
+    rng: &SystemRandom,
+    tenant: TenantId,
+    counter: u64,
+    body: &[u8],
+) -> Result<Vec<u8>> {
+    let header = seal_header(SEAL_KIND_TENANT_SECRET, 0, tenant, (0, 0), counter);
+    seal_with_header(keys, rng, &header, body)
+}
+
+fn seal_with_header(
+    keys: &RootKeys,
+    rng: &SystemRandom,
+    header: &[u8; SEAL_HEADER_LEN],
+    body: &[u8],
+) -> Result<Vec<u8>> {
     let mut nonce = [0u8; NONCE_LEN];
     rng.fill(&mut nonce).map_err(|_| Error::Random)?;
     let mut out = Vec::with_capacity(SEAL_HEADER_LEN + NONCE_LEN + body.len() + TAG_LEN);
-    out.extend_from_slice(&header);
+    out.extend_from_slice(header);
     out.extend_from_slice(&nonce);
     let start = out.len();
     out.extend_from_slice(body);
     let ct = out.get_mut(start..).ok_or(Error::Internal { what: "seal" })?;
     let tag = keys
         .sealing
-        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(&header), ct)
+        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(header), ct)
         .map_err(|_| Error::Internal { what: "seal" })?;
     out.extend_from_slice(tag.as_ref());
     Ok(out)
@@ -204,17 +237,25 @@ pub(crate) struct OpenedHeader {
     pub(crate) counter: u64,
 }
 
+/// The fields of an authenticated sealed header, PRF still raw.
+struct RawHeader {
+    prf: u16,
+    counter: u64,
+    spi_i: u64,
+    spi_r: u64,
+}
+
 /// Authenticates and opens a blob of `kind` into `out` (which must be exactly as long as the
 /// plaintext); returns the header's fields. Refuses another tenant's blobs, forged ones,
-/// and those below `trusted_min`; the caller checks the SA binding and exact counter.
-fn open_blob(
+/// and those below `trusted_min`; the caller checks the rest of the binding.
+fn open_raw(
     keys: &RootKeys,
     tenant: TenantId,
     kind: u8,
     trusted_min: u64,
     blob: &[u8],
     out: &mut [u8],
-) -> Result<OpenedHeader> {
+) -> Result<RawHeader> {
     let reject = |reason| Error::SealedBlob { reason };
     if blob.len() != SEAL_HEADER_LEN + NONCE_LEN + out.len() + TAG_LEN {
         return Err(reject(BlobRejection::Malformed));
@@ -237,14 +278,31 @@ fn open_blob(
     if u32::from_be_bytes(t) != tenant.0 {
         return Err(reject(BlobRejection::WrongTenant));
     }
-    let prf =
-        Prf::from_id(u16::from_be_bytes([header[6], header[7]])).ok_or(reject(BlobRejection::Malformed))?;
     let counter = be_u64(&header[8..16]);
     if counter < trusted_min {
         return Err(reject(BlobRejection::Rollback));
     }
-    let binding = SealBinding { tenant, prf, spi_i: be_u64(&header[20..28]), spi_r: be_u64(&header[28..36]) };
-    Ok(OpenedHeader { binding, counter })
+    Ok(RawHeader {
+        prf: u16::from_be_bytes([header[6], header[7]]),
+        counter,
+        spi_i: be_u64(&header[20..28]),
+        spi_r: be_u64(&header[28..36]),
+    })
+}
+
+/// [`open_raw`] for the blobs of an IKE SA (kinds 1 and 2): the PRF must be one we know.
+fn open_blob(
+    keys: &RootKeys,
+    tenant: TenantId,
+    kind: u8,
+    trusted_min: u64,
+    blob: &[u8],
+    out: &mut [u8],
+) -> Result<OpenedHeader> {
+    let h = open_raw(keys, tenant, kind, trusted_min, blob, out)?;
+    let prf = Prf::from_id(h.prf).ok_or(Error::SealedBlob { reason: BlobRejection::Malformed })?;
+    let binding = SealBinding { tenant, prf, spi_i: h.spi_i, spi_r: h.spi_r };
+    Ok(OpenedHeader { binding, counter: h.counter })
 }
 
 /// Unseals SK_d, refusing blobs for another tenant or SA, forged ones, and ones whose
@@ -288,6 +346,32 @@ pub(crate) fn open_ike_state(
     let mut body = Zeroizing::new(vec![0u8; len]);
     let opened = open_blob(keys, tenant, SEAL_KIND_IKE_STATE, trusted_min, blob, &mut body)?;
     Ok((opened, body))
+}
+
+/// Longest tenant secret body (kind code and secret) a kind-3 blob may hold.
+pub(crate) const MAX_TENANT_SECRET_BODY: usize = 1 + crate::provision::MAX_PROVISIONED_SECRET;
+
+/// Opens a sealed tenant secret (kind 3) of this tenant, at or above `trusted_min`; returns
+/// its counter and body (kind code, then the secret). Not bound to any IKE SA, and not held
+/// to a latest counter: any instance of the tenant with the same root may open it.
+pub(crate) fn open_tenant_secret(
+    keys: &RootKeys,
+    tenant: TenantId,
+    trusted_min: u64,
+    blob: &[u8],
+) -> Result<(u64, Zeroizing<Vec<u8>>)> {
+    let malformed = Error::SealedBlob { reason: BlobRejection::Malformed };
+    let len = blob.len().checked_sub(SEAL_HEADER_LEN + NONCE_LEN + TAG_LEN).ok_or(malformed.clone())?;
+    if len == 0 || len > MAX_TENANT_SECRET_BODY {
+        return Err(malformed);
+    }
+    let mut body = Zeroizing::new(vec![0u8; len]);
+    let h = open_raw(keys, tenant, SEAL_KIND_TENANT_SECRET, trusted_min, blob, &mut body)?;
+    // Authenticated, so only this code could have written other values; refuse them anyway.
+    if h.prf != 0 || h.spi_i != 0 || h.spi_r != 0 {
+        return Err(malformed);
+    }
+    Ok((h.counter, body))
 }
 
 #[cfg(test)]

@@ -1,0 +1,571 @@
+//! Attested provisioning, the enclave's side: outstanding offers (X25519 keys bound into
+//! evidence) and the envelopes tenants encrypt to them. Formats: [`crate::provision`].
+//!
+//! The envelope is opened with the offer's private key, which ring's
+//! `agreement::EphemeralPrivateKey` lets us use for exactly one agreement: an offer is
+//! consumed by the first envelope that names its challenge and gets past the header checks,
+//! whether it then decrypts or not. So each offer key answers at most one decryption
+//! attempt (no oracle), and an envelope can never be provisioned twice.
+
+use super::seal::scrub_aead_key;
+use crate::api::alg::SecretKind;
+use crate::api::handle::TenantId;
+use crate::error::{Error, Result};
+use crate::provision::{
+    why, ENVELOPE_HEADER_LEN, ENVELOPE_MAGIC, ENVELOPE_VERSION, MAX_PROVISIONED_SECRET, OFFER_LIFETIME_SECS,
+};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
+use ring::hkdf;
+use ring::rand::SystemRandom;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
+
+/// Most offers outstanding at once; issuing one more evicts the oldest.
+pub(crate) const MAX_OFFERS: usize = 16;
+/// How many consumed challenges are remembered, to tell "already used" from "unknown".
+const REMEMBERED_USED: usize = 64;
+const TAG_LEN: usize = 16;
+/// Bytes of an X25519 public key.
+pub(crate) const PUBLIC_LEN: usize = 32;
+/// Bytes of an offer's challenge.
+pub(crate) const CHALLENGE_LEN: usize = 16;
+
+fn refused(why: &'static str) -> Error {
+    Error::Provisioning { why }
+}
+
+/// One outstanding offer. The private key never leaves this struct except into the one
+/// agreement that consumes it.
+struct Offer {
+    challenge: [u8; CHALLENGE_LEN],
+    public: [u8; PUBLIC_LEN],
+    key: EphemeralPrivateKey,
+    issued: Instant,
+}
+
+/// The outstanding offers of one instance and the challenges recently consumed.
+pub(crate) struct Offers {
+    /// Boxed, so that removing one from the middle moves pointers, never key bytes.
+    pending: VecDeque<Box<Offer>>,
+    used: VecDeque<[u8; CHALLENGE_LEN]>,
+    lifetime: Duration,
+}
+
+impl Default for Offers {
+    fn default() -> Self {
+        Self {
+            pending: VecDeque::with_capacity(MAX_OFFERS),
+            used: VecDeque::with_capacity(REMEMBERED_USED),
+            lifetime: Duration::from_secs(u64::from(OFFER_LIFETIME_SECS)),
+        }
+    }
+}
+
+/// A fresh offer's public part.
+pub(crate) struct NewOffer {
+    pub(crate) challenge: [u8; CHALLENGE_LEN],
+    pub(crate) public: [u8; PUBLIC_LEN],
+}
+
+impl Offers {
+    /// Outstanding offers.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Bytes held (for the memory report).
+    pub(crate) fn bytes(&self) -> usize {
+        self.pending.len() * core::mem::size_of::<Offer>()
+            + self.pending.capacity() * core::mem::size_of::<Box<Offer>>()
+            + self.used.capacity() * CHALLENGE_LEN
+    }
+
+    /// Generates a key pair and a challenge and keeps the private key as an offer issued at
+    /// `now`. Expired offers are dropped first; if the table is still full the oldest goes.
+    pub(crate) fn issue(&mut self, rng: &SystemRandom, now: Instant) -> Result<NewOffer> {
+        let mut challenge = [0u8; CHALLENGE_LEN];
+        ring::rand::SecureRandom::fill(rng, &mut challenge).map_err(|_| Error::Random)?;
+        let key = EphemeralPrivateKey::generate(&X25519, rng).map_err(|_| Error::Random)?;
+        let public: [u8; PUBLIC_LEN] = key
+            .compute_public_key()
+            .ok()
+            .and_then(|p| p.as_ref().try_into().ok())
+            .ok_or(Error::Internal { what: "offer public key" })?;
+        let lifetime = self.lifetime;
+        self.pending.retain(|o| now.saturating_duration_since(o.issued) <= lifetime);
+        while self.pending.len() >= MAX_OFFERS {
+            self.pending.pop_front();
+        }
+        self.pending.push_back(Box::new(Offer { challenge, public, key, issued: now }));
+        Ok(NewOffer { challenge, public })
+    }
+
+    /// Takes the offer with `challenge` out of the table (it is consumed whatever happens
+    /// next); refuses an unknown, used or expired one. An expired offer stays until the
+    /// next [`Self::issue`] prunes it, so it keeps being reported as expired.
+    fn take(&mut self, challenge: &[u8], now: Instant) -> Result<Box<Offer>> {
+        let Some(i) = self.pending.iter().position(|o| o.challenge[..] == *challenge) else {
+            let used = self.used.iter().any(|c| c[..] == *challenge);
+            return Err(refused(if used { why::USED } else { why::UNKNOWN_CHALLENGE }));
+        };
+        let lifetime = self.lifetime;
+        if self.pending.get(i).is_some_and(|o| now.saturating_duration_since(o.issued) > lifetime) {
+            return Err(refused(why::EXPIRED));
+        }
+        let offer = self.pending.remove(i).ok_or(Error::Internal { what: "offer table" })?;
+        if self.used.len() >= REMEMBERED_USED {
+            self.used.pop_front();
+        }
+        self.used.push_back(offer.challenge);
+        Ok(offer)
+    }
+}
+
+/// The AES-256-GCM key of an envelope: HKDF-SHA256(salt = challenge, ikm = the X25519
+/// shared secret, info = label || offer public key || sender public key || tenant).
+fn envelope_key(
+    shared: &[u8],
+    challenge: &[u8],
+    offer_public: &[u8],
+    sender_public: &[u8],
+    tenant: TenantId,
+) -> Result<LessSafeKey> {
+    let tenant = tenant.0.to_be_bytes();
+    let info: [&[u8]; 4] = [b"cloister-provision-v1", offer_public, sender_public, &tenant];
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, challenge).extract(shared);
+    let okm = prk.expand(&info, &AES_256_GCM).map_err(|_| Error::Internal { what: "envelope key" })?;
+    Ok(LessSafeKey::new(UnboundKey::from(okm)))
+}
+
+/// What an envelope's authenticated header says.
+struct Header<'a> {
+    kind: SecretKind,
+    challenge: &'a [u8],
+    sender_public: &'a [u8],
+}
+
+/// Checks the envelope's header (everything before the ciphertext) against the format and
+/// this tenant; consumes nothing.
+fn parse_header(tenant: TenantId, envelope: &[u8]) -> Result<Header<'_>> {
+    let malformed = refused(why::MALFORMED);
+    let h = envelope.get(..ENVELOPE_HEADER_LEN).ok_or(malformed.clone())?;
+    let body = envelope.len() - ENVELOPE_HEADER_LEN;
+    if !(TAG_LEN..=MAX_PROVISIONED_SECRET + TAG_LEN).contains(&body) {
+        return Err(malformed);
+    }
+    if &h[0..4] != ENVELOPE_MAGIC || h[4] != ENVELOPE_VERSION || h[6..8] != [0, 0] {
+        return Err(malformed);
+    }
+    let kind = SecretKind::from_code(h[5]).ok_or(malformed)?;
+    if kind == SecretKind::EspSaKeys {
+        // Never a stored secret (they go straight into an SA): refused before the offer is spent.
+        return Err(Error::WrongBlobKind { got: kind, want: "a PSK or private key" });
+    }
+    if h[8..12] != tenant.0.to_be_bytes() {
+        return Err(refused(why::WRONG_TENANT));
+    }
+    Ok(Header { kind, challenge: &h[12..28], sender_public: &h[36..68] })
+}
+
+/// Opens an envelope for `tenant` with the offer it names, consuming the offer; returns the
+/// secret's kind and bytes (not yet checked for the kind: [`super::auth::Secret::load`]).
+pub(crate) fn open_envelope(
+    offers: &mut Offers,
+    tenant: TenantId,
+    envelope: &[u8],
+    now: Instant,
+) -> Result<(SecretKind, Zeroizing<Vec<u8>>)> {
+    let h = parse_header(tenant, envelope)?;
+    let offer = offers.take(h.challenge, now)?;
+    let (aad, sealed) = envelope.split_at(ENVELOPE_HEADER_LEN);
+    let peer = UnparsedPublicKey::new(&X25519, h.sender_public);
+    let public = offer.public;
+    // The agreement consumes the offer's private key; ring refuses an all-zero shared
+    // secret (a low-order sender key), which is reported like any other failure to open.
+    let mut key = agreement::agree_ephemeral(offer.key, &peer, |shared| {
+        envelope_key(shared, h.challenge, &public, h.sender_public, tenant)
+    })
+    .map_err(|_| refused(why::NO_DECRYPT))??;
+    let mut buf = Zeroizing::new(sealed.to_vec());
+    // A zero nonce is safe: the key is derived from a fresh sender key and a single-use
+    // offer key, so it encrypts exactly one message.
+    let opened = key
+        .open_in_place(Nonce::assume_unique_for_key([0u8; NONCE_LEN]), Aad::from(aad), &mut buf[..])
+        .map(|plain| plain.len());
+    scrub_aead_key(&mut key);
+    let len = opened.map_err(|_| refused(why::NO_DECRYPT))?;
+    buf.truncate(len);
+    Ok((h.kind, buf))
+}
+
+/// Builds an envelope to an offer's public key (the tenant's side of [`open_envelope`];
+/// the caller has verified the offer's evidence).
+pub(crate) fn seal_envelope(
+    offer_public: &[u8; PUBLIC_LEN],
+    challenge: &[u8; CHALLENGE_LEN],
+    tenant: TenantId,
+    kind: SecretKind,
+    secret: &[u8],
+    issued_at_unix: u64,
+) -> Result<Vec<u8>> {
+    if secret.len() > MAX_PROVISIONED_SECRET {
+        let why = "longer than any secret the enclave takes";
+        return Err(Error::BadLength { what: "provisioned secret", len: secret.len(), why });
+    }
+    let rng = SystemRandom::new();
+    let sender = EphemeralPrivateKey::generate(&X25519, &rng).map_err(|_| Error::Random)?;
+    let sender_public =
+        sender.compute_public_key().map_err(|_| Error::Internal { what: "envelope public key" })?;
+    let mut out = Vec::with_capacity(ENVELOPE_HEADER_LEN + secret.len() + TAG_LEN);
+    out.extend_from_slice(ENVELOPE_MAGIC);
+    out.extend_from_slice(&[ENVELOPE_VERSION, kind.code(), 0, 0]);
+    out.extend_from_slice(&tenant.0.to_be_bytes());
+    out.extend_from_slice(challenge);
+    out.extend_from_slice(&issued_at_unix.to_be_bytes());
+    out.extend_from_slice(sender_public.as_ref());
+    let peer = UnparsedPublicKey::new(&X25519, offer_public);
+    let mut key = agreement::agree_ephemeral(sender, &peer, |shared| {
+        envelope_key(shared, challenge, offer_public, sender_public.as_ref(), tenant)
+    })
+    .map_err(|_| Error::BadPublicKey { why: "offer public key is not a usable X25519 key" })??;
+    let mut body = Zeroizing::new(secret.to_vec());
+    let tag = key.seal_in_place_separate_tag(
+        Nonce::assume_unique_for_key([0u8; NONCE_LEN]),
+        Aad::from(&out[..ENVELOPE_HEADER_LEN]),
+        &mut body[..],
+    );
+    scrub_aead_key(&mut key);
+    let tag = tag.map_err(|_| Error::Internal { what: "envelope seal" })?;
+    out.extend_from_slice(&body);
+    out.extend_from_slice(tag.as_ref());
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::alg::{AuthMethod, DhGroup, Prf, Role, Suite};
+    use crate::api::ike::{AuthInput, AuthSpec, DhExchange, IkeSaParams, SealedBlob};
+    use crate::api::report::{EnclaveConfig, Limits, ProvisioningKey};
+    use crate::attest::{software_measurement, CodeIdentity, SoftwareAttestation};
+    use crate::error::BlobRejection;
+    use crate::provision::{seal_to_offer, ProvisioningOffer};
+    use crate::trusted::TrustedCore;
+    use crate::SecretHandle;
+
+    const ROOT: [u8; 32] = [0x42; 32];
+    const CODE: &[u8] = b"enclave code";
+
+    struct Platform {
+        key: Zeroizing<Vec<u8>>,
+        public: Vec<u8>,
+    }
+
+    fn platform() -> Platform {
+        let key = SoftwareAttestation::generate_platform_key().unwrap();
+        let public = SoftwareAttestation::new(&key, CodeIdentity::Bytes(vec![]), b"")
+            .unwrap()
+            .platform_public_key()
+            .to_vec();
+        Platform { key, public }
+    }
+
+    fn config(tenant: u32) -> EnclaveConfig {
+        EnclaveConfig {
+            tenant: TenantId(tenant),
+            provisioning_key: ProvisioningKey::from_bytes(ROOT),
+            trusted_min_seal_counter: 0,
+            limits: Limits::default(),
+        }
+    }
+
+    fn core(p: &Platform, tenant: u32) -> TrustedCore {
+        let c = config(tenant);
+        let att = SoftwareAttestation::new(&p.key, CodeIdentity::Bytes(CODE.to_vec()), &c.measured_bytes())
+            .unwrap();
+        TrustedCore::start(c, Box::new(att)).unwrap()
+    }
+
+    fn expected(tenant: u32) -> crate::attest::Measurement {
+        software_measurement(CODE, &config(tenant).measured_bytes())
+    }
+
+    fn seal(p: &Platform, offer: &ProvisioningOffer, tenant: u32, secret: &[u8]) -> Vec<u8> {
+        let t = TenantId(tenant);
+        seal_to_offer(offer, &p.public, &expected(tenant), t, SecretKind::PreSharedKey, secret, 1_700_000_000)
+            .unwrap()
+    }
+
+    fn refusal<T>(r: Result<T>) -> Error {
+        r.map(|_| ()).unwrap_err()
+    }
+
+    /// AUTH (Shared Key MIC) of `psk` over one IKE SA the core makes with itself: two
+    /// handles give the same AUTH exactly when they hold the same PSK.
+    fn psk_auths(c: &mut TrustedCore, psks: &[SecretHandle]) -> Vec<Vec<u8>> {
+        let group = DhGroup::Curve25519;
+        let (mut a, mut b) = (vec![0u8; 32], vec![0u8; 32]);
+        let dh_a = c.dh_generate(group, &mut a).unwrap();
+        let _dh_b = c.dh_generate(group, &mut b).unwrap();
+        let params = IkeSaParams {
+            role: Role::Initiator,
+            prf: Prf::HmacSha256,
+            suite: Suite::aead(crate::Cipher::AesGcm16_128),
+            nonce_i: &[1; 32],
+            nonce_r: &[2; 32],
+            spi_i: 1,
+            spi_r: 2,
+        };
+        let ike = c.ike_sa_create(DhExchange { dh: dh_a, peer_public: &b }, &params).unwrap();
+        let input = AuthInput { real_message: b"IKE_SA_INIT", peer_nonce: &[2; 32], id_body: b"id" };
+        psks.iter()
+            .map(|&h| {
+                let mut out = [0u8; 64];
+                let (m, n) = c.auth_compute(ike, h, AuthSpec::SharedKey, &input, &mut out).unwrap();
+                assert_eq!(m, AuthMethod::SharedKey);
+                out[..n].to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_psk_provisioned_by_attestation_works_and_survives_a_restart_of_its_tenant_only() {
+        let p = platform();
+        let psk = b"attested tenant PSK, random-looking: 9f2c71e0";
+        let mut c = core(&p, 7);
+        let offer = c.provisioning_offer().unwrap();
+        assert_eq!(offer.lifetime_secs, OFFER_LIFETIME_SECS);
+        // The offer crosses the untrusted side as bytes.
+        let offer = ProvisioningOffer::from_bytes(&offer.to_bytes()).unwrap();
+        let envelope = seal(&p, &offer, 7, psk);
+        assert!(!envelope.windows(16).any(|w| psk.windows(16).any(|s| s == w)), "PSK in the clear");
+        let (h, blob) = c.provision_attested(&envelope).unwrap();
+        assert_eq!(c.secret_kind(h), Ok(SecretKind::PreSharedKey));
+        assert_eq!(blob.0[5], crate::trusted::seal::SEAL_KIND_TENANT_SECRET);
+        // The same bytes as the PSK given the old way.
+        let wrapped = crate::provision::wrap_secret(
+            &ProvisioningKey::from_bytes(ROOT),
+            TenantId(7),
+            SecretKind::PreSharedKey,
+            psk,
+        )
+        .unwrap();
+        let legacy = c.provision_secret(&wrapped).unwrap();
+        let auths = psk_auths(&mut c, &[h, legacy]);
+        assert_eq!(auths[0], auths[1]);
+
+        // A new instance of the same tenant and root recovers it from the sealed blob alone.
+        let mut later = core(&p, 7);
+        let back = later.unseal_secret(&blob).unwrap();
+        let legacy = later.provision_secret(&wrapped).unwrap();
+        let auths = psk_auths(&mut later, &[back, legacy]);
+        assert_eq!(auths[0], auths[1]);
+        // Any number of times (restarts), with no per-SA latest counter.
+        later.unseal_secret(&blob).unwrap();
+        // Another tenant's instance cannot open it; nor can one below its counter.
+        assert_eq!(
+            refusal(core(&p, 8).unseal_secret(&blob)),
+            Error::SealedBlob { reason: BlobRejection::Forged }
+        );
+        let mut floor = config(7);
+        floor.trusted_min_seal_counter = blob.counter().unwrap() + 1;
+        let att = SoftwareAttestation::new(&p.key, CodeIdentity::Bytes(CODE.to_vec()), b"").unwrap();
+        let mut raised = TrustedCore::start(floor, Box::new(att)).unwrap();
+        assert_eq!(
+            refusal(raised.unseal_secret(&blob)),
+            Error::SealedBlob { reason: BlobRejection::Rollback }
+        );
+    }
+
+    #[test]
+    fn sealed_blobs_of_other_kinds_or_forged_ones_are_refused_by_unseal_secret() {
+        let p = platform();
+        let mut c = core(&p, 7);
+        let offer = c.provisioning_offer().unwrap();
+        let (_, blob) = c.provision_attested(&seal(&p, &offer, 7, b"psk")).unwrap();
+        let malformed = Error::SealedBlob { reason: BlobRejection::Malformed };
+        // An IKE SA's SK_d blob is not a tenant secret, and a tenant secret is no IKE state.
+        let mut pubs = [vec![0u8; 32], vec![0u8; 32]];
+        let dh = c.dh_generate(DhGroup::Curve25519, &mut pubs[0]).unwrap();
+        c.dh_generate(DhGroup::Curve25519, &mut pubs[1]).unwrap();
+        let params = IkeSaParams {
+            role: Role::Responder,
+            prf: Prf::HmacSha256,
+            suite: Suite::aead(crate::Cipher::AesGcm16_256),
+            nonce_i: &[1; 32],
+            nonce_r: &[2; 32],
+            spi_i: 5,
+            spi_r: 6,
+        };
+        let ike = c.ike_sa_create(DhExchange { dh, peer_public: &pubs[1] }, &params).unwrap();
+        let sk_d = c.clear_and_seal(ike).unwrap();
+        let state = c.ike_sa_seal_state(ike).unwrap();
+        assert!(state.counter() > blob.counter(), "one instance-wide counter");
+        assert_eq!(refusal(c.unseal_secret(&sk_d)), malformed);
+        assert_eq!(refusal(c.unseal_secret(&state)), malformed);
+        assert_eq!(refusal(c.ike_sa_restore(&blob)), malformed);
+        for i in [5, 9, 20, 40, blob.0.len() - 1] {
+            let mut t = blob.clone();
+            t.0[i] ^= 1;
+            assert!(c.unseal_secret(&t).is_err(), "byte {i}");
+        }
+        assert_eq!(refusal(c.unseal_secret(&SealedBlob(blob.0[..40].to_vec()))), malformed);
+    }
+
+    #[test]
+    fn the_tenant_side_refuses_offers_it_cannot_trust() {
+        let p = platform();
+        let mut c = core(&p, 7);
+        let offer = c.provisioning_offer().unwrap();
+        let t = TenantId(7);
+        let kind = SecretKind::PreSharedKey;
+        // Another measurement than the one the tenant expects: both are named.
+        let other = software_measurement(b"other code", &config(7).measured_bytes());
+        let e = refusal(seal_to_offer(&offer, &p.public, &other, t, kind, b"k", 0));
+        let want = Error::MeasurementMismatch { expected: Box::new(other), got: Box::new(expected(7)) };
+        assert_eq!(e, want);
+        assert!(e.to_string().contains(&expected(7).to_hex()) && e.to_string().contains(&other.to_hex()));
+        // Evidence signed by another platform key.
+        let q = platform();
+        let e = refusal(seal_to_offer(&offer, &q.public, &expected(7), t, kind, b"k", 0));
+        assert_eq!(e, Error::Attestation { why: "signature does not verify" });
+        // An offer whose public key (or challenge) the gateway swapped: the evidence no
+        // longer binds it.
+        let mut swapped = offer.clone();
+        swapped.public_key[0] ^= 1;
+        let e = refusal(seal_to_offer(&swapped, &p.public, &expected(7), t, kind, b"k", 0));
+        assert_eq!(e, Error::Attestation { why: "report data does not match" });
+        let mut swapped = offer.clone();
+        swapped.challenge[15] ^= 1;
+        assert!(seal_to_offer(&swapped, &p.public, &expected(7), t, kind, b"k", 0).is_err());
+        // Another tenant's enclave.
+        let e = refusal(seal_to_offer(&offer, &p.public, &expected(7), TenantId(8), kind, b"k", 0));
+        assert_eq!(e, Error::Provisioning { why: why::WRONG_TENANT });
+        // ESP SA keys are never provisioned this way.
+        let e = seal_to_offer(&offer, &p.public, &expected(7), t, SecretKind::EspSaKeys, b"k", 0);
+        assert!(matches!(e, Err(Error::WrongBlobKind { .. })));
+    }
+
+    #[test]
+    fn the_enclave_refuses_reused_expired_unknown_tampered_and_misdirected_envelopes() {
+        let p = platform();
+        let mut c = core(&p, 7);
+        let t0 = Instant::now();
+        let offer = c.provisioning_offer_at(t0).unwrap();
+        let env = seal(&p, &offer, 7, b"psk one");
+        let bad = |why| Error::Provisioning { why };
+
+        // Header checks spend nothing: the offer is still there afterwards.
+        assert_eq!(refusal(c.provision_attested_at(&env[..60], t0)), bad(why::MALFORMED));
+        assert_eq!(
+            refusal(c.provision_attested_at(&env[..ENVELOPE_HEADER_LEN + 15], t0)),
+            bad(why::MALFORMED)
+        );
+        for i in [0, 4, 6] {
+            let mut m = env.clone();
+            m[i] ^= 0x40;
+            assert_eq!(refusal(c.provision_attested_at(&m, t0)), bad(why::MALFORMED), "byte {i}");
+        }
+        let mut other = env.clone();
+        other[8..12].copy_from_slice(&8u32.to_be_bytes());
+        assert_eq!(refusal(c.provision_attested_at(&other, t0)), bad(why::WRONG_TENANT));
+        let mut unknown = env.clone();
+        unknown[12] ^= 1;
+        assert_eq!(refusal(c.provision_attested_at(&unknown, t0)), bad(why::UNKNOWN_CHALLENGE));
+        // ... an envelope made for another tenant's enclave with its own offer, too.
+        let mut c8 = core(&p, 8);
+        let offer8 = c8.provisioning_offer().unwrap();
+        assert_eq!(refusal(c.provision_attested(&seal(&p, &offer8, 8, b"x"))), bad(why::WRONG_TENANT));
+
+        let (h, _) = c.provision_attested_at(&env, t0).unwrap();
+        assert_eq!(c.secret_kind(h), Ok(SecretKind::PreSharedKey));
+        // Single use.
+        assert_eq!(refusal(c.provision_attested_at(&env, t0)), bad(why::USED));
+
+        // A tampered ciphertext (or tag, or authenticated header byte) does not decrypt,
+        // and spends the offer: no second try against the same key.
+        // (issued_at, the sender key, the first ciphertext byte, the last tag byte).
+        let n = env.len();
+        for i in [30, 40, ENVELOPE_HEADER_LEN, n - 1] {
+            let offer = c.provisioning_offer_at(t0).unwrap();
+            let mut env = seal(&p, &offer, 7, b"psk one");
+            env[i] ^= 1;
+            assert_eq!(refusal(c.provision_attested_at(&env, t0)), bad(why::NO_DECRYPT), "byte {i}");
+            env[i] ^= 1;
+            assert_eq!(refusal(c.provision_attested_at(&env, t0)), bad(why::USED));
+        }
+
+        // Expiry: the lifetime is measured inside the enclave.
+        let offer = c.provisioning_offer_at(t0).unwrap();
+        let env = seal(&p, &offer, 7, b"psk three");
+        let late = t0 + Duration::from_secs(u64::from(OFFER_LIFETIME_SECS) + 1);
+        assert_eq!(refusal(c.provision_attested_at(&env, late)), bad(why::EXPIRED));
+        assert_eq!(refusal(c.provision_attested_at(&env, late)), bad(why::EXPIRED), "still expired");
+        let offer = c.provisioning_offer_at(t0).unwrap();
+        let env = seal(&p, &offer, 7, b"psk four");
+        let in_time = t0 + Duration::from_secs(u64::from(OFFER_LIFETIME_SECS));
+        c.provision_attested_at(&env, in_time).unwrap();
+
+        // The kind's own checks still apply: an empty PSK, a private key that is not one.
+        let offer = c.provisioning_offer_at(t0).unwrap();
+        let env = seal(&p, &offer, 7, b"");
+        assert!(matches!(c.provision_attested_at(&env, t0), Err(Error::BadLength { .. })));
+        let offer = c.provisioning_offer_at(t0).unwrap();
+        let env = seal_to_offer(
+            &offer,
+            &p.public,
+            &expected(7),
+            TenantId(7),
+            SecretKind::EcdsaP256PrivateKey,
+            b"not a key",
+            0,
+        )
+        .unwrap();
+        assert!(matches!(c.provision_attested_at(&env, t0), Err(Error::BadPrivateKey { .. })));
+        // ESP SA keys are refused by the enclave too, before the offer is spent.
+        let offer = c.provisioning_offer_at(t0).unwrap();
+        let mut env = seal(&p, &offer, 7, b"keys");
+        env[5] = SecretKind::EspSaKeys.code();
+        assert!(matches!(c.provision_attested_at(&env, t0), Err(Error::WrongBlobKind { .. })));
+        env[5] = SecretKind::PreSharedKey.code();
+        c.provision_attested_at(&env, t0).unwrap();
+    }
+
+    #[test]
+    fn outstanding_offers_are_bounded_and_the_oldest_is_evicted() {
+        let p = platform();
+        let mut c = core(&p, 7);
+        let t0 = Instant::now();
+        let first = c.provisioning_offer_at(t0).unwrap();
+        let second = c.provisioning_offer_at(t0).unwrap();
+        for _ in 0..MAX_OFFERS - 1 {
+            c.provisioning_offer_at(t0).unwrap();
+        }
+        assert_eq!(c.outstanding_offers(), MAX_OFFERS);
+        let bad = |why| Error::Provisioning { why };
+        assert_eq!(
+            refusal(c.provision_attested_at(&seal(&p, &first, 7, b"a"), t0)),
+            bad(why::UNKNOWN_CHALLENGE)
+        );
+        c.provision_attested_at(&seal(&p, &second, 7, b"b"), t0).unwrap();
+        // Expired offers make room before any live one is evicted.
+        let late = t0 + Duration::from_secs(u64::from(OFFER_LIFETIME_SECS) + 1);
+        c.provisioning_offer_at(late).unwrap();
+        assert_eq!(c.outstanding_offers(), 1);
+    }
+
+    #[test]
+    fn errors_and_debug_output_carry_no_secret_bytes() {
+        let p = platform();
+        let mut c = core(&p, 7);
+        let offer = c.provisioning_offer().unwrap();
+        let secret = b"TOPSECRET-attested-psk";
+        let mut env = seal(&p, &offer, 7, secret);
+        env[70] ^= 1;
+        let e = refusal(c.provision_attested(&env));
+        let text = format!("{e:?} {e} {c:?} {offer:?}");
+        assert!(!text.contains("TOPSECRET"), "{text}");
+    }
+}
