@@ -68,6 +68,8 @@ struct RawSettings {
     #[serde(default)]
     tun: Option<String>,
     #[serde(default)]
+    tun_netns: Option<String>,
+    #[serde(default)]
     tun_mtu: Option<u16>,
     #[serde(default)]
     tun_addresses: Vec<String>,
@@ -88,6 +90,10 @@ struct RawSettings {
 pub struct Settings {
     /// The TUN device's name.
     pub tun: String,
+    /// The network namespace (an `ip netns` name) the TUN device, its addresses and routes
+    /// live in; `None`: the data plane's own. A tenant's cloud side in its own namespace
+    /// lets tenants use the same private addresses.
+    pub tun_netns: Option<String>,
     /// Its MTU.
     pub tun_mtu: u16,
     /// Addresses to give it.
@@ -109,6 +115,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             tun: "cloister0".to_owned(),
+            tun_netns: None,
             tun_mtu: DEFAULT_TUN_MTU,
             tun_addresses: Vec::new(),
             routes: Vec::new(),
@@ -280,8 +287,21 @@ impl Config {
                 if r.workers == Some(0) || r.workers.is_some_and(|w| w > 64) {
                     return Err(Error::Config { field: "dataplane.workers", why: "1 to 64".into() });
                 }
+                if r.tun_netns.as_deref().is_some_and(|n| {
+                    n.is_empty()
+                        || n.len() > 64
+                        || n.contains(['/', '\0'])
+                        || n.contains(char::is_whitespace)
+                        || n.starts_with('.')
+                }) {
+                    return Err(Error::Config {
+                        field: "dataplane.tun_netns",
+                        why: "a namespace name as `ip netns` shows it".into(),
+                    });
+                }
                 Settings {
                     tun,
+                    tun_netns: r.tun_netns,
                     tun_mtu,
                     tun_addresses: prefixes(&r.tun_addresses, "dataplane.tun_addresses")?,
                     routes: prefixes(&r.routes, "dataplane.routes")?,

@@ -112,6 +112,8 @@ pub struct Dataplane<E: Enclave + 'static> {
     stats: Vec<Arc<WorkerStats>>,
     offloads: Offloads,
     tun: String,
+    /// The namespace the TUN device lives in, when not this one.
+    tun_netns: Option<cio::netns::Visit>,
     installed: Installed,
     udp: Vec<SocketAddr>,
     raw: Vec<bool>,
@@ -170,16 +172,26 @@ impl<E: Enclave + 'static> Dataplane<E> {
         let installed =
             config.esp.install(&mut sad, &mut spd, Instant::now(), |r| install_keys(&mut enclave, r))?;
 
-        let tun = Tun::open(&settings.tun, n, settings.offload)?;
+        let tun_netns = settings.tun_netns.as_deref().map(cio::netns::Visit::named).transpose()?;
+        let open_tun = || -> Result<Tun, Error> {
+            let tun = Tun::open(&settings.tun, n, settings.offload)?;
+            let name = tun.name();
+            netdev::set_mtu(name, u32::from(settings.tun_mtu))?;
+            netdev::set_up(name)?;
+            for a in &settings.tun_addresses {
+                netdev::add_address(name, *a)?;
+            }
+            for r in &settings.routes {
+                netdev::add_route(name, *r)?;
+            }
+            Ok(tun)
+        };
+        // The device is made in its namespace; the sockets below stay in this thread's.
+        let tun = match &tun_netns {
+            Some(ns) => ns.run(open_tun)??,
+            None => open_tun()?,
+        };
         let name = tun.name().to_owned();
-        netdev::set_mtu(&name, u32::from(settings.tun_mtu))?;
-        netdev::set_up(&name)?;
-        for a in &settings.tun_addresses {
-            netdev::add_address(&name, *a)?;
-        }
-        for r in &settings.routes {
-            netdev::add_route(&name, *r)?;
-        }
         let tun_offloads = tun.offloads();
 
         let udp_addrs = config.udp_listeners();
@@ -209,6 +221,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
             stats: Vec::with_capacity(n),
             offloads: Offloads { tun: tun_offloads, udp: udp_offloads },
             tun: name,
+            tun_netns,
             installed,
             udp: udp_addrs,
             raw: raw_families,
@@ -234,6 +247,20 @@ impl<E: Enclave + 'static> Dataplane<E> {
     /// The offloads the kernel accepted.
     pub fn offloads(&self) -> Offloads {
         self.offloads
+    }
+
+    /// Routes `prefix` into the TUN device, in the namespace the device lives in.
+    pub fn add_tun_route(&self, prefix: netdev::Prefix) -> Result<(), Error> {
+        match &self.tun_netns {
+            Some(ns) => ns.run(|| netdev::add_route(&self.tun, prefix))??,
+            None => netdev::add_route(&self.tun, prefix)?,
+        }
+        Ok(())
+    }
+
+    /// The namespace the TUN device lives in, when it is not the data plane's.
+    pub fn tun_netns(&self) -> Option<&str> {
+        self.tun_netns.as_ref().map(cio::netns::Visit::name)
     }
 
     /// The TUN device's name.
