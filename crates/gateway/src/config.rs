@@ -69,10 +69,12 @@ pub struct Settings {
     pub tenant: u32,
     /// The enclave backend.
     pub enclave: Backend,
-    /// The provisioning key's file.
-    pub provisioning_key: PathBuf,
-    /// Where `cloister sa list` connects.
-    pub control_socket: PathBuf,
+    /// The provisioning key's file (`cloister gateway`); `None` for a tenant of the
+    /// multi-tenant service, whose secrets come by attestation.
+    pub provisioning_key: Option<PathBuf>,
+    /// Where `cloister sa list` connects; `None`: no control socket (the service's tenants
+    /// answer through its API).
+    pub control_socket: Option<PathBuf>,
     /// The IKE engine's timers and thresholds (retransmission, half-open SAs, cookies).
     pub engine: ike::EndpointConfig,
 }
@@ -116,16 +118,6 @@ impl GatewayConfig {
         let mut table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| Error::Config { field: "file", why: position(text, &e) })?;
-        for statics in ["sa", "policy"] {
-            if table.contains_key(statics) {
-                return Err(Error::Config {
-                    field: if statics == "sa" { "sa" } else { "policy" },
-                    why:
-                        "static SAs and policies belong to `cloister dataplane`; the gateway's come from IKE"
-                            .into(),
-                });
-            }
-        }
         let raw: RawGateway = match table.remove("gateway") {
             Some(v) => v.try_into().map_err(|e: toml::de::Error| Error::Config {
                 field: "gateway",
@@ -153,11 +145,36 @@ impl GatewayConfig {
         let settings = Settings {
             tenant,
             enclave: raw.enclave.unwrap_or_default(),
-            provisioning_key: resolve(dir, &provisioning_key),
-            control_socket: resolve(dir, raw.control_socket.as_deref().unwrap_or(DEFAULT_CONTROL_SOCKET)),
+            provisioning_key: Some(resolve(dir, &provisioning_key)),
+            control_socket: Some(resolve(
+                dir,
+                raw.control_socket.as_deref().unwrap_or(DEFAULT_CONTROL_SOCKET),
+            )),
             engine,
         };
+        Self::from_table(settings, table, dir)
+    }
 
+    /// Checks `[dataplane]`, `connections` and `secrets` from `table` (which holds no
+    /// `[gateway]`) under `settings` chosen by the caller: the multi-tenant service builds
+    /// each tenant's gateway this way.
+    pub fn from_table(settings: Settings, mut table: toml::Table, dir: &Path) -> Result<Self> {
+        if table.contains_key("gateway") {
+            return Err(Error::Config { field: "gateway", why: "not allowed here".into() });
+        }
+        if settings.tenant == 0 {
+            return Err(Error::Config { field: "gateway.tenant", why: "tenant 0 is reserved".into() });
+        }
+        for statics in ["sa", "policy"] {
+            if table.contains_key(statics) {
+                return Err(Error::Config {
+                    field: if statics == "sa" { "sa" } else { "policy" },
+                    why:
+                        "static SAs and policies belong to `cloister dataplane`; the gateway's come from IKE"
+                            .into(),
+                });
+            }
+        }
         let mut dp = toml::Table::new();
         if let Some(d) = table.remove("dataplane") {
             dp.insert("dataplane".into(), d);
@@ -198,6 +215,33 @@ impl GatewayConfig {
     pub fn secret_path(&self, file: &str) -> PathBuf {
         resolve(&self.dir, file)
     }
+}
+
+/// The IKE engine's timers and thresholds alone, as a service's tenant table gives them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEngine {
+    retransmit_timeout: Option<String>,
+    retransmit_tries: Option<u32>,
+    half_open_timeout: Option<String>,
+    cookie_threshold: Option<usize>,
+}
+
+/// Checks a table of engine settings (`retransmit_timeout`, `retransmit_tries`,
+/// `half_open_timeout`, `cookie_threshold`) over the defaults.
+pub fn engine_from_toml(value: toml::Value, field: &'static str) -> Result<ike::EndpointConfig> {
+    let e: RawEngine =
+        value.try_into().map_err(|e: toml::de::Error| Error::Config { field, why: redacted(e.message()) })?;
+    engine_settings(&RawGateway {
+        tenant: None,
+        enclave: None,
+        provisioning_key: None,
+        control_socket: None,
+        retransmit_timeout: e.retransmit_timeout,
+        retransmit_tries: e.retransmit_tries,
+        half_open_timeout: e.half_open_timeout,
+        cookie_threshold: e.cookie_threshold,
+    })
 }
 
 /// The engine settings of `[gateway]`, over the defaults; timers from 100 ms to an hour.
@@ -294,7 +338,7 @@ file = "psk.blob"
         let c = GatewayConfig::parse(&gateway("tenant = 7"), Path::new("/etc/cl")).unwrap();
         assert_eq!(c.settings.tenant, 7);
         assert_eq!(c.settings.enclave, Backend::Process);
-        assert_eq!(c.settings.provisioning_key, PathBuf::from("/etc/cl/pk"));
+        assert_eq!(c.settings.provisioning_key, Some(PathBuf::from("/etc/cl/pk")));
         assert_eq!(c.dataplane.settings.tun, "clgw0");
         assert_eq!(c.ike_listeners(), vec!["198.18.0.2:500".parse().unwrap()]);
         assert_eq!(c.ike.connections.len(), 1);

@@ -59,6 +59,34 @@ pub struct Gateway<E: Enclave + 'static> {
     control: Option<ControlServer>,
     next_tick: Instant,
     log: Box<dyn FnMut(&str) + Send>,
+    /// The secrets in the enclave, by configured name.
+    secrets: BTreeMap<String, enclave::SecretHandle>,
+    /// Every secret name the configuration mentions.
+    configured_secrets: Vec<String>,
+    stats: EventCounts,
+}
+
+/// How many times each kind of SA event happened since start (for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EventCounts {
+    /// IKE SAs established (either role).
+    pub ike_established: u64,
+    /// IKE SA set-ups that failed.
+    pub ike_failed: u64,
+    /// IKE SAs rekeyed.
+    pub ike_rekeys: u64,
+    /// IKE SA rekeys that failed.
+    pub ike_rekey_failures: u64,
+    /// IKE SAs deleted.
+    pub ike_deleted: u64,
+    /// Child SAs installed.
+    pub child_installed: u64,
+    /// Child SAs rekeyed.
+    pub child_rekeys: u64,
+    /// Child SA negotiations that failed.
+    pub child_failed: u64,
+    /// Child SAs deleted.
+    pub child_deleted: u64,
 }
 
 impl<E: Enclave + 'static> core::fmt::Debug for Gateway<E> {
@@ -86,27 +114,46 @@ pub fn identity(id: &wire::ike::Identification) -> String {
 
 impl<E: Enclave + 'static> Gateway<E> {
     /// Provisions the configuration's secrets into `enclave`, starts the data plane and
-    /// binds the IKE sockets. Call it in the network namespace the gateway serves.
+    /// binds the IKE sockets. Call it in the network namespace the gateway serves. Every
+    /// secret must have a wrapped file.
     pub fn start(config: &GatewayConfig, enclave: E, log: Box<dyn FnMut(&str) + Send>) -> Result<Self> {
+        if let Some(s) = config.ike.secrets.iter().find(|s| s.file.is_none()) {
+            return Err(Error::Config { field: "secrets", why: format!("secret {} has no file", s.name) });
+        }
+        Self::start_with(config, enclave, BTreeMap::new(), log)
+    }
+
+    /// [`Self::start`] with secrets already in `enclave` (`given`, by name: unsealed after a
+    /// restart, say). A configured secret neither given nor in a file awaits provisioning
+    /// ([`Self::add_secret`]); until then its connections fail authentication.
+    pub fn start_with(
+        config: &GatewayConfig,
+        enclave: E,
+        given: BTreeMap<String, enclave::SecretHandle>,
+        log: Box<dyn FnMut(&str) + Send>,
+    ) -> Result<Self> {
         let mut shared = SharedEnclave::new(enclave);
         let mut engine = Endpoint::new(shared.clone(), config.settings.engine);
         // Certificate validity needs the wall clock; the engine itself reads no clock.
         engine.set_wall_clock(Instant::now(), std::time::SystemTime::now());
+        let mut secrets = BTreeMap::new();
         for s in &config.ike.secrets {
-            let Some(file) = &s.file else {
-                return Err(Error::Config {
-                    field: "secrets",
-                    why: format!("secret {} has no file", s.name),
-                });
+            let handle = if let Some(h) = given.get(&s.name) {
+                *h
+            } else if let Some(file) = &s.file {
+                let path = config.secret_path(file);
+                let blob = zeroize::Zeroizing::new(
+                    std::fs::read(&path).map_err(|source| Error::Read { path, source })?,
+                );
+                shared.provision_secret(&blob)?
+            } else {
+                continue;
             };
-            let path = config.secret_path(file);
-            let blob =
-                zeroize::Zeroizing::new(std::fs::read(&path).map_err(|source| Error::Read { path, source })?);
-            let handle = shared.provision_secret(&blob)?;
             engine.add_secret(&s.name, handle);
+            secrets.insert(s.name.clone(), handle);
         }
         for c in &config.ike.connections {
-            engine.add_connection(c.clone()).map_err(Error::Ike)?;
+            engine.add_connection_awaiting_secret(c.clone()).map_err(Error::Ike)?;
         }
         let inbox = Arc::new(IkeInbox::new(INBOX_LIMIT).map_err(Error::Dataplane)?);
         let dp = Dataplane::start_with(
@@ -128,7 +175,7 @@ impl<E: Enclave + 'static> Gateway<E> {
             let local = s.local_addr().map_err(|source| Error::Io { what: format!("{addr}"), source })?;
             ike_sockets.push((s, local));
         }
-        let control = Some(ControlServer::bind(&config.settings.control_socket)?);
+        let control = config.settings.control_socket.as_deref().map(ControlServer::bind).transpose()?;
         Ok(Self {
             engine,
             dp,
@@ -141,6 +188,9 @@ impl<E: Enclave + 'static> Gateway<E> {
             control,
             next_tick: Instant::now() + LIFETIME_TICK,
             log,
+            secrets,
+            configured_secrets: config.ike.secrets.iter().map(|s| s.name.clone()).collect(),
+            stats: EventCounts::default(),
         })
     }
 
@@ -258,10 +308,12 @@ impl<E: Enclave + 'static> Gateway<E> {
                     sa.0, ids.0, ids.1, crate::control::suite_name(choice.suite), choice.prf, choice.group, seal.ike_sa_bytes_before, seal.ike_sa_bytes_after
                 ));
                 self.identities.insert(sa, ids);
+                self.stats.ike_established += 1;
             }
             Event::ChildSaReady { sa, child } => {
                 let (name, spi_in, spi_out) = (child.name.clone(), child.spi_inbound, child.spi_outbound);
                 self.add_routes(&child);
+                self.stats.child_installed += 1;
                 match self.children.install(&self.dp, sa, child, now) {
                     Ok(()) => (self.log)(&format!(
                         "child: {name} installed, in {spi_in:08x} out {spi_out:08x} (IKE SA #{})",
@@ -275,6 +327,7 @@ impl<E: Enclave + 'static> Gateway<E> {
             }
             Event::ChildSaRekeyed { sa, old_spi_inbound, child, outbound } => {
                 let (name, spi_in, spi_out) = (child.name.clone(), child.spi_inbound, child.spi_outbound);
+                self.stats.child_rekeys += 1;
                 match self.children.rekeyed(&self.dp, sa, old_spi_inbound, child, outbound, now) {
                     Ok(()) => (self.log)(&format!(
                         "child: {name} rekeyed {old_spi_inbound:08x} -> in {spi_in:08x} out {spi_out:08x} \
@@ -303,7 +356,11 @@ impl<E: Enclave + 'static> Gateway<E> {
                     Err(err) => (self.log)(&format!("child: {} retire: {err}", child.name)),
                 }
             }
-            Event::ChildSaDeleted { sa, child } => match self.children.remove(&self.dp, child.spi_inbound) {
+            Event::ChildSaDeleted { sa, child } => match self
+                .children
+                .remove(&self.dp, child.spi_inbound)
+                .inspect(|_| self.stats.child_deleted += 1)
+            {
                 Ok(_) => (self.log)(&format!(
                     "child: {} {:08x} deleted (IKE SA #{})",
                     child.name, child.spi_inbound, sa.0
@@ -311,9 +368,11 @@ impl<E: Enclave + 'static> Gateway<E> {
                 Err(err) => (self.log)(&format!("child: {} delete: {err}", child.name)),
             },
             Event::ChildSaFailed { sa, child, error } => {
+                self.stats.child_failed += 1;
                 (self.log)(&format!("child: {child} failed on IKE SA #{}: {error}", sa.0));
             }
             Event::IkeSaRekeyed { old, new, role, choice, seal } => {
+                self.stats.ike_rekeys += 1;
                 let moved = self.children.reassign(old, new);
                 if let Some(ids) = self.identities.remove(&old) {
                     self.identities.insert(new, ids);
@@ -331,13 +390,16 @@ impl<E: Enclave + 'static> Gateway<E> {
                 ));
             }
             Event::IkeSaRekeyFailed { sa, error } => {
+                self.stats.ike_rekey_failures += 1;
                 (self.log)(&format!("ike: #{} rekey failed: {error}", sa.0));
             }
             Event::IkeSaDeleted { sa, reason } => {
+                self.stats.ike_deleted += 1;
                 self.identities.remove(&sa);
                 (self.log)(&format!("ike: #{} deleted: {reason:?}", sa.0));
             }
             Event::IkeSaFailed { sa, connection, error } => {
+                self.stats.ike_failed += 1;
                 (self.log)(&format!("ike: {connection} #{} failed: {error}", sa.0));
             }
             other => (self.log)(&format!("ike: event {other:?}")),
@@ -355,9 +417,7 @@ impl<E: Enclave + 'static> Gateway<E> {
             };
             for (addr, len) in prefixes {
                 if self.routes.insert((addr, len)) {
-                    if let Err(e) =
-                        cio::netdev::add_route(self.dp.tun_name(), cio::netdev::Prefix { addr, len })
-                    {
+                    if let Err(e) = self.dp.add_tun_route(cio::netdev::Prefix { addr, len }) {
                         (self.log)(&format!("route: {addr}/{len} via {}: {e}", self.dp.tun_name()));
                     }
                 }
@@ -401,36 +461,111 @@ impl<E: Enclave + 'static> Gateway<E> {
             let Some(mut conn) = server.accept() else { break };
             let Some(request) = conn.request() else { continue };
             let reply = match request {
-                Ok(Request::List) => {
-                    control::list(&self.engine, &self.children, &self.identities, &self.dp, now)
-                }
-                Ok(Request::Initiate(name)) => match self.engine.initiate(now, &name) {
-                    Ok(sa) => format!("initiating {name} as IKE SA #{}\n", sa.0),
-                    Err(e) => format!("error: {e}\n"),
-                },
-                Ok(Request::RekeyChild(spi)) => {
-                    match self.children.iter().find(|c| c.child.spi_inbound == spi) {
-                        Some(c) => match self.engine.rekey_child(now, c.ike, spi) {
-                            Ok(()) => format!("rekeying child {spi:08x}\n"),
-                            Err(e) => format!("error: {e}\n"),
-                        },
-                        None => format!("error: no child SA with inbound SPI {spi:08x}\n"),
-                    }
-                }
-                Ok(Request::RekeyIke(id)) => match self.engine.rekey_ike(now, SaId(id)) {
-                    Ok(()) => format!("rekeying IKE SA #{id}\n"),
-                    Err(e) => format!("error: {e}\n"),
-                },
-                Ok(Request::TerminateIke(id)) => match self.engine.delete_ike(now, SaId(id)) {
-                    Ok(()) => format!("deleting IKE SA #{id}\n"),
-                    Err(e) => format!("error: {e}\n"),
-                },
-                Ok(Request::Counters) => control::counters(&self.engine, &self.dp, &self.inbox),
+                Ok(r) => self.request(now, &r),
                 Err(e) => format!("error: {e}\n"),
             };
             conn.reply(&reply);
         }
         self.control = Some(server);
+    }
+
+    /// Answers one control request (the control socket's, or the service API's) in text.
+    pub fn request(&mut self, now: Instant, request: &Request) -> String {
+        match request {
+            Request::List => control::list(&self.engine, &self.children, &self.identities, &self.dp, now),
+            Request::Initiate(name) => match self.engine.initiate(now, name) {
+                Ok(sa) => format!("initiating {name} as IKE SA #{}\n", sa.0),
+                Err(e) => format!("error: {e}\n"),
+            },
+            Request::RekeyChild(spi) => match self.children.iter().find(|c| c.child.spi_inbound == *spi) {
+                Some(c) => match self.engine.rekey_child(now, c.ike, *spi) {
+                    Ok(()) => format!("rekeying child {spi:08x}\n"),
+                    Err(e) => format!("error: {e}\n"),
+                },
+                None => format!("error: no child SA with inbound SPI {spi:08x}\n"),
+            },
+            Request::RekeyIke(id) => match self.engine.rekey_ike(now, SaId(*id)) {
+                Ok(()) => format!("rekeying IKE SA #{id}\n"),
+                Err(e) => format!("error: {e}\n"),
+            },
+            Request::TerminateIke(id) => match self.engine.delete_ike(now, SaId(*id)) {
+                Ok(()) => format!("deleting IKE SA #{id}\n"),
+                Err(e) => format!("error: {e}\n"),
+            },
+            Request::Counters => control::counters(&self.engine, &self.dp, &self.inbox),
+        }
+    }
+
+    /// Starts `connection` as initiator (its IKE SA number), sending at the next round.
+    pub fn initiate(&mut self, now: Instant, connection: &str) -> Result<SaId> {
+        let sa = self.engine.initiate(now, connection).map_err(Error::Ike)?;
+        self.flush(now);
+        Ok(sa)
+    }
+
+    /// The tenant's enclave, shared with the engine and the data plane (for provisioning
+    /// calls and health checks).
+    pub fn enclave(&self) -> SharedEnclave<E> {
+        self.engine.enclave().clone()
+    }
+
+    /// Gives the engine the secret `name` (provisioned into this gateway's enclave by the
+    /// caller). A secret the configuration does not name is refused; one that replaces an
+    /// older secret of the same name deletes the older one from the enclave.
+    pub fn add_secret(&mut self, name: &str, handle: enclave::SecretHandle) -> Result<()> {
+        if !self.configured_secrets.iter().any(|s| s == name) {
+            return Err(Error::Config { field: "secrets", why: format!("no secret {name} is configured") });
+        }
+        self.engine.provide_secret(name, handle).map_err(Error::Ike)?;
+        if let Some(old) = self.secrets.insert(name.to_owned(), handle) {
+            if old != handle {
+                let _ = self.engine.enclave_mut().delete_secret(old);
+            }
+        }
+        (self.log)(&format!("secret: {name} provisioned"));
+        Ok(())
+    }
+
+    /// Configured secret names, each with whether the enclave holds it.
+    pub fn secrets(&self) -> Vec<(String, bool)> {
+        self.configured_secrets.iter().map(|n| (n.clone(), self.secrets.contains_key(n))).collect()
+    }
+
+    /// Names of the connections with an IKE SA past IKE_AUTH (to bring back after a
+    /// restart).
+    pub fn established_connections(&self) -> BTreeSet<String> {
+        self.engine
+            .ike_sas()
+            .filter(|sa| sa.state() == ike::IkeSaState::Established)
+            .map(|sa| sa.connection().to_owned())
+            .collect()
+    }
+
+    /// Names of the connections with an IKE SA in any state (set up, up, or rekeyed).
+    pub fn connections_with_sa(&self) -> BTreeSet<String> {
+        self.engine
+            .ike_sas()
+            .filter(|sa| sa.state() != ike::IkeSaState::Deleted)
+            .map(|sa| sa.connection().to_owned())
+            .collect()
+    }
+
+    /// Counts of SA events since start.
+    pub fn event_counts(&self) -> EventCounts {
+        self.stats
+    }
+
+    /// The tunnel table and counters, as data (the service's API and metrics).
+    pub fn snapshot(&self, now: Instant) -> crate::snapshot::Snapshot {
+        crate::snapshot::take(
+            &self.engine,
+            &self.children,
+            &self.identities,
+            &self.dp,
+            &self.inbox,
+            self.stats,
+            now,
+        )
     }
 
     /// Stops the data plane and removes the control socket; returns the data plane's report.

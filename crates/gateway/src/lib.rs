@@ -6,6 +6,7 @@
 //! - [`shared`]: the tenant's enclave shared by the control thread and the data plane.
 //! - [`daemon`]: the control thread's loop: sockets, timers, engine events, SA install.
 //! - [`control`]: the control socket behind `cloister sa list`.
+//! - [`snapshot`]: the tunnel table and counters as data (the service's API and metrics).
 //!
 //! Keys never pass through this crate: secrets arrive wrapped and go straight into the
 //! enclave; the engine and the data plane hold handles.
@@ -18,8 +19,9 @@ pub mod control;
 pub mod daemon;
 mod error;
 pub mod shared;
+pub mod snapshot;
 
 pub use config::{Backend, GatewayConfig};
-pub use daemon::Gateway;
+pub use daemon::{EventCounts, Gateway};
 pub use error::{Error, Result};
 pub use shared::SharedEnclave;

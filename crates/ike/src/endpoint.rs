@@ -154,6 +154,37 @@ impl<E: Enclave> Endpoint<E> {
         Ok(())
     }
 
+    /// Adds a connection whose secret is provisioned later ([`Self::provide_secret`]): until
+    /// then it neither initiates (an error) nor answers (NO_PROPOSAL_CHOSEN). With its secret
+    /// already added this is [`Self::add_connection`].
+    pub fn add_connection_awaiting_secret(&mut self, connection: Connection) -> Result<()> {
+        if self.secrets.contains_key(&connection.secret) {
+            return self.add_connection(connection);
+        }
+        if self.connections.iter().any(|c| c.name == connection.name) {
+            return Err(Error::DuplicateConnection { connection: connection.name });
+        }
+        self.connections.push(Arc::new(connection));
+        Ok(())
+    }
+
+    /// Adds (or replaces) a secret after the connections that use it, refusing one that
+    /// does not fit any of them (a PSK for a `pubkey` connection, say).
+    pub fn provide_secret(&mut self, name: &str, secret: SecretHandle) -> Result<()> {
+        let kind = self.enclave.secret_kind(secret)?;
+        for c in self.connections.iter().filter(|c| c.secret == name) {
+            if let Some(expected) = unfit_secret(c, kind) {
+                return Err(Error::WrongSecretKind {
+                    connection: c.name.clone(),
+                    secret: name.to_owned(),
+                    expected,
+                });
+            }
+        }
+        self.secrets.insert(name.to_owned(), secret);
+        Ok(())
+    }
+
     /// Starts an IKE SA for a connection (IKE_SA_INIT from port 500 of its first local
     /// address to port 500 of its first remote address).
     pub fn initiate(&mut self, now: Instant, connection: &str) -> Result<SaId> {

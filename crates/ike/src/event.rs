@@ -271,6 +271,36 @@ impl DropReason {
     /// Number of reasons.
     pub const COUNT: usize = 10;
 
+    /// Every reason, in counter order.
+    pub const ALL: [Self; Self::COUNT] = [
+        Self::NotIke,
+        Self::Malformed,
+        Self::UnknownSpi,
+        Self::SpiMismatch,
+        Self::UnexpectedExchange,
+        Self::OutOfWindow,
+        Self::UnexpectedResponse,
+        Self::IntegrityCheckFailed,
+        Self::LateRetransmit,
+        Self::HalfOpenExpired,
+    ];
+
+    /// The reason as a metric label.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::NotIke => "not_ike",
+            Self::Malformed => "malformed",
+            Self::UnknownSpi => "unknown_spi",
+            Self::SpiMismatch => "spi_mismatch",
+            Self::UnexpectedExchange => "unexpected_exchange",
+            Self::OutOfWindow => "out_of_window",
+            Self::UnexpectedResponse => "unexpected_response",
+            Self::IntegrityCheckFailed => "integrity_check_failed",
+            Self::LateRetransmit => "late_retransmit",
+            Self::HalfOpenExpired => "half_open_expired",
+        }
+    }
+
     /// The counter index.
     pub const fn index(self) -> usize {
         match self {
@@ -308,6 +338,26 @@ pub enum Refusal {
 impl Refusal {
     /// Number of refusals.
     pub const COUNT: usize = 5;
+
+    /// Every refusal, in counter order.
+    pub const ALL: [Self; Self::COUNT] = [
+        Self::NoProposalChosen,
+        Self::InvalidKePayload,
+        Self::CookieRequired,
+        Self::InvalidSyntax,
+        Self::InvalidMajorVersion,
+    ];
+
+    /// The refusal as a metric label.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::NoProposalChosen => "no_proposal_chosen",
+            Self::InvalidKePayload => "invalid_ke_payload",
+            Self::CookieRequired => "cookie_required",
+            Self::InvalidSyntax => "invalid_syntax",
+            Self::InvalidMajorVersion => "invalid_major_version",
+        }
+    }
 
     /// The counter index.
     pub const fn index(self) -> usize {
@@ -359,6 +409,21 @@ impl Counters {
     pub(crate) fn refuse(&mut self, refusal: Refusal) {
         if let Some(c) = self.refusals.get_mut(refusal.index()) {
             *c = c.saturating_add(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_order_matches_the_lists() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{}", r.name());
+        }
+        for (i, r) in Refusal::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{}", r.name());
         }
     }
 }

@@ -32,7 +32,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let config = GatewayConfig::load(&args.config).with_context(|| format!("{}", args.config.display()))?;
     // Blocked before any thread starts, so workers inherit the mask and signals wait here.
     let signals = cio::signal::Signals::block_termination()?;
-    let key = read_provisioning_key(&config.settings.provisioning_key)?;
+    let key_file =
+        config.settings.provisioning_key.as_deref().context("gateway.provisioning_key is required")?;
+    let key = read_provisioning_key(key_file)?;
     let enclave_config = EnclaveConfig {
         tenant: TenantId(config.settings.tenant),
         provisioning_key: ProvisioningKey::from_bytes(*key),
@@ -79,7 +81,7 @@ fn serve<E: Enclave + 'static>(
         udp.join(","),
         dp.tun_name(),
         dp.workers(),
-        config.settings.control_socket.display(),
+        config.settings.control_socket.as_deref().map_or_else(|| "none".into(), |p| p.display().to_string()),
         dp.offloads()
     );
     let signal = loop {
