@@ -32,6 +32,20 @@ enum Command {
     EnclaveProcess(cmd::enclave_process::Args),
     /// Simulate elastic provisioning on a throughput trace; print tables, write plots.
     Simulate(cmd::simulate::Args),
+    /// Run the multi-tenant service: each tenant's gateway over its own enclave process, the API.
+    Serve(cmd::service::ServeArgs),
+    /// The service's state and its tenants (over the API).
+    Status(cmd::service::ApiArgs),
+    /// Every tenant with its state, enclave process and secrets (over the API).
+    Tenants(cmd::service::ApiArgs),
+    /// Every tenant's IKE and child SAs with their traffic (over the API).
+    Tunnels(cmd::service::ApiArgs),
+    /// The service's Prometheus metrics (over the API, as a scraper gets them).
+    Metrics(cmd::service::ApiArgs),
+    /// Add, remove or show a tenant; provision a tenant's secret by attestation.
+    Tenant(cmd::service::TenantArgs),
+    /// Print the measurement a tenant should expect of its enclave on this binary.
+    Measure(cmd::service::MeasureArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +59,13 @@ fn main() -> std::process::ExitCode {
         Command::Sa(args) => cmd::sa::run(args),
         Command::Secret(args) => cmd::secret::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Serve(args) => cmd::service::serve(args),
+        Command::Status(args) => cmd::service::status(args),
+        Command::Tenants(args) => cmd::service::tenants(args),
+        Command::Tunnels(args) => cmd::service::tunnels(args),
+        Command::Metrics(args) => cmd::service::metrics(args),
+        Command::Tenant(args) => cmd::service::tenant(args),
+        Command::Measure(args) => cmd::service::measure(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

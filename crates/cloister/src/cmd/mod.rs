@@ -6,4 +6,5 @@ pub(crate) mod gateway;
 pub(crate) mod ike_load;
 pub(crate) mod sa;
 pub(crate) mod secret;
+pub(crate) mod service;
 pub(crate) mod simulate;

@@ -1,0 +1,190 @@
+//! The software platform: what a TEE's hardware would provide to each tenant's enclave —
+//! an attestation key that signs evidence, and a root from which each tenant's enclave
+//! derives its sealing key. Both live in files on this host (mode 0600, made on first
+//! start). Honest limits (docs/threat-model.md): whoever can read these files (root) can
+//! forge evidence and unseal blobs; the process backend keeps keys from a compromised
+//! *gateway process* that runs without them, and hardware backends replace this module.
+//!
+//! Each tenant's enclave gets its own root, HMAC-SHA-256(platform root, label || tenant),
+//! so one tenant's enclave, compromised, learns nothing that opens another's sealed blobs.
+
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use enclave::attest::{CodeIdentity, SoftwareAttestation};
+use enclave::{EnclaveConfig, Limits, ProvisioningKey, TenantId};
+use zeroize::Zeroizing;
+
+use crate::error::{Error, Result};
+
+const ROOT_LABEL: &[u8] = b"cloister-tenant-root-v1";
+
+/// The platform's secrets, loaded once.
+pub struct Platform {
+    attestation_key: Zeroizing<Vec<u8>>,
+    root: Zeroizing<[u8; 32]>,
+    public_key: Vec<u8>,
+}
+
+impl core::fmt::Debug for Platform {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Platform").field("public_key", &hex(&self.public_key)).finish_non_exhaustive()
+    }
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::Io { what, why: e.to_string() }
+}
+
+/// Reads a private file, refusing one that others can read.
+pub(crate) fn read_private(path: &Path) -> Result<Option<Zeroizing<Vec<u8>>>> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(format!("reading {}", path.display()))(e)),
+        Ok(m) if m.permissions().mode() & 0o077 != 0 => Err(Error::Io {
+            what: format!("{}", path.display()),
+            why: "readable by others: chmod 600 it".into(),
+        }),
+        Ok(_) => {
+            Ok(Some(Zeroizing::new(std::fs::read(path).map_err(io(format!("reading {}", path.display())))?)))
+        }
+    }
+}
+
+/// Writes a new private file (never over an existing one).
+pub(crate) fn create_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io(format!("creating {}", path.display())))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(io(format!("writing {}", path.display())))
+}
+
+/// Lower-case hex of public bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Platform {
+    /// Loads the attestation key and the sealing root, making each on first use.
+    pub fn load_or_create(attestation_key: &Path, sealing_root: &Path) -> Result<Self> {
+        let key = match read_private(attestation_key)? {
+            Some(k) => k,
+            None => {
+                let k = SoftwareAttestation::generate_platform_key()
+                    .map_err(|e| Error::Internal { what: e.to_string() })?;
+                create_private(attestation_key, &k)?;
+                k
+            }
+        };
+        let root = match read_private(sealing_root)? {
+            Some(text) => parse_root(&text).ok_or_else(|| Error::Io {
+                what: format!("{}", sealing_root.display()),
+                why: "not 64 hex digits".into(),
+            })?,
+            None => {
+                let mut r = Zeroizing::new([0u8; 32]);
+                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), r.as_mut())
+                    .map_err(|_| Error::Internal { what: "no randomness".into() })?;
+                let text = Zeroizing::new(format!("{}\n", hex(r.as_ref())));
+                create_private(sealing_root, text.as_bytes())?;
+                r
+            }
+        };
+        let probe = SoftwareAttestation::new(&key, CodeIdentity::Bytes(Vec::new()), &[])
+            .map_err(|e| Error::Io { what: format!("{}", attestation_key.display()), why: e.to_string() })?;
+        let public_key = probe.platform_public_key().to_vec();
+        Ok(Self { attestation_key: key, root, public_key })
+    }
+
+    /// The attestation key (PKCS#8), for starting enclaves.
+    pub fn attestation_key(&self) -> &[u8] {
+        &self.attestation_key
+    }
+
+    /// The public key that verifies this platform's evidence (uncompressed SEC1).
+    pub fn public_key(&self) -> &[u8] {
+        &self.public_key
+    }
+
+    /// The enclave configuration of `tenant`, with its own root.
+    pub fn enclave_config(&self, tenant: u32, trusted_min_seal_counter: u64) -> EnclaveConfig {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.root.as_ref());
+        let mut ctx = ring::hmac::Context::with_key(&key);
+        ctx.update(ROOT_LABEL);
+        ctx.update(&tenant.to_be_bytes());
+        let tag = ctx.sign();
+        let mut bytes = Zeroizing::new([0u8; 32]);
+        bytes.copy_from_slice(tag.as_ref());
+        EnclaveConfig {
+            tenant: TenantId(tenant),
+            provisioning_key: ProvisioningKey::from_bytes(*bytes),
+            trusted_min_seal_counter,
+            limits: Limits::default(),
+        }
+    }
+}
+
+fn parse_root(text: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
+    let s = core::str::from_utf8(text).ok()?.trim();
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = Zeroizing::new([0u8; 32]);
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The measurement a tenant should expect of its enclave: this binary's code and the
+/// public enclave configuration of `tenant` (what `cloister measure` prints).
+pub fn expected_measurement(tenant: u32, code: &[u8]) -> enclave::attest::Measurement {
+    let cfg = EnclaveConfig {
+        tenant: TenantId(tenant),
+        provisioning_key: ProvisioningKey::from_bytes([0; 32]),
+        trusted_min_seal_counter: 0,
+        limits: Limits::default(),
+    };
+    enclave::attest::software_measurement(code, &cfg.measured_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_made_once_private_and_tenant_roots_differ() {
+        let dir = std::env::temp_dir().join(format!("cl-platform-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (k, r) = (dir.join("platform.key"), dir.join("sealing.key"));
+        let a = Platform::load_or_create(&k, &r).unwrap();
+        let b = Platform::load_or_create(&k, &r).unwrap();
+        assert_eq!(a.public_key(), b.public_key());
+        for f in [&k, &r] {
+            assert_eq!(std::fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        assert_eq!(a.enclave_config(1, 0).measured_bytes(), b.enclave_config(1, 0).measured_bytes());
+        // Roots are not observable (ProvisioningKey has no accessor); sealing across
+        // tenants is refused in the enclave's own tests. Here: a loose file is refused.
+        std::fs::set_permissions(&r, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(
+            matches!(Platform::load_or_create(&k, &r), Err(Error::Io { why, .. }) if why.contains("chmod"))
+        );
+        assert!(!format!("{a:?}").contains(&hex(a.attestation_key())));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn roots_parse_only_as_64_hex_digits() {
+        assert!(parse_root(b"ab").is_none());
+        assert!(parse_root("zz".repeat(32).as_bytes()).is_none());
+        assert_eq!(*parse_root(format!("{}\n", "01".repeat(32)).as_bytes()).unwrap(), [1u8; 32]);
+    }
+}

@@ -1,0 +1,534 @@
+//! One tenant at run time: a thread that owns the tenant's gateway (IKE engine and data
+//! plane) over the tenant's own enclave, answers the API's commands, watches the enclave,
+//! and brings the tenant back when the enclave dies.
+//!
+//! ```text
+//!  API thread ──Command──▶ tenant thread: Gateway::round ◀─▶ sockets, TUN (tenant's netns)
+//!                             │  every 500 ms: is the enclave alive? connections to keep?
+//!                             └─ dead: stop the gateway, start a new enclave, unseal the
+//!                                tenant's secrets from the store, start, re-initiate
+//! ```
+//!
+//! Nothing here holds a key: secrets reach the enclave sealed (from the store) or in an
+//! envelope only the enclave opens; what goes back to the store is sealed by the enclave.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use enclave::process::{ProcessEnclave, ProcessSpec};
+use enclave::{Enclave, InlineEnclave, SealedBlob};
+use gateway::control::Request;
+use gateway::snapshot::Snapshot;
+use gateway::{Backend, Gateway};
+use serde::Serialize;
+use store::{Key, Kind, Store, Value, Write};
+
+use crate::config::TenantConfig;
+use crate::error::{Error, Result};
+use crate::platform::Platform;
+
+/// How long one gateway round may wait for input (also the API's worst added latency).
+const ROUND: Duration = Duration::from_millis(50);
+/// How often the enclave's health and the connections to keep are looked at.
+const CHECK: Duration = Duration::from_millis(500);
+/// How long a connection must be gone before it is no longer brought back after a restart.
+const FORGET_AFTER: Duration = Duration::from_secs(30);
+/// How often a connection to keep that has no IKE SA is initiated again.
+const REINITIATE: Duration = Duration::from_secs(10);
+/// How long the API waits for the tenant thread.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Store record names.
+const SECRET_PREFIX: &str = "secret/";
+const UP_PREFIX: &str = "up/";
+
+/// The service's log: one line per event, never a key.
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// What the API asks a tenant's thread.
+pub(crate) enum Command {
+    /// The tunnel table and counters.
+    Snapshot(Sender<Snapshot>),
+    /// A control request (`list`, `initiate`, `rekey-child`, ...), answered in text.
+    Text(Request, Sender<String>),
+    /// A provisioning offer from the enclave (its encoding).
+    Offer(Sender<Result<Vec<u8>>>),
+    /// An envelope for the secret `name`.
+    Provision { name: String, envelope: Vec<u8>, reply: Sender<Result<()>> },
+    /// Stop the tenant.
+    Stop,
+}
+
+/// A tenant's state, readable without asking its thread.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Status {
+    /// `starting`, `running`, `recovering` or `failed`.
+    pub state: &'static str,
+    /// The enclave process, when there is one.
+    pub enclave_pid: Option<u32>,
+    /// Enclave deaths the tenant recovered from.
+    pub recoveries: u64,
+    /// How long the last recovery took until the gateway ran again, milliseconds.
+    pub last_recovery_ms: Option<u64>,
+    /// The last failure, if any (no secrets: enclave and gateway errors carry none).
+    pub last_error: Option<String>,
+    /// Configured secrets and whether the enclave holds each.
+    pub secrets: Vec<(String, bool)>,
+}
+
+/// A tenant's thread, seen from the service.
+pub struct TenantHandle {
+    /// The tenant's configuration.
+    pub config: TenantConfig,
+    tx: Sender<Command>,
+    status: Arc<Mutex<Status>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl core::fmt::Debug for TenantHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TenantHandle").field("name", &self.config.name).finish_non_exhaustive()
+    }
+}
+
+/// Starts enclaves for tenants and checks on them.
+pub trait Launcher: Send + Sync + 'static {
+    /// The enclave type.
+    type E: Enclave + 'static;
+    /// Starts `tenant`'s enclave, its seal counter starting at `trusted_min`.
+    fn start(&self, tenant: u32, trusted_min: u64) -> Result<Self::E>;
+    /// `Ok` while the enclave can serve; why not otherwise.
+    fn health(enclave: &mut Self::E) -> core::result::Result<(), String>;
+    /// The enclave's process, if it has one.
+    fn pid(enclave: &Self::E) -> Option<u32>;
+}
+
+/// Enclaves as hardened child processes (`cloister enclave-process`).
+#[derive(Debug)]
+pub struct ProcessLauncher {
+    platform: Arc<Platform>,
+    program: std::path::PathBuf,
+}
+
+impl ProcessLauncher {
+    /// Enclaves run `program enclave-process` (the `cloister` binary).
+    pub fn new(platform: Arc<Platform>, program: std::path::PathBuf) -> Self {
+        Self { platform, program }
+    }
+}
+
+impl Launcher for ProcessLauncher {
+    type E = ProcessEnclave;
+    fn start(&self, tenant: u32, trusted_min: u64) -> Result<ProcessEnclave> {
+        let spec = ProcessSpec::new(&self.program, ["enclave-process"]);
+        ProcessEnclave::start(
+            spec,
+            self.platform.enclave_config(tenant, trusted_min),
+            self.platform.attestation_key(),
+        )
+        .map_err(|e| Error::Tenant {
+            tenant: tenant.to_string(),
+            why: format!("starting the enclave process: {e}"),
+        })
+    }
+    fn health(enclave: &mut ProcessEnclave) -> core::result::Result<(), String> {
+        enclave.check().map_err(|e| e.to_string())
+    }
+    fn pid(enclave: &ProcessEnclave) -> Option<u32> {
+        enclave.pid()
+    }
+}
+
+/// Enclaves in this process (tests; a service that itself runs in a confidential VM).
+#[derive(Debug)]
+pub struct InlineLauncher {
+    platform: Arc<Platform>,
+}
+
+impl InlineLauncher {
+    /// Inline enclaves attested by `platform`'s key.
+    pub fn new(platform: Arc<Platform>) -> Self {
+        Self { platform }
+    }
+}
+
+impl Launcher for InlineLauncher {
+    type E = InlineEnclave;
+    fn start(&self, tenant: u32, trusted_min: u64) -> Result<InlineEnclave> {
+        let cfg = self.platform.enclave_config(tenant, trusted_min);
+        let err = |e: enclave::Error| Error::Tenant { tenant: tenant.to_string(), why: e.to_string() };
+        let att = enclave::attest::SoftwareAttestation::new(
+            self.platform.attestation_key(),
+            enclave::attest::CodeIdentity::CurrentExecutable,
+            &cfg.measured_bytes(),
+        )
+        .map_err(err)?;
+        InlineEnclave::start(cfg, Box::new(att)).map_err(err)
+    }
+    fn health(_: &mut InlineEnclave) -> core::result::Result<(), String> {
+        Ok(())
+    }
+    fn pid(_: &InlineEnclave) -> Option<u32> {
+        None
+    }
+}
+
+impl TenantHandle {
+    /// Starts the tenant's thread; it starts the enclave and gateway itself and reports
+    /// through [`Self::status`]. `netns`: the namespace the service runs in (the thread's
+    /// sockets go there), when it is not the process's.
+    pub fn spawn<L: Launcher>(
+        config: TenantConfig,
+        launcher: Arc<L>,
+        store: Arc<dyn Store>,
+        log: Log,
+    ) -> Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let status = Arc::new(Mutex::new(Status { state: "starting", ..Status::default() }));
+        let runner = Runner {
+            config: config.clone(),
+            launcher,
+            store,
+            log,
+            status: Arc::clone(&status),
+            keep: BTreeMap::new(),
+            last_initiate: BTreeMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("tenant-{}", config.name))
+            .spawn(move || runner.run(&rx))
+            .map_err(|e| Error::Io {
+                what: format!("starting tenant {}'s thread", config.name),
+                why: e.to_string(),
+            })?;
+        Ok(Self { config, tx, status, thread: Some(thread) })
+    }
+
+    /// The tenant's state.
+    pub fn status(&self) -> Status {
+        self.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Queues a command for the tenant's thread.
+    pub(crate) fn send(&self, cmd: Command) -> Result<()> {
+        self.tx.send(cmd).map_err(|_| Error::NotRunning {
+            tenant: self.config.name.clone(),
+            why: self.status().state.to_owned(),
+        })
+    }
+
+    /// Stops the thread (the gateway and the enclave process with it) and waits for it.
+    pub fn stop(mut self) {
+        let _ = self.tx.send(Command::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TenantHandle {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Command::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Runner<L: Launcher> {
+    config: TenantConfig,
+    launcher: Arc<L>,
+    store: Arc<dyn Store>,
+    log: Log,
+    status: Arc<Mutex<Status>>,
+    /// Connections to keep up, with when each was last seen established.
+    keep: BTreeMap<String, Instant>,
+    /// When each connection to keep was last initiated.
+    last_initiate: BTreeMap<String, Instant>,
+}
+
+impl<L: Launcher> Runner<L> {
+    fn log(&self, line: &str) {
+        (self.log)(&format!("tenant {}: {line}", self.config.name));
+    }
+
+    fn set(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    fn key(&self, kind: Kind, name: String) -> Result<Key> {
+        Ok(Key::new(self.config.id, kind, name)?)
+    }
+
+    /// Starts the enclave and the gateway; secrets come back from their sealed blobs.
+    fn start(&self) -> Result<Gateway<L::E>> {
+        let sealed = self.store.list(Some(self.config.id), Kind::Sealed)?;
+        let secrets: Vec<(String, SealedBlob)> = sealed
+            .into_iter()
+            .filter_map(|(k, v)| match v {
+                Value::Sealed(b) => k.name.strip_prefix(SECRET_PREFIX).map(|n| (n.to_owned(), b)),
+                _ => None,
+            })
+            .collect();
+        // Blobs below the minimum are refused by the enclave; the oldest blob kept is the
+        // lowest generation still wanted.
+        let trusted_min = secrets.iter().filter_map(|(_, b)| b.counter()).min().unwrap_or(0);
+        let mut enclave = self.launcher.start(self.config.id, trusted_min)?;
+        let mut given = BTreeMap::new();
+        for (name, blob) in &secrets {
+            match enclave.unseal_secret(blob) {
+                Ok(h) => {
+                    given.insert(name.clone(), h);
+                }
+                Err(e) => self.log(&format!("secret {name}: sealed blob refused ({e}); provision it again")),
+            }
+        }
+        let pid = L::pid(&enclave);
+        let log = Arc::clone(&self.log);
+        let prefix = format!("tenant {}: ", self.config.name);
+        let gw = Gateway::start_with(
+            &self.config.gateway,
+            enclave,
+            given,
+            Box::new(move |l| log(&format!("{prefix}{l}"))),
+        )
+        .map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() })?;
+        self.set(|s| {
+            s.enclave_pid = pid;
+            s.secrets = gw.secrets();
+        });
+        Ok(gw)
+    }
+
+    /// Brings up the connections to keep: configured ones, and those the store remembers
+    /// as up before a restart.
+    fn remembered(&mut self) -> Result<()> {
+        let now = Instant::now();
+        for (k, _) in self.store.list(Some(self.config.id), Kind::Metadata)? {
+            if let Some(c) = k.name.strip_prefix(UP_PREFIX) {
+                if self.config.gateway.ike.connections.iter().any(|x| x.name == c) {
+                    self.keep.insert(c.to_owned(), now);
+                }
+            }
+        }
+        for c in &self.config.initiate {
+            self.keep.insert(c.clone(), now);
+        }
+        Ok(())
+    }
+
+    fn run(mut self, rx: &Receiver<Command>) {
+        if let Err(e) = self.remembered() {
+            self.log(&format!("reading the store: {e}"));
+        }
+        let mut gw = match self.start() {
+            Ok(gw) => gw,
+            Err(e) => match self.recover(rx, &e.to_string(), Instant::now()) {
+                Some(gw) => gw,
+                None => return,
+            },
+        };
+        self.set(|s| s.state = "running");
+        self.log(&format!("running, tun {}", gw.dataplane().tun_name()));
+        let mut next_check = Instant::now();
+        loop {
+            gw.round(ROUND);
+            loop {
+                match rx.try_recv() {
+                    Ok(Command::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
+                        self.stop(gw);
+                        return;
+                    }
+                    Ok(cmd) => self.command(&mut gw, cmd),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                }
+            }
+            let now = Instant::now();
+            if now < next_check {
+                continue;
+            }
+            next_check = now + CHECK;
+            let enc = gw.enclave();
+            let health = L::health(&mut enc.lock());
+            if let Err(why) = health {
+                let died = Instant::now();
+                self.log(&format!("enclave died ({why}); recovering"));
+                let report = gw.stop();
+                drop(report);
+                match self.recover(rx, &why, died) {
+                    Some(new) => gw = new,
+                    None => return,
+                }
+                self.last_initiate.clear();
+                continue;
+            }
+            self.keep_up(&mut gw, now);
+        }
+    }
+
+    /// Starts again after the enclave died (or failed to start), with growing pauses;
+    /// `None` when told to stop meanwhile.
+    fn recover(&mut self, rx: &Receiver<Command>, why: &str, since: Instant) -> Option<Gateway<L::E>> {
+        self.set(|s| {
+            s.state = "recovering";
+            s.enclave_pid = None;
+            s.last_error = Some(why.to_owned());
+        });
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.start() {
+                Ok(gw) => {
+                    let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    self.set(|s| {
+                        s.state = "running";
+                        s.recoveries += 1;
+                        s.last_recovery_ms = Some(ms);
+                    });
+                    self.log(&format!("recovered in {ms} ms: new enclave, secrets unsealed"));
+                    return Some(gw);
+                }
+                Err(e) => {
+                    self.set(|s| {
+                        s.state = "failed";
+                        s.last_error = Some(e.to_string());
+                    });
+                    self.log(&format!("start failed: {e}; again in {} ms", pause.as_millis()));
+                }
+            }
+            // Commands meanwhile are answered "not running" (their senders time out);
+            // a stop ends the tenant.
+            match rx.recv_timeout(pause) {
+                Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return None,
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+            }
+            pause = (pause * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    /// Keeps the connections to keep up, and the store's record of them current.
+    fn keep_up(&mut self, gw: &mut Gateway<L::E>, now: Instant) {
+        let up = gw.established_connections();
+        let mut writes = Vec::new();
+        for c in &up {
+            if self.keep.insert(c.clone(), now).is_none() {
+                if let Ok(k) = self.key(Kind::Metadata, format!("{UP_PREFIX}{c}")) {
+                    let since =
+                        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                    writes.push(Write::Put(k, Value::Metadata(format!("established {since}"))));
+                }
+            }
+        }
+        let configured: BTreeSet<&String> = self.config.initiate.iter().collect();
+        let forget: Vec<String> = self
+            .keep
+            .iter()
+            .filter(|(c, seen)| {
+                !up.contains(*c) && !configured.contains(c) && now.duration_since(**seen) > FORGET_AFTER
+            })
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in forget {
+            self.keep.remove(&c);
+            if let Ok(k) = self.key(Kind::Metadata, format!("{UP_PREFIX}{c}")) {
+                writes.push(Write::Remove(k));
+            }
+        }
+        if !writes.is_empty() {
+            if let Err(e) = self.store.apply(&writes) {
+                self.log(&format!("recording connections: {e}"));
+            }
+        }
+        let pending = gw.connections_with_sa();
+        for c in self.keep.keys() {
+            if up.contains(c) || pending.contains(c) {
+                continue;
+            }
+            if self.last_initiate.get(c).is_some_and(|t| now.duration_since(*t) < REINITIATE) {
+                continue;
+            }
+            self.last_initiate.insert(c.clone(), now);
+            match gw.initiate(now, c) {
+                Ok(sa) => self.log(&format!("initiating {c} as IKE SA #{}", sa.0)),
+                Err(e) => self.log(&format!("initiating {c}: {e}")),
+            }
+        }
+        self.set(|s| s.secrets = gw.secrets());
+    }
+
+    fn command(&mut self, gw: &mut Gateway<L::E>, cmd: Command) {
+        match cmd {
+            Command::Snapshot(reply) => {
+                let _ = reply.send(gw.snapshot(Instant::now()));
+            }
+            Command::Text(r, reply) => {
+                let _ = reply.send(gw.request(Instant::now(), &r));
+            }
+            Command::Offer(reply) => {
+                let offer = gw.enclave().provisioning_offer().map(|o| o.to_bytes());
+                let _ = reply.send(offer.map_err(|e| Error::Provisioning(e.to_string())));
+            }
+            Command::Provision { name, envelope, reply } => {
+                let r = self.provision(gw, &name, &envelope);
+                if r.is_ok() {
+                    // Connections that failed for want of this secret go again at once.
+                    self.last_initiate.clear();
+                }
+                let _ = reply.send(r);
+            }
+            Command::Stop => {}
+        }
+    }
+
+    /// Opens an envelope in the enclave, stores the sealed secret, then hands the secret
+    /// to the engine; a secret the store could not keep is not used (it would be lost at
+    /// the next restart without anyone knowing).
+    fn provision(&self, gw: &mut Gateway<L::E>, name: &str, envelope: &[u8]) -> Result<()> {
+        if !gw.secrets().iter().any(|(n, _)| n == name) {
+            return Err(Error::Unknown { what: format!("secret {name} of tenant {}", self.config.name) });
+        }
+        let mut enc = gw.enclave();
+        let (handle, sealed) =
+            enc.provision_attested(envelope).map_err(|e| Error::Provisioning(e.to_string()))?;
+        let key = self.key(Kind::Sealed, format!("{SECRET_PREFIX}{name}"))?;
+        let previous = self.store.get(&key);
+        if let Err(e) = self.store.put(key.clone(), Value::Sealed(sealed)) {
+            let _ = enc.delete_secret(handle);
+            return Err(e.into());
+        }
+        if let Err(e) = gw.add_secret(name, handle) {
+            // Refused (a key of the wrong kind for its connections): the store goes back
+            // to what it held, so a restart does not bring the refused secret in.
+            let _ = enc.delete_secret(handle);
+            let _ = match previous {
+                Ok(Some(v)) => self.store.put(key, v),
+                _ => self.store.remove(&key).map(drop),
+            };
+            return Err(Error::Provisioning(e.to_string()));
+        }
+        self.set(|s| s.secrets = gw.secrets());
+        self.log(&format!("secret {name} provisioned by attestation and sealed"));
+        Ok(())
+    }
+
+    fn stop(&self, gw: Gateway<L::E>) {
+        let enc = gw.enclave();
+        let report = gw.stop();
+        drop(report);
+        drop(enc);
+        self.set(|s| {
+            s.state = "stopped";
+            s.enclave_pid = None;
+        });
+        self.log("stopped");
+    }
+}
+
+/// Which launcher a backend setting means.
+pub fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Process => "process",
+        Backend::Inline => "inline",
+    }
+}
