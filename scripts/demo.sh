@@ -109,12 +109,14 @@ EOF
   STRONGSWAN_CONF="$D/strongswan.conf" ip netns exec "$SITE" sh -c 'mount -t tmpfs cloister-run /run && exec /usr/lib/ipsec/charon' >/dev/null 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do [ -S "$D/charon.vici" ] && break; sleep 0.1; done
-  in_ns "$SITE" swanctl --load-all --file "$D/swanctl/swanctl.conf" --uri "unix://$D/charon.vici" >/dev/null
+  in_ns "$SITE" swanctl --load-all --file "$D/swanctl/swanctl.conf" --uri "unix://$D/charon.vici" >/dev/null 2>&1
 done
 
 echo
 echo "== cloister serve: embedded store, one enclave process per tenant"
-in_ns "$SVC" "$BIN" serve --config "$WORK/service.toml" > "$WORK/serve.log" 2>&1 &
+# Started directly (not through a shell function), so $! is the service itself, whose
+# memory the key-exposure check scans.
+ip netns exec "$SVC" "$BIN" serve --config "$WORK/service.toml" > "$WORK/serve.log" 2>&1 &
 SERVE=$!
 PIDS+=("$SERVE")
 for _ in $(seq 100); do grep -q "service: api" "$WORK/serve.log" && break; sleep 0.1; done
@@ -148,7 +150,7 @@ for t in acme blue; do
     if in_ns $TAG-site$i ping -n -q -c 1 -W 1 -I 198.19.1.1 198.19.2.1 >/dev/null 2>&1; then ok=1; break; fi
   done
   [ -n "$ok" ] || { echo "   tenant $t: no tunnel"; tail -20 "$WORK/serve.log"; exit 1; }
-  in_ns $TAG-cloud$i iperf3 -s -1 -B 198.19.2.1 >/dev/null 2>&1 &
+  ip netns exec $TAG-cloud$i iperf3 -s -1 -B 198.19.2.1 >/dev/null 2>&1 &
   IP=$!
   PIDS+=("$IP")
   sleep 0.5
@@ -186,7 +188,9 @@ def scan_process(pid):
 def children(pid):
     return [int(c) for t in os.listdir(f"/proc/{pid}/task") for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
 svc_found, n = scan_process(serve)
-print(f"   service process {serve}: {n >> 20} MiB scanned, PSKs found: {len(svc_found)}")
+name = open(f"/proc/{serve}/comm").read().strip()
+assert name == "cloister", f"pid {serve} is {name}, not the service"
+print(f"   service process {serve} ({name}): {n >> 20} MiB scanned, PSKs found: {len(svc_found)}")
 files_found = []
 for root, _, names in os.walk(work):
     for f in names:

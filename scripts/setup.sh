@@ -41,12 +41,13 @@ if ((${#missing[@]})); then
   echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
   apt-get install -y -q --no-install-recommends "${missing[@]}" >"$DEPS/apt.log" 2>&1 || { tail -30 "$DEPS/apt.log"; exit 1; }
   [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  # Services a package may still have started (no systemd here: only the init scripts).
+  # Only after an install: `ipsec stop` ends every charon on the machine, including the
+  # namespaced ones of tests, benchmarks or a demo running at the same time.
+  for svc in strongswan-starter ipsec etcd; do
+    if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
+  done
 fi
-
-# Services that a package may still have started (no systemd here: only the init scripts).
-for svc in strongswan-starter ipsec etcd; do
-  if [ -x "/etc/init.d/$svc" ] && [ "$(id -u)" -eq 0 ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
-done
 
 # libreswan 4.10, unpacked under .deps/libreswan (pluto runs from there in IKE interop tests).
 if [ ! -x "$DEPS/libreswan/usr/libexec/ipsec/pluto" ]; then
