@@ -20,10 +20,9 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 mod common;
 
-use common::{CLOISTER, GW_ID, PSK};
+use common::{start_charon, CHARON, CLOISTER, GW_ID, PSK};
 use testnet::{Netns, Process, Veth};
 
-const CHARON: &str = "/usr/lib/ipsec/charon";
 const SITE_INNER: &str = "198.19.1.1";
 const CLOUD_INNER: &str = "198.19.2.1";
 const API: &str = "http://127.0.0.1:9440";
@@ -71,30 +70,6 @@ children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], e
         cloud = cloud.name(),
         net = t.net,
         site_id = t.site_id,
-    )
-}
-
-fn charon_conf(dir: &Path) -> String {
-    format!(
-        r#"charon {{
-  load = random nonce openssl pem pkcs1 pkcs8 x509 pubkey curve25519 hmac kdf sha2 aes gcm chapoly kernel-libipsec kernel-netlink socket-default vici updown
-  install_virtual_ip = no
-  retransmit_tries = 3
-  plugins {{
-    vici {{ socket = unix://{d}/charon.vici }}
-  }}
-  filelog {{
-    main {{ path = {d}/charon.log
-      time_format = %s
-      flush_line = yes
-      default = 1
-      ike = 2
-      cfg = 2
-    }}
-  }}
-}}
-"#,
-        d = dir.display()
     )
 }
 
@@ -150,19 +125,9 @@ impl Site {
         ns.add_addr("wan0", &format!("{}.1/24", t.net)).unwrap();
         svc.add_addr(&format!("wan{}", t.id), &format!("{}.2/24", t.net)).unwrap();
         ns.add_addr("lo", &format!("{SITE_INNER}/32")).unwrap();
-        let dir = ns.dir().to_path_buf();
-        ns.write_file("strongswan.conf", &charon_conf(&dir)).unwrap();
         let swanctl = ns.write_file("swanctl/swanctl.conf", &swanctl_conf(t)).unwrap();
-        let conf = dir.join("strongswan.conf");
-        let charon = ns
-            .spawn_env(
-                "charon",
-                &["sh", "-c", &format!("mount -t tmpfs cloister-run /run && exec {CHARON}")],
-                &[("STRONGSWAN_CONF", conf.to_str().unwrap())],
-            )
-            .unwrap();
-        let vici = dir.join("charon.vici");
-        testnet::wait_until("charon's vici socket", Duration::from_secs(20), || vici.exists()).unwrap();
+        let charon = start_charon(&ns, false);
+        let vici = ns.dir().join("charon.vici");
         let uri = format!("unix://{}", vici.display());
         let out = ns
             .exec(

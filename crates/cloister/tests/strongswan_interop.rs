@@ -13,10 +13,10 @@ use std::time::Duration;
 
 mod common;
 
-use common::{fixture, set_mode, wrap_secret, Family, CLOISTER, GW_ID, PSK, SITE_ID};
+use common::{fixture, set_mode, start_charon, wrap_secret, Family, CLOISTER, GW_ID, PSK, SITE_ID};
 use testnet::{Netns, Process, Veth};
 
-const CHARON: &str = "/usr/lib/ipsec/charon";
+use common::CHARON;
 /// The site's inner address (strongSwan side) and the gateway's (on Cloister's TUN).
 const SITE_INNER: &str = "198.19.1.1";
 const GW_INNER: &str = "198.19.2.1";
@@ -64,34 +64,6 @@ fn esp_for(ike: &str) -> &'static str {
         "aes128gcm16-prfsha384-ecp384" => "aes128gcm16",
         _ => "aes256gcm16",
     }
-}
-
-/// charon's configuration; with `log_keys`, level 4 for `ike` and `chd`, at which charon
-/// logs SK_* and the child SAs' keys.
-fn charon_conf(dir: &Path, log_keys: bool) -> String {
-    let level = if log_keys { 4 } else { 2 };
-    format!(
-        r#"charon {{
-  load = random nonce openssl pem pkcs1 pkcs8 x509 pubkey curve25519 hmac kdf sha2 aes gcm chapoly kernel-libipsec kernel-netlink socket-default vici updown
-  install_virtual_ip = no
-  retransmit_tries = 3
-  plugins {{
-    vici {{ socket = unix://{d}/charon.vici }}
-  }}
-  filelog {{
-    main {{ path = {d}/charon.log
-      time_format = %s
-      flush_line = yes
-      default = 1
-      ike = {level}
-      chd = {level}
-      cfg = 2
-    }}
-  }}
-}}
-"#,
-        d = dir.display()
-    )
 }
 
 fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
@@ -235,21 +207,9 @@ impl Testbed {
             gw.spawn("cloister", &[CLOISTER, "gateway", "--config", conf.to_str().unwrap()]).unwrap();
         cloister.wait_for_log("gateway: tenant 1", Duration::from_secs(30)).unwrap();
 
-        // strongSwan: its own /run (its PID file path is fixed), config in the scratch dir.
-        let sdir = site.dir().to_path_buf();
-        site.write_file("strongswan.conf", &charon_conf(&sdir, log_keys)).unwrap();
         let swanctl =
             site.write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike, auth)).unwrap();
-        let strongswan_conf = sdir.join("strongswan.conf");
-        let charon = site
-            .spawn_env(
-                "charon",
-                &["sh", "-c", &format!("mount -t tmpfs cloister-run /run && exec {CHARON}")],
-                &[("STRONGSWAN_CONF", strongswan_conf.to_str().unwrap())],
-            )
-            .unwrap();
-        let vici = sdir.join("charon.vici");
-        testnet::wait_until("charon's vici socket", Duration::from_secs(20), || vici.exists()).unwrap();
+        let charon = start_charon(&site, log_keys);
         let tb = Self { _charon: charon, cloister, site, gw };
         tb.swanctl(&["--load-all", "--file", swanctl.to_str().unwrap()]);
         tb

@@ -31,7 +31,7 @@ use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::config::TenantConfig;
 use crate::error::{Error, Result};
-use crate::platform::hex;
+use crate::platform::{hex, unhex};
 use crate::service::Inner;
 use crate::tenant::Command;
 
@@ -207,14 +207,6 @@ fn tenant_json(h: &crate::tenant::TenantHandle) -> Json {
 #[derive(Deserialize)]
 struct Envelope {
     envelope: String,
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim();
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
 }
 
 fn route(inner: &Inner, method: &Method, parts: &[&str], query: &str, body: &[u8]) -> Result<Reply> {

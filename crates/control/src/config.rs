@@ -27,7 +27,8 @@ use core::net::SocketAddr;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use gateway::{config::Settings, Backend, GatewayConfig};
+use gateway::config::{redacted, resolve, Settings};
+use gateway::{Backend, GatewayConfig};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -85,15 +86,6 @@ pub struct ServiceConfig {
     pub settings: ServiceSettings,
     /// The tenants, by name.
     pub tenants: BTreeMap<String, TenantConfig>,
-}
-
-fn resolve(dir: &Path, p: &str) -> PathBuf {
-    let p = Path::new(p);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        dir.join(p)
-    }
 }
 
 impl ServiceConfig {
@@ -299,12 +291,6 @@ fn shown_name(s: &str) -> String {
 fn syntax(text: &str, e: &toml::de::Error) -> Error {
     let line = e.span().map(|s| text.get(..s.start).unwrap_or("").matches('\n').count() + 1);
     Error::Config { line, field: "file".into(), why: format!("not valid TOML: {}", redacted(e.message())) }
-}
-
-/// A serde message up to its first quoted value.
-fn redacted(message: &str) -> String {
-    let cut = message.split(['"', '\'']).next().unwrap_or("").trim_end();
-    cut.trim_end_matches(':').to_owned()
 }
 
 /// The line (1-based) where the dotted `path` is defined in `text`: a table header

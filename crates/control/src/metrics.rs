@@ -58,32 +58,27 @@ pub(crate) fn render(inner: &Inner, unauthorized: u64) -> String {
     for (n, s) in &tenants {
         let _ = writeln!(o, "cloister_tenant_recoveries_total{{tenant=\"{}\"}} {}", label(n), s.recoveries);
     }
-    family(
-        &mut o,
-        "cloister_tunnel_bytes_total",
-        "counter",
-        "ESP payload bytes per child SA configuration and direction",
-    );
-    for (n, s) in &snaps {
-        for sa in &s.ike_sas {
-            for c in &sa.children {
-                for (dir, v) in [("in", c.bytes_in), ("out", c.bytes_out)] {
-                    let _ = writeln!(o, "cloister_tunnel_bytes_total{{tenant=\"{}\",connection=\"{}\",child=\"{}\",spi_in=\"{}\",direction=\"{dir}\"}} {v}", label(n), label(&sa.connection), label(&c.name), c.spi_in);
-                }
-            }
-        }
-    }
-    family(
-        &mut o,
-        "cloister_tunnel_packets_total",
-        "counter",
-        "ESP packets per child SA configuration and direction",
-    );
-    for (n, s) in &snaps {
-        for sa in &s.ike_sas {
-            for c in &sa.children {
-                for (dir, v) in [("in", c.packets_in), ("out", c.packets_out)] {
-                    let _ = writeln!(o, "cloister_tunnel_packets_total{{tenant=\"{}\",connection=\"{}\",child=\"{}\",spi_in=\"{}\",direction=\"{dir}\"}} {v}", label(n), label(&sa.connection), label(&c.name), c.spi_in);
+    for (unit, what) in [("bytes", "ESP payload bytes"), ("packets", "ESP packets")] {
+        let name = format!("cloister_tunnel_{unit}_total");
+        family(&mut o, &name, "counter", &format!("{what} per child SA configuration and direction"));
+        for (n, s) in &snaps {
+            for sa in &s.ike_sas {
+                for c in &sa.children {
+                    let (i, out) = if unit == "bytes" {
+                        (c.bytes_in, c.bytes_out)
+                    } else {
+                        (c.packets_in, c.packets_out)
+                    };
+                    for (dir, v) in [("in", i), ("out", out)] {
+                        let _ = writeln!(
+                            o,
+                            "{name}{{tenant=\"{}\",connection=\"{}\",child=\"{}\",spi_in=\"{}\",direction=\"{dir}\"}} {v}",
+                            label(n),
+                            label(&sa.connection),
+                            label(&c.name),
+                            c.spi_in
+                        );
+                    }
                 }
             }
         }

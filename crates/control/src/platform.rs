@@ -71,6 +71,15 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Bytes from hex (surrounding whitespace ignored); `None` if it is not hex.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
+}
+
 impl Platform {
     /// Loads the attestation key and the sealing root, making each on first use.
     pub fn load_or_create(attestation_key: &Path, sealing_root: &Path) -> Result<Self> {

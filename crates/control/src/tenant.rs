@@ -220,11 +220,8 @@ impl TenantHandle {
     }
 
     /// Stops the thread (the gateway and the enclave process with it) and waits for it.
-    pub fn stop(mut self) {
-        let _ = self.tx.send(Command::Stop);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    pub fn stop(self) {
+        drop(self);
     }
 }
 
@@ -355,8 +352,7 @@ impl<L: Launcher> Runner<L> {
             if let Err(why) = health {
                 let died = Instant::now();
                 self.log(&format!("enclave died ({why}); recovering"));
-                let report = gw.stop();
-                drop(report);
+                drop(gw.stop());
                 match self.recover(rx, &why, died) {
                     Some(new) => gw = new,
                     None => return,
@@ -513,10 +509,8 @@ impl<L: Launcher> Runner<L> {
     }
 
     fn stop(&self, gw: Gateway<L::E>) {
-        let enc = gw.enclave();
-        let report = gw.stop();
-        drop(report);
-        drop(enc);
+        // The enclave process goes with the last handle to it, inside the gateway.
+        drop(gw.stop());
         self.set(|s| {
             s.state = "stopped";
             s.enclave_pid = None;

@@ -95,7 +95,8 @@ pub struct GatewayConfig {
 /// The default control socket.
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/cloister/gateway.sock";
 
-fn resolve(dir: &Path, p: &str) -> PathBuf {
+/// `p`, or `p` under `dir` when relative (a configuration file's paths are relative to it).
+pub fn resolve(dir: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
     if p.is_absolute() {
         p.to_path_buf()
@@ -272,7 +273,7 @@ fn engine_settings(raw: &RawGateway) -> Result<ike::EndpointConfig> {
 }
 
 /// A serde message up to its first quoted value (a value could be a secret).
-fn redacted(message: &str) -> String {
+pub fn redacted(message: &str) -> String {
     let cut = message.split(['"', '\'']).next().unwrap_or("").trim_end();
     cut.trim_end_matches(':').to_owned()
 }

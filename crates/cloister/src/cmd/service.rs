@@ -265,9 +265,7 @@ pub(crate) struct ProvisionArgs {
 }
 
 fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
-    let s = s.trim();
-    anyhow::ensure!(s.len().is_multiple_of(2), "odd number of hex digits");
-    (0..s.len()).step_by(2).map(|i| Ok(u8::from_str_radix(s.get(i..i + 2).unwrap_or("zz"), 16)?)).collect()
+    control::platform::unhex(s).ok_or_else(|| anyhow::anyhow!("not hex"))
 }
 
 /// Runs `cloister tenant`.
@@ -331,8 +329,7 @@ fn provision(p: &ProvisionArgs) -> anyhow::Result<()> {
     // carries the expected measurement; only then is the secret encrypted to the offer.
     let envelope = seal_to_offer(&offer, &platform, &expected, TenantId(p.tenant_id), kind, &secret, now)
         .context("the enclave's evidence is not what this tenant expects; nothing was sent")?;
-    let hex: String = envelope.iter().map(|b| format!("{b:02x}")).collect();
-    let body = serde_json::json!({ "envelope": hex }).to_string();
+    let body = serde_json::json!({ "envelope": control::platform::hex(&envelope) }).to_string();
     client
         .request(
             "PUT",

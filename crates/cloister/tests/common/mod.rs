@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 
 pub(crate) const CLOISTER: &str = env!("CARGO_BIN_EXE_cloister");
+/// strongSwan's IKE daemon (Debian's path).
+#[allow(dead_code)] // not every test binary starts charon
+pub(crate) const CHARON: &str = "/usr/lib/ipsec/charon";
 /// Random-looking on purpose: a PSK with a common run in it (say the hex digits
 /// `0123456789abcdef`) would be "found" in any binary's formatting tables.
 pub(crate) const PSK: &str = "Kq7v-Tz3W-pL9x-Rm2c-Yh5n-Bd8f-Gs4j-Nw6e";
@@ -57,4 +60,54 @@ pub(crate) fn wrap_secret(key: &Path, out: &Path, kind: &str, secret: &[u8]) {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "secret wrap: {}", String::from_utf8_lossy(&o.stderr));
     assert!(!String::from_utf8_lossy(&o.stdout).contains(PSK));
+}
+
+/// charon's configuration; with `log_keys`, level 4 for `ike` and `chd`, at which charon
+/// logs SK_* and the child SAs' keys.
+#[allow(dead_code)] // not every test binary starts charon
+pub(crate) fn charon_conf(dir: &Path, log_keys: bool) -> String {
+    let level = if log_keys { 4 } else { 2 };
+    format!(
+        r#"charon {{
+  load = random nonce openssl pem pkcs1 pkcs8 x509 pubkey curve25519 hmac kdf sha2 aes gcm chapoly kernel-libipsec kernel-netlink socket-default vici updown
+  install_virtual_ip = no
+  retransmit_tries = 3
+  plugins {{
+    vici {{ socket = unix://{d}/charon.vici }}
+  }}
+  filelog {{
+    main {{ path = {d}/charon.log
+      time_format = %s
+      flush_line = yes
+      default = 1
+      ike = {level}
+      chd = {level}
+      cfg = 2
+    }}
+  }}
+}}
+"#,
+        d = dir.display()
+    )
+}
+
+/// Starts charon in `ns` with its configuration in the namespace's directory and its own
+/// `/run` (its PID file path is fixed), and waits for its vici socket
+/// (`unix://DIR/charon.vici`).
+#[allow(dead_code)] // not every test binary starts charon
+pub(crate) fn start_charon(ns: &testnet::Netns, log_keys: bool) -> testnet::Process {
+    let dir = ns.dir().to_path_buf();
+    ns.write_file("strongswan.conf", &charon_conf(&dir, log_keys)).unwrap();
+    let conf = dir.join("strongswan.conf");
+    let charon = ns
+        .spawn_env(
+            "charon",
+            &["sh", "-c", &format!("mount -t tmpfs cloister-run /run && exec {CHARON}")],
+            &[("STRONGSWAN_CONF", conf.to_str().unwrap())],
+        )
+        .unwrap();
+    let vici = dir.join("charon.vici");
+    testnet::wait_until("charon's vici socket", std::time::Duration::from_secs(20), || vici.exists())
+        .unwrap();
+    charon
 }
