@@ -46,6 +46,11 @@ enum Command {
     Tenant(cmd::service::TenantArgs),
     /// Print the measurement a tenant should expect of its enclave on this binary.
     Measure(cmd::service::MeasureArgs),
+    /// Run the configuration and attestation service: tenants' configurations and secrets,
+    /// released only to gateways whose tenant enclave attests.
+    Cas(cmd::service::CasArgs),
+    /// Print this host's platform evidence key (made on first use, as `serve` would).
+    PlatformKey(cmd::service::PlatformKeyArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -66,6 +71,8 @@ fn main() -> std::process::ExitCode {
         Command::Metrics(args) => cmd::service::metrics(args),
         Command::Tenant(args) => cmd::service::tenant(args),
         Command::Measure(args) => cmd::service::measure(args),
+        Command::Cas(args) => cmd::service::cas(args),
+        Command::PlatformKey(args) => cmd::service::platform_key(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -232,13 +232,30 @@ fn who_answers(cloud: &Netns) -> String {
 /// The service namespace, the service process and both sites.
 struct Bed {
     svc_process: Option<Process>,
+    cas_process: Option<Process>,
     sites: Vec<Site>,
     svc: Netns,
     conf: std::path::PathBuf,
 }
 
+/// Where the service's tenants come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The service's own file.
+    File,
+    /// A `cloister cas` (run in the service's namespace on loopback, its files in the
+    /// tenant's own directory): tenant A with the right measurement, B with a wrong one.
+    Cas,
+}
+
+const CAS: &str = "http://127.0.0.1:9450";
+
 impl Bed {
     fn start() -> Option<Self> {
+        Self::start_from(Source::File)
+    }
+
+    fn start_from(source: Source) -> Option<Self> {
         if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
             eprintln!("service: skipped (needs root and strongSwan; run scripts/setup.sh)");
             return None;
@@ -248,13 +265,57 @@ impl Bed {
         let mut text =
             "[service]\nstate = \"state.redb\"\napi = \"127.0.0.1:9440\"\napi_token = \"api.token\"\n"
                 .to_owned();
-        for (t, s) in [&A, &B].iter().zip(&sites) {
-            text.push_str(&tenant_conf(t, &s.cloud));
+        if source == Source::Cas {
+            let token = sites[0].ns.dir().join("cas/gw1.token");
+            text.push_str(&format!("cas = \"{CAS}\"\ncas_token = \"{}\"\n", token.display()));
+        } else {
+            for (t, s) in [&A, &B].iter().zip(&sites) {
+                text.push_str(&tenant_conf(t, &s.cloud));
+            }
         }
         let conf = svc.write_file("service.toml", &text).unwrap();
-        let mut bed = Self { svc_process: None, sites, svc, conf };
+        let mut bed = Self { svc_process: None, cas_process: None, sites, svc, conf };
+        if source == Source::Cas {
+            let platform =
+                bed.cli_ok(&["platform-key", "--config", bed.conf.to_str().unwrap()]).trim().to_owned();
+            let wrong_b = "00".repeat(48);
+            bed.write_cas(&platform, &[(&A, &bed.measurement(A.id)), (&B, &wrong_b)]);
+            let cas_conf = bed.sites[0].ns.dir().join("cas/cas.toml");
+            let mut p =
+                bed.svc.spawn("cas", &[CLOISTER, "cas", "--config", cas_conf.to_str().unwrap()]).unwrap();
+            p.wait_for_log("cas: listening", Duration::from_secs(30)).unwrap();
+            bed.cas_process = Some(p);
+        }
         bed.serve();
         Some(bed)
+    }
+
+    /// The CAS's file (the tenants' side): both tenants for gateway gw1, each PSK in a
+    /// file next to it, each tenant with the measurement given.
+    fn write_cas(&self, platform: &str, tenants: &[(&Tenant, &str)]) {
+        let ns = &self.sites[0].ns;
+        let mut text = format!(
+            "[cas]\nlisten = \"127.0.0.1:9450\"\n[gateways.gw1]\ntoken = \"gw1.token\"\nplatform_key = \"{platform}\"\ntenants = [\"acme\", \"blue\"]\n"
+        );
+        for (t, m) in tenants {
+            ns.write_file(&format!("cas/{}.psk", t.name), &format!("{}\n", t.psk)).unwrap();
+            let site = &self.sites[usize::try_from(t.id - 1).unwrap()];
+            let table = tenant_conf(t, &site.cloud)
+                .replace(
+                    &format!("[tenants.{}]\n", t.name),
+                    &format!("[tenants.{}]\nmeasurement = \"{m}\"\n", t.name),
+                )
+                .replace(
+                    &format!("[tenants.{}.secrets.psk]\n", t.name),
+                    &format!("[tenants.{}.secrets.psk]\npsk_file = \"{}.psk\"\n", t.name, t.name),
+                );
+            text.push_str(&table);
+        }
+        ns.write_file("cas/cas.toml", &text).unwrap();
+    }
+
+    fn cas_log(&self) -> String {
+        self.cas_process.as_ref().map(Process::log).unwrap_or_default()
     }
 
     fn serve(&mut self) {
@@ -270,6 +331,9 @@ impl Bed {
 
     fn logs(&self) -> String {
         let mut s = format!("--- service\n{}", testnet::excerpt(&self.log()));
+        if self.cas_process.is_some() {
+            s.push_str(&format!("\n--- cas\n{}", testnet::excerpt(&self.cas_log())));
+        }
         for site in &self.sites {
             s.push_str(&format!("\n--- charon {}\n{}", site.ns.name(), site.charon_log()));
         }
@@ -522,4 +586,81 @@ fn a_killed_enclave_recovers_the_other_tenant_loses_nothing_and_a_restart_restor
     eprintln!(
         "service: kill -9 of the service and a restart: A's pings stopped for {outage:?} ({replies} of 1000 answered, 20 ms apart); tunnels re-established, secrets unsealed, no provisioning"
     );
+}
+
+#[test]
+fn a_gateway_starts_its_tenants_from_the_cas_only_for_verified_enclaves() {
+    let Some(mut bed) = Bed::start_from(Source::Cas) else { return };
+    // A: released to its verified enclave (configuration and PSK), no `tenant provision`.
+    let up_a = bed.wait_tunnel(&bed.sites[0], Duration::from_secs(40));
+    assert!(bed.log().contains("tenant acme: released by the CAS"), "{}", bed.logs());
+    // B: the CAS expects another measurement, so it releases nothing and B does not start.
+    assert!(bed.cas_log().contains("refused tenant blue to gateway gw1"), "{}", bed.logs());
+    let status = bed.cli_ok(&["status"]);
+    assert!(
+        status.contains("blue") && status.contains("not started") && status.contains("measurement"),
+        "{status}"
+    );
+    assert!(!bed.cli_ok(&["tenants"]).contains("blue"));
+    let (_, got, _) = bed.sites[1].ping(2, "0.2");
+    assert_eq!(got, 0, "B must not have a tunnel");
+    // The operator CLI over the API: one tenant's SAs.
+    let token = bed.token();
+    let sas = bed.cli_ok(&[
+        "sa",
+        "--tenant",
+        "acme",
+        "--endpoint",
+        API,
+        "--token-file",
+        token.to_str().unwrap(),
+        "list",
+    ]);
+    assert!(sas.contains("ESTABLISHED") || sas.contains("Established"), "{sas}");
+
+    // The tenant side corrects B's measurement; the CAS and the service re-read (SIGHUP).
+    let platform = bed.cli_ok(&["platform-key", "--config", bed.conf.to_str().unwrap()]).trim().to_owned();
+    bed.write_cas(&platform, &[(&A, &bed.measurement(A.id)), (&B, &bed.measurement(B.id))]);
+    bed.cas_process.as_ref().unwrap().signal(1).unwrap();
+    bed.cas_process.as_mut().unwrap().wait_for_log("cas: reloaded", Duration::from_secs(10)).unwrap();
+    let pinger_a = background_ping(&bed.sites[0].ns, 300);
+    bed.svc_process.as_ref().unwrap().signal(1).unwrap();
+    let up_b = bed.wait_tunnel(&bed.sites[1], Duration::from_secs(40));
+    let a_out = pinger_a.join().unwrap();
+    assert!(a_out.contains(" 300 received"), "A was disturbed by B's arrival:\n{a_out}\n{}", bed.logs());
+    assert!(bed.log().contains("reload: added [\"blue\"]"), "{}", bed.logs());
+
+    // The CAS goes away, then the service is killed (-9) and restarted: both tenants come
+    // back from their last release in the store.
+    let cas = bed.cas_process.take().unwrap();
+    let cas_out = cas.stop();
+    assert!(cas_out.contains("releases"), "{cas_out}");
+    let p = bed.svc_process.take().unwrap();
+    p.signal(9).unwrap();
+    drop(p);
+    bed.serve();
+    bed.wait_tunnel(&bed.sites[0], Duration::from_secs(60));
+    bed.wait_tunnel(&bed.sites[1], Duration::from_secs(60));
+    assert!(bed.log().contains("unreachable"), "{}", bed.logs());
+    assert!(bed.log().contains("starting the 2 tenants it released before"), "{}", bed.logs());
+
+    // Nothing secret on the gateway: the store, keys, token, config and log hold no PSK;
+    // the CAS's own files (the tenants' side) do, as a positive control.
+    let control = std::fs::read(bed.sites[0].ns.dir().join("cas/blue.psk")).unwrap();
+    assert!(control.windows(PSK_B.len()).any(|w| w == PSK_B.as_bytes()));
+    for entry in std::fs::read_dir(bed.svc.dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            for psk in [PSK, PSK_B] {
+                assert!(
+                    !bytes.windows(psk.len()).any(|w| w == psk.as_bytes()),
+                    "a PSK in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(!bed.log().contains(PSK) && !bed.log().contains(PSK_B));
+    eprintln!("service: from the CAS: A's tunnel up {up_a:?} after start; B up {up_b:?} after the corrected measurement and SIGHUP; restart without the CAS restored both");
 }

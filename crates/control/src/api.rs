@@ -18,19 +18,17 @@
 //! ```
 
 use core::net::SocketAddr;
-use std::io::Read;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use gateway::control::Request as ControlRequest;
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
-use tiny_http::{Header, Method, Request, Response, Server};
+use tiny_http::{Method, Request};
 
 use crate::config::TenantConfig;
 use crate::error::{Error, Result};
+use crate::http::{bearer, read_body, respond, respond_error, same, HttpServer};
 use crate::platform::{hex, unhex};
 use crate::service::Inner;
 use crate::tenant::Command;
@@ -39,110 +37,38 @@ use crate::tenant::Command;
 const MAX_BODY: u64 = 64 * 1024;
 
 /// The API's thread.
-pub(crate) struct ApiServer {
-    server: Arc<Server>,
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+pub(crate) struct ApiServer(HttpServer);
 
 /// Requests refused for want of a valid token (a metric).
 static UNAUTHORIZED: AtomicU64 = AtomicU64::new(0);
 
 impl ApiServer {
     pub(crate) fn start(inner: Arc<Inner>) -> Result<Self> {
-        let server = Server::http(inner.settings.api)
-            .map_err(|e| Error::Io { what: format!("API on {}", inner.settings.api), why: e.to_string() })?;
-        let addr =
-            server.server_addr().to_ip().ok_or_else(|| Error::Internal { what: "API address".into() })?;
-        let server = Arc::new(server);
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (server, stop) = (Arc::clone(&server), Arc::clone(&stop));
-            std::thread::Builder::new()
-                .name("cloister-api".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        match server.recv_timeout(Duration::from_millis(200)) {
-                            Ok(Some(req)) => handle(&inner, req),
-                            Ok(None) => {}
-                            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-                        }
-                    }
-                })
-                .map_err(|e| Error::Io { what: "starting the API thread".into(), why: e.to_string() })?
-        };
-        Ok(Self { server, addr, stop, thread: Some(thread) })
+        let addr = inner.settings.api;
+        Ok(Self(HttpServer::start(addr, "cloister-api", move |req| handle(&inner, req))?))
     }
 
     pub(crate) fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addr()
     }
 
-    pub(crate) fn stop(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    pub(crate) fn stop(self) {
+        self.0.stop();
     }
-}
-
-/// Compares without an early exit, so timing does not tell how much of a guess was right.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let len = a.len() == b.len();
-    let mut diff = 0u8;
-    for (i, x) in a.iter().enumerate() {
-        diff |= x ^ b.get(i).copied().unwrap_or(0);
-    }
-    len && diff == 0
 }
 
 fn authorized(inner: &Inner, req: &Request) -> bool {
-    req.headers().iter().filter(|h| h.field.equiv("Authorization")).any(|h| {
-        h.value
-            .as_str()
-            .strip_prefix("Bearer ")
-            .is_some_and(|t| same(t.trim().as_bytes(), inner.token.as_bytes()))
-    })
-}
-
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
-}
-
-fn respond(req: Request, status: u16, body: String, content_type: &str) {
-    let mut r = Response::from_string(body).with_status_code(status);
-    if let Some(h) = header("Content-Type", content_type) {
-        r = r.with_header(h);
-    }
-    if status == 401 {
-        if let Some(h) = header("WWW-Authenticate", "Bearer realm=\"cloister\"") {
-            r = r.with_header(h);
-        }
-    }
-    let _ = req.respond(r);
+    bearer(req).is_some_and(|t| same(t.as_bytes(), inner.token.as_bytes()))
 }
 
 fn handle(inner: &Inner, mut req: Request) {
     if !authorized(inner, &req) {
         UNAUTHORIZED.fetch_add(1, Ordering::Relaxed);
-        return respond(
-            req,
-            401,
-            json!({"error": "a valid bearer token is required"}).to_string(),
-            "application/json",
-        );
+        return respond_error(req, 401, "a valid bearer token is required");
     }
-    let mut body = Vec::new();
-    if req.as_reader().take(MAX_BODY + 1).read_to_end(&mut body).is_err() || body.len() as u64 > MAX_BODY {
-        return respond(
-            req,
-            413,
-            json!({"error": "request body too large or unreadable"}).to_string(),
-            "application/json",
-        );
-    }
+    let Some(body) = read_body(&mut req, MAX_BODY) else {
+        return respond_error(req, 413, "request body too large or unreadable");
+    };
     let url = req.url().to_owned();
     let (path, query) = url.split_once('?').unwrap_or((url.as_str(), ""));
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
@@ -151,7 +77,7 @@ fn handle(inner: &Inner, mut req: Request) {
     match out {
         Ok(Reply::Json(status, v)) => respond(req, status, v.to_string(), "application/json"),
         Ok(Reply::Text(t, ct)) => respond(req, 200, t, ct),
-        Err(e) => respond(req, e.status(), json!({"error": e.to_string()}).to_string(), "application/json"),
+        Err(e) => respond_error(req, e.status(), &e.to_string()),
     }
 }
 
@@ -222,6 +148,10 @@ fn route(inner: &Inner, method: &Method, parts: &[&str], query: &str, body: &[u8
                 "state": inner.settings.state.display().to_string(),
                 "platform_public_key": hex(inner.platform.public_key()),
                 "tenants": states,
+                "cas": inner.cas.as_ref().map(|c| json!({
+                    "endpoint": c.source.endpoint(),
+                    "refused": *c.refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                })),
             }))
         }
         (Method::Get, ["v1", "attestation"]) => ok(json!({
@@ -318,15 +248,6 @@ fn route(inner: &Inner, method: &Method, parts: &[&str], query: &str, body: &[u8
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(same(b"abcdef", b"abcdef"));
-        assert!(!same(b"abcdef", b"abcdeg"));
-        assert!(!same(b"abcdef", b"abcde"));
-        assert!(!same(b"abcde", b"abcdef"));
-        assert!(!same(b"", b"a"));
-    }
 
     #[test]
     fn hex_bodies_decode_or_refuse() {

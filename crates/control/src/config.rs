@@ -10,6 +10,8 @@
 //! api = "127.0.0.1:9440"          # the operator API (HTTP, bearer token)
 //! api_token = "api.token"         # the token's file, mode 0600 (made if missing)
 //! enclave = "process"             # or "inline" (tests)
+//! cas = "http://198.18.0.9:9450"   # optional: tenants from a `cloister cas` as well
+//! cas_token = "cas.token"         # this gateway's token there
 //!
 //! [tenants.acme]
 //! id = 1
@@ -45,6 +47,8 @@ struct RawService {
     api: Option<String>,
     api_token: Option<String>,
     enclave: Option<Backend>,
+    cas: Option<String>,
+    cas_token: Option<String>,
 }
 
 /// `[service]`, checked.
@@ -62,6 +66,9 @@ pub struct ServiceSettings {
     pub api_token: PathBuf,
     /// The enclave backend of every tenant.
     pub enclave: Backend,
+    /// A configuration and attestation service to take tenants from, and the file of this
+    /// gateway's token there.
+    pub cas: Option<(String, PathBuf)>,
 }
 
 /// One tenant, checked.
@@ -113,6 +120,8 @@ impl ServiceConfig {
                 api: None,
                 api_token: None,
                 enclave: None,
+                cas: None,
+                cas_token: None,
             },
         };
         let api = raw.api.as_deref().unwrap_or(DEFAULT_API);
@@ -128,6 +137,27 @@ impl ServiceConfig {
             api,
             api_token: resolve(dir, raw.api_token.as_deref().unwrap_or("api.token")),
             enclave: raw.enclave.unwrap_or_default(),
+            cas: match (raw.cas, raw.cas_token) {
+                (None, None) => None,
+                (Some(url), Some(token)) => {
+                    crate::client::Client::new(&url, zeroize::Zeroizing::new(String::new())).map_err(
+                        |_| Error::Config {
+                            line: line_of(text, &["service", "cas"]),
+                            field: "service.cas".into(),
+                            why: "http://ADDRESS:PORT of the configuration and attestation service".into(),
+                        },
+                    )?;
+                    Some((url, resolve(dir, &token)))
+                }
+                (url, _) => {
+                    let f = if url.is_some() { "cas_token" } else { "cas" };
+                    return Err(Error::Config {
+                        line: line_of(text, &["service"]),
+                        field: format!("service.{f}"),
+                        why: "cas and cas_token go together".into(),
+                    });
+                }
+            },
         };
         let tenants = match table.remove("tenants") {
             None => toml::Table::new(),
@@ -326,7 +356,7 @@ pub fn line_of(text: &str, path: &[&str]) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) const TENANT: &str = r#"

@@ -16,11 +16,14 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod api;
+pub mod cas;
 pub mod client;
 pub mod config;
 mod error;
+mod http;
 mod metrics;
 pub mod platform;
+mod released;
 pub mod service;
 pub mod tenant;
 

@@ -80,6 +80,26 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
     (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
 }
 
+/// Reads a bearer token's file, making a random token (0600) on first use.
+pub fn load_or_create_token(path: &Path) -> Result<Zeroizing<String>> {
+    if let Some(bytes) = read_private(path)? {
+        let t = Zeroizing::new(String::from_utf8_lossy(&bytes).trim().to_owned());
+        if t.len() < 16 {
+            return Err(Error::Io {
+                what: format!("{}", path.display()),
+                why: "a token of at least 16 characters".into(),
+            });
+        }
+        return Ok(t);
+    }
+    let mut r = Zeroizing::new([0u8; 24]);
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), r.as_mut())
+        .map_err(|_| Error::Internal { what: "no randomness".into() })?;
+    let t = Zeroizing::new(hex(r.as_ref()));
+    create_private(path, format!("{}\n", t.as_str()).as_bytes())?;
+    Ok(t)
+}
+
 impl Platform {
     /// Loads the attestation key and the sealing root, making each on first use.
     pub fn load_or_create(attestation_key: &Path, sealing_root: &Path) -> Result<Self> {

@@ -16,7 +16,8 @@ use zeroize::Zeroizing;
 use crate::api::ApiServer;
 use crate::config::{ServiceConfig, ServiceSettings, TenantConfig};
 use crate::error::{Error, Result};
-use crate::platform::{create_private, hex, read_private, Platform};
+use crate::platform::{hex, load_or_create_token, Platform};
+use crate::released::{self, CasSource, Listed, NotReleased};
 use crate::tenant::{InlineLauncher, Log, ProcessLauncher, TenantHandle};
 
 /// The store record of a tenant added through the API.
@@ -31,10 +32,31 @@ pub(crate) struct Inner {
     tenants: Mutex<BTreeMap<String, TenantHandle>>,
     /// Names of the tenants the configuration file defines (the file is their source).
     file_tenants: Mutex<BTreeSet<String>>,
-    spawn: Box<dyn Fn(TenantConfig) -> Result<TenantHandle> + Send + Sync>,
+    spawn: Box<SpawnFn>,
     pub(crate) started: Instant,
     pub(crate) log: Log,
     pub(crate) token: Zeroizing<String>,
+    /// The configuration and attestation service, when tenants come from one too.
+    pub(crate) cas: Option<CasLink>,
+}
+
+/// Spawns a tenant's thread.
+type SpawnFn = dyn Fn(TenantConfig) -> Result<TenantHandle> + Send + Sync;
+/// Has the CAS release a tenant to a fresh enclave of its own.
+type ReleaseFn = dyn Fn(&CasSource, &Listed) -> core::result::Result<TenantConfig, NotReleased> + Send + Sync;
+
+/// The service's tie to a CAS: how to have a tenant released, and what came of it.
+pub(crate) struct CasLink {
+    pub(crate) source: CasSource,
+    release: Box<ReleaseFn>,
+    /// Running tenants the CAS released, with the digest of their release.
+    known: Mutex<BTreeMap<String, String>>,
+    /// Tenants the CAS refused, and why (shown by the API).
+    pub(crate) refused: Mutex<BTreeMap<String, String>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A running service.
@@ -49,26 +71,6 @@ impl core::fmt::Debug for Service {
     }
 }
 
-/// Reads the API token, making a random one on first start.
-fn load_or_create_token(path: &Path) -> Result<Zeroizing<String>> {
-    if let Some(bytes) = read_private(path)? {
-        let t = Zeroizing::new(String::from_utf8_lossy(&bytes).trim().to_owned());
-        if t.len() < 16 {
-            return Err(Error::Io {
-                what: format!("{}", path.display()),
-                why: "a token of at least 16 characters".into(),
-            });
-        }
-        return Ok(t);
-    }
-    let mut r = Zeroizing::new([0u8; 24]);
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), r.as_mut())
-        .map_err(|_| Error::Internal { what: "no randomness".into() })?;
-    let t = Zeroizing::new(hex(r.as_ref()));
-    create_private(path, format!("{}\n", t.as_str()).as_bytes())?;
-    Ok(t)
-}
-
 impl Service {
     /// Opens the store and the platform, starts every tenant (each in its own thread with
     /// its own enclave) and the API. `program` is the binary whose `enclave-process`
@@ -78,23 +80,47 @@ impl Service {
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&settings.state)?);
         let platform = Arc::new(Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?);
         let token = load_or_create_token(&settings.api_token)?;
-        let spawn: Box<dyn Fn(TenantConfig) -> Result<TenantHandle> + Send + Sync> = {
+        let cas_source = match &settings.cas {
+            Some((url, token)) => Some(CasSource::new(url, token)?),
+            None => None,
+        };
+        let (dir_buf, backend) = (dir.to_path_buf(), settings.enclave);
+        let (spawn, release): (Box<SpawnFn>, Box<ReleaseFn>) = {
             let (store, log) = (Arc::clone(&store), Arc::clone(&log));
+            let store2 = Arc::clone(&store);
             match settings.enclave {
                 Backend::Process => {
                     let l = Arc::new(ProcessLauncher::new(Arc::clone(&platform), program));
-                    Box::new(move |t| {
-                        TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))
-                    })
+                    let l2 = Arc::clone(&l);
+                    (
+                        Box::new(move |t| {
+                            TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))
+                        }),
+                        Box::new(move |c: &CasSource, t: &Listed| {
+                            c.release(l2.as_ref(), store2.as_ref(), t, &dir_buf, backend)
+                        }),
+                    )
                 }
                 Backend::Inline => {
                     let l = Arc::new(InlineLauncher::new(Arc::clone(&platform)));
-                    Box::new(move |t| {
-                        TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))
-                    })
+                    let l2 = Arc::clone(&l);
+                    (
+                        Box::new(move |t| {
+                            TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))
+                        }),
+                        Box::new(move |c: &CasSource, t: &Listed| {
+                            c.release(l2.as_ref(), store2.as_ref(), t, &dir_buf, backend)
+                        }),
+                    )
                 }
             }
         };
+        let cas = cas_source.map(|source| CasLink {
+            source,
+            release,
+            known: Mutex::new(BTreeMap::new()),
+            refused: Mutex::new(BTreeMap::new()),
+        });
         let inner = Arc::new(Inner {
             settings,
             dir: dir.to_path_buf(),
@@ -106,6 +132,7 @@ impl Service {
             started: Instant::now(),
             log,
             token,
+            cas,
         });
         let mut all = config.tenants.clone();
         for t in inner.stored_tenants()? {
@@ -119,6 +146,27 @@ impl Service {
                     all.insert(t.name.clone(), t);
                 }
                 Err(e) => (inner.log)(&format!("tenant {} from the store not started: {e}", t.name)),
+            }
+        }
+        for t in inner.cas_tenants() {
+            if all.contains_key(&t.name) {
+                (inner.log)(&format!(
+                    "tenant {}: defined locally and at the CAS; the local one wins",
+                    t.name
+                ));
+                continue;
+            }
+            let probe = ServiceConfig { settings: inner.settings.clone(), tenants: all.clone() };
+            match probe.check_distinct(Some(&t)) {
+                Ok(()) => {
+                    all.insert(t.name.clone(), t);
+                }
+                Err(e) => {
+                    (inner.log)(&format!("tenant {} from the CAS not started: {e}", t.name));
+                    if let Some(c) = &inner.cas {
+                        locked(&c.known).remove(&t.name);
+                    }
+                }
             }
         }
         for (name, t) in all {
@@ -167,6 +215,159 @@ impl Inner {
 
     fn file_tenants(&self) -> MutexGuard<'_, BTreeSet<String>> {
         self.file_tenants.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tenants to start from the CAS: each released to a fresh enclave of its own, or, when
+    /// the CAS cannot be reached, as it last released them (from the store). Tenants the CAS
+    /// no longer lists leave the store.
+    fn cas_tenants(&self) -> Vec<TenantConfig> {
+        let Some(cas) = &self.cas else { return Vec::new() };
+        let stored = match released::stored(self.store.as_ref(), &self.dir, self.settings.enclave) {
+            Ok(s) => s,
+            Err(e) => {
+                (self.log)(&format!("cas: the stored releases do not parse: {e}"));
+                Vec::new()
+            }
+        };
+        let mut out = Vec::new();
+        let list = match cas.source.list() {
+            Ok(l) => l,
+            Err(e) => {
+                (self.log)(&format!(
+                    "cas: {} unreachable ({e}); starting the {} tenants it released before, from the store",
+                    cas.source.endpoint(),
+                    stored.len()
+                ));
+                for (t, digest) in stored {
+                    locked(&cas.known).insert(t.name.clone(), digest);
+                    out.push(t);
+                }
+                return out;
+            }
+        };
+        for (t, _) in &stored {
+            if !list.iter().any(|l| l.name == t.name) {
+                (self.log)(&format!("tenant {}: no longer at the CAS; its stored state is removed", t.name));
+                if let Err(e) = self.store.apply(&[Write::RemoveTenant(t.id)]) {
+                    (self.log)(&format!("tenant {}: removing its state: {e}", t.name));
+                }
+            }
+        }
+        for l in &list {
+            if let Some(t) = self.release_one(cas, l, &stored) {
+                out.push(t);
+            }
+        }
+        out
+    }
+
+    /// One tenant's release (see [`Self::cas_tenants`]); `None` when it must not start.
+    fn release_one(
+        &self,
+        cas: &CasLink,
+        l: &Listed,
+        stored: &[(TenantConfig, String)],
+    ) -> Option<TenantConfig> {
+        let t0 = Instant::now();
+        match (cas.release)(&cas.source, l) {
+            Ok(t) => {
+                (self.log)(&format!(
+                    "tenant {}: released by the CAS in {} ms: configuration and {} secrets, sealed",
+                    l.name,
+                    t0.elapsed().as_millis(),
+                    l.secrets.len()
+                ));
+                locked(&cas.refused).remove(&l.name);
+                locked(&cas.known).insert(l.name.clone(), l.digest.clone());
+                Some(t)
+            }
+            Err(NotReleased::Refused(e)) => {
+                (self.log)(&format!("tenant {}: the CAS refused it ({e}); not started", l.name));
+                locked(&cas.refused).insert(l.name.clone(), e.to_string());
+                None
+            }
+            Err(NotReleased::Unavailable(e)) => match stored.iter().find(|(t, _)| t.name == l.name) {
+                Some((t, digest)) => {
+                    (self.log)(&format!(
+                        "tenant {}: no release ({e}); starting from its last release",
+                        l.name
+                    ));
+                    locked(&cas.known).insert(l.name.clone(), digest.clone());
+                    Some(t.clone())
+                }
+                None => {
+                    (self.log)(&format!("tenant {}: no release ({e}) and none stored; not started", l.name));
+                    locked(&cas.refused).insert(l.name.clone(), e.to_string());
+                    None
+                }
+            },
+        }
+    }
+
+    /// Follows the CAS after a reload: tenants it dropped stop and leave the store, new ones
+    /// and changed ones (another digest) are released and (re)started; the rest untouched.
+    fn cas_sync(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let (mut added, mut changed, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+        let Some(cas) = &self.cas else { return (added, changed, removed) };
+        let list = match cas.source.list() {
+            Ok(l) => l,
+            Err(e) => {
+                (self.log)(&format!(
+                    "cas: {} unreachable ({e}); its tenants stay as they are",
+                    cas.source.endpoint()
+                ));
+                return (added, changed, removed);
+            }
+        };
+        let known: BTreeMap<String, String> = locked(&cas.known).clone();
+        for name in known.keys() {
+            if list.iter().any(|l| &l.name == name) {
+                continue;
+            }
+            if let Some(h) = self.lock().remove(name) {
+                let id = h.config.id;
+                h.stop();
+                if let Err(e) = self.store.apply(&[Write::RemoveTenant(id)]) {
+                    (self.log)(&format!("tenant {name}: removing its state: {e}"));
+                }
+            }
+            locked(&cas.known).remove(name);
+            removed.push(name.clone());
+        }
+        let stored =
+            released::stored(self.store.as_ref(), &self.dir, self.settings.enclave).unwrap_or_default();
+        for l in &list {
+            if known.get(&l.name) == Some(&l.digest) {
+                continue;
+            }
+            if !known.contains_key(&l.name) && self.lock().contains_key(&l.name) {
+                (self.log)(&format!("tenant {}: defined locally and at the CAS; the local one wins", l.name));
+                continue;
+            }
+            let Some(t) = self.release_one(cas, l, &stored) else { continue };
+            let old = self.lock().remove(&l.name);
+            if let Err(e) = self.check(&t) {
+                (self.log)(&format!("tenant {} from the CAS not started: {e}", l.name));
+                locked(&cas.known).remove(&l.name);
+                if let Some(h) = old {
+                    h.stop();
+                }
+                continue;
+            }
+            if let Some(h) = old {
+                h.stop();
+                changed.push(l.name.clone());
+            } else {
+                added.push(l.name.clone());
+            }
+            match (self.spawn)(t) {
+                Ok(h) => {
+                    self.lock().insert(l.name.clone(), h);
+                }
+                Err(e) => (self.log)(&format!("tenant {}: {e}", l.name)),
+            }
+        }
+        (added, changed, removed)
     }
 
     /// Tenants added through the API, from the store.
@@ -219,6 +420,13 @@ impl Inner {
                 why: "defined in the configuration file: remove it there and reload (SIGHUP)".into(),
             });
         }
+        if self.cas.as_ref().is_some_and(|c| locked(&c.known).contains_key(name)) {
+            return Err(Error::Config {
+                line: None,
+                field: format!("tenants.{name}"),
+                why: "released by the configuration and attestation service: remove it there and reload (SIGHUP)".into(),
+            });
+        }
         let h = self.lock().remove(name).ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
         let id = h.config.id;
         h.stop();
@@ -267,6 +475,10 @@ impl Inner {
             self.lock().insert(name.clone(), h);
         }
         *self.file_tenants() = config.tenants.keys().cloned().collect();
+        let (a, c, r) = self.cas_sync();
+        added.extend(a);
+        changed.extend(c);
+        removed.extend(r);
         (self.log)(&format!("reload: added {added:?} changed {changed:?} removed {removed:?}"));
         Ok((added, changed, removed))
     }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  API thread ──Command──▶ tenant thread: Gateway::round ◀─▶ sockets, TUN (tenant's netns)
-//!                             │  every 500 ms: is the enclave alive? connections to keep?
+//!                             │  every round: is the enclave alive? every 500 ms: connections to keep?
 //!                             └─ dead: stop the gateway, start a new enclave, unseal the
 //!                                tenant's secrets from the store, start, re-initiate
 //! ```
@@ -32,7 +32,7 @@ use crate::platform::Platform;
 
 /// How long one gateway round may wait for input (also the API's worst added latency).
 const ROUND: Duration = Duration::from_millis(50);
-/// How often the enclave's health and the connections to keep are looked at.
+/// How often the connections to keep are looked at (the enclave's health: every round).
 const CHECK: Duration = Duration::from_millis(500);
 /// How long a connection must be gone before it is no longer brought back after a restart.
 const FORGET_AFTER: Duration = Duration::from_secs(30);
@@ -234,6 +234,27 @@ impl Drop for TenantHandle {
     }
 }
 
+/// The store record of a tenant's secret `name`.
+pub(crate) fn secret_record(name: &str) -> String {
+    format!("{SECRET_PREFIX}{name}")
+}
+
+/// A tenant's sealed secrets in the store, and the seal counter its next enclave must
+/// accept: blobs below the minimum are refused by the enclave, so the oldest blob kept is
+/// the lowest generation still wanted.
+pub(crate) fn sealed_secrets(store: &dyn Store, tenant: u32) -> Result<(Vec<(String, SealedBlob)>, u64)> {
+    let secrets: Vec<(String, SealedBlob)> = store
+        .list(Some(tenant), Kind::Sealed)?
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            Value::Sealed(b) => k.name.strip_prefix(SECRET_PREFIX).map(|n| (n.to_owned(), b)),
+            _ => None,
+        })
+        .collect();
+    let trusted_min = secrets.iter().filter_map(|(_, b)| b.counter()).min().unwrap_or(0);
+    Ok((secrets, trusted_min))
+}
+
 struct Runner<L: Launcher> {
     config: TenantConfig,
     launcher: Arc<L>,
@@ -261,17 +282,7 @@ impl<L: Launcher> Runner<L> {
 
     /// Starts the enclave and the gateway; secrets come back from their sealed blobs.
     fn start(&self) -> Result<Gateway<L::E>> {
-        let sealed = self.store.list(Some(self.config.id), Kind::Sealed)?;
-        let secrets: Vec<(String, SealedBlob)> = sealed
-            .into_iter()
-            .filter_map(|(k, v)| match v {
-                Value::Sealed(b) => k.name.strip_prefix(SECRET_PREFIX).map(|n| (n.to_owned(), b)),
-                _ => None,
-            })
-            .collect();
-        // Blobs below the minimum are refused by the enclave; the oldest blob kept is the
-        // lowest generation still wanted.
-        let trusted_min = secrets.iter().filter_map(|(_, b)| b.counter()).min().unwrap_or(0);
+        let (secrets, trusted_min) = sealed_secrets(self.store.as_ref(), self.config.id)?;
         let mut enclave = self.launcher.start(self.config.id, trusted_min)?;
         let mut given = BTreeMap::new();
         for (name, blob) in &secrets {
@@ -342,11 +353,9 @@ impl<L: Launcher> Runner<L> {
                     Err(mpsc::TryRecvError::Empty) => break,
                 }
             }
-            let now = Instant::now();
-            if now < next_check {
-                continue;
-            }
-            next_check = now + CHECK;
+            // Every round: for a process enclave this is a zero-timeout poll of its pidfd
+            // (well under a microsecond), so a death is seen within one round, not one
+            // check period.
             let enc = gw.enclave();
             let health = L::health(&mut enc.lock());
             if let Err(why) = health {
@@ -360,6 +369,11 @@ impl<L: Launcher> Runner<L> {
                 self.last_initiate.clear();
                 continue;
             }
+            let now = Instant::now();
+            if now < next_check {
+                continue;
+            }
+            next_check = now + CHECK;
             self.keep_up(&mut gw, now);
         }
     }
@@ -487,7 +501,7 @@ impl<L: Launcher> Runner<L> {
         let mut enc = gw.enclave();
         let (handle, sealed) =
             enc.provision_attested(envelope).map_err(|e| Error::Provisioning(e.to_string()))?;
-        let key = self.key(Kind::Sealed, format!("{SECRET_PREFIX}{name}"))?;
+        let key = self.key(Kind::Sealed, secret_record(name))?;
         let previous = self.store.get(&key);
         if let Err(e) = self.store.put(key.clone(), Value::Sealed(sealed)) {
             let _ = enc.delete_secret(handle);

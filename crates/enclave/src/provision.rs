@@ -247,6 +247,20 @@ pub fn seal_to_offer(
     if kind == SecretKind::EspSaKeys {
         return Err(Error::WrongBlobKind { got: kind, want: "a PSK or private key" });
     }
+    verify_offer(offer, platform_public_key, expected, tenant)?;
+    trusted::seal_envelope(&offer.public_key, &offer.challenge, tenant, kind, secret, issued_at_unix)
+}
+
+/// Checks an offer's evidence without sealing anything to it: it verifies under
+/// `platform_public_key`, binds the offer's key and challenge, names `tenant` and carries
+/// the `expected` measurement. A configuration service uses it to release non-secret
+/// configuration only to a verified enclave.
+pub fn verify_offer(
+    offer: &ProvisioningOffer,
+    platform_public_key: &[u8],
+    expected: &Measurement,
+    tenant: TenantId,
+) -> Result<()> {
     match offer.evidence.kind {
         EvidenceKind::SoftwareRooted => {}
     }
@@ -265,7 +279,7 @@ pub fn seal_to_offer(
             got: Box::new(verified.measurement),
         });
     }
-    trusted::seal_envelope(&offer.public_key, &offer.challenge, tenant, kind, secret, issued_at_unix)
+    Ok(())
 }
 
 /// Bytes of an ESP SA keys secret before the keys.

@@ -36,7 +36,7 @@ pub(crate) struct ApiArgs {
 }
 
 impl ApiArgs {
-    fn client(&self) -> anyhow::Result<Client> {
+    pub(crate) fn client(&self) -> anyhow::Result<Client> {
         Ok(Client::with_token_file(&self.endpoint, &self.token_file)?)
     }
 }
@@ -86,6 +86,12 @@ pub(crate) fn status(api: ApiArgs) -> anyhow::Result<()> {
     println!("platform evidence key (software-rooted): {}", v["platform_public_key"].as_str().unwrap_or("?"));
     for t in v["tenants"].as_array().into_iter().flatten() {
         println!("  tenant {:<16} {}", t["name"].as_str().unwrap_or("?"), t["state"].as_str().unwrap_or("?"));
+    }
+    if let Some(cas) = v["cas"].as_object() {
+        println!("tenants also from the CAS at {}", cas["endpoint"].as_str().unwrap_or("?"));
+        for (name, why) in cas["refused"].as_object().into_iter().flatten() {
+            println!("  tenant {name:<16} not started: {}", why.as_str().unwrap_or("?"));
+        }
     }
     Ok(())
 }
@@ -344,6 +350,60 @@ fn provision(p: &ProvisionArgs) -> anyhow::Result<()> {
         p.tenant,
         p.measurement.get(..16).unwrap_or("")
     );
+    Ok(())
+}
+
+/// Arguments of `cloister cas`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CasArgs {
+    /// The CAS's configuration (TOML): `[cas]`, `[gateways.NAME]`, `[tenants.NAME]`.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// Runs `cloister cas`: the configuration and attestation service, until SIGINT/SIGTERM;
+/// SIGHUP re-reads the file.
+pub(crate) fn cas(args: CasArgs) -> anyhow::Result<()> {
+    use control::cas::{Cas, CasConfig};
+    let config = CasConfig::load(&args.config).with_context(|| format!("{}", args.config.display()))?;
+    let signals = cio::signal::Signals::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    let log: control::tenant::Log = Arc::new(|line: &str| println!("{line}"));
+    let cas = Cas::start(config, log)?;
+    let signal = loop {
+        match signals.wait(Duration::from_millis(500))? {
+            Some(libc::SIGHUP) => match CasConfig::load(&args.config) {
+                Ok(c) => cas.reload(c),
+                Err(e) => println!("cas: reload refused: {e}"),
+            },
+            Some(s) => break s,
+            None => {}
+        }
+    };
+    let (released, refused) = cas.counts();
+    println!(
+        "cas: {}, stopping ({released} releases, {refused} refusals)",
+        cio::signal::Signals::name(signal)
+    );
+    cas.stop();
+    Ok(())
+}
+
+/// Arguments of `cloister platform-key`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PlatformKeyArgs {
+    /// The service's configuration: its `platform_key` and `sealing_root` files are read,
+    /// or made as `cloister serve` would make them.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// Runs `cloister platform-key`: the key that verifies this host's evidence, for a CAS's
+/// `platform_key` or a tenant's `--platform-key`.
+pub(crate) fn platform_key(args: PlatformKeyArgs) -> anyhow::Result<()> {
+    let config = ServiceConfig::load(&args.config).with_context(|| format!("{}", args.config.display()))?;
+    let s = &config.settings;
+    let p = control::platform::Platform::load_or_create(&s.platform_key, &s.sealing_root)?;
+    println!("{}", control::platform::hex(p.public_key()));
     Ok(())
 }
 
