@@ -197,6 +197,13 @@ pub enum Error {
         /// Why.
         why: &'static str,
     },
+    /// A migration package or call was refused ([`crate::migration`]): the reason is one of
+    /// [`crate::migration::why`].
+    #[error("migration refused: {why}")]
+    Migration {
+        /// Why.
+        why: &'static str,
+    },
     /// The tenant's side found evidence of another measurement than the one it expects
     /// (measurements are public, so both are shown). Boxed: an `Error` stays small.
     #[error("measurement {} does not match the expected {}", got.to_hex(), expected.to_hex())]
@@ -262,8 +269,8 @@ pub enum ErrorKind {
     BadInput,
     /// [`Error::KeyCleared`], [`Error::AlreadySealed`], [`Error::NotSealed`], [`Error::KeyReuse`].
     KeyState,
-    /// [`Error::SealedBlob`], [`Error::ProvisioningBlob`], [`Error::WrongBlobKind`] and
-    /// [`Error::Provisioning`].
+    /// [`Error::SealedBlob`], [`Error::ProvisioningBlob`], [`Error::WrongBlobKind`],
+    /// [`Error::Provisioning`] and [`Error::Migration`].
     BlobRejected,
     /// [`Error::IntegrityCheckFailed`] and [`Error::AuthenticationFailed`].
     VerifyFailed,
@@ -301,7 +308,8 @@ impl Error {
             Self::SealedBlob { .. }
             | Self::ProvisioningBlob { .. }
             | Self::WrongBlobKind { .. }
-            | Self::Provisioning { .. } => ErrorKind::BlobRejected,
+            | Self::Provisioning { .. }
+            | Self::Migration { .. } => ErrorKind::BlobRejected,
             Self::IntegrityCheckFailed | Self::AuthenticationFailed { .. } => ErrorKind::VerifyFailed,
             Self::BatchTooLarge { .. } | Self::StatusLengthMismatch { .. } => ErrorKind::BadBatch,
             Self::Exhausted { .. }

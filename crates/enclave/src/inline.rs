@@ -17,6 +17,7 @@ use crate::api::report::{Counters, EnclaveConfig, MemoryReport};
 use crate::api::Enclave;
 use crate::attest::{AttestationProvider, Evidence};
 use crate::error::Result;
+use crate::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
 use crate::provision::ProvisioningOffer;
 use crate::trusted::TrustedCore;
 use core::ops::Range;
@@ -133,6 +134,30 @@ impl Enclave for InlineEnclave {
 
     fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
         let r = self.core.unseal_secret(sealed);
+        self.core.counted(r)
+    }
+
+    fn export_state(
+        &mut self,
+        wrap_spki: &[u8],
+        oaep: OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<MigrationPackage> {
+        let r = self.core.export_state(wrap_spki, oaep, untrusted_state);
+        self.core.counted(r)
+    }
+
+    fn migration_destination_key(&mut self, bits: usize) -> Result<DestinationKey> {
+        let r = self.core.migration_destination_key(bits);
+        self.core.counted(r)
+    }
+
+    fn import_state(
+        &mut self,
+        package: &MigrationPackage,
+        wrapped_data_key: &[u8],
+    ) -> Result<MigrationRestore> {
+        let r = self.core.import_state(package, wrapped_data_key);
         self.core.counted(r)
     }
 

@@ -4,8 +4,9 @@
 //! ECP 19/20, Curve25519), SKEYSEED and SK_* derivation (also for IKE SA rekeying), AUTH
 //! computation and verification (PSK, RSA PKCS#1 v1.5/PSS, ECDSA, RFC 7427), SK payload
 //! protection, child SA KEYMAT, batched ESP encrypt and verify+decrypt (with ESN and
-//! EnclaveVPN's AD-merging), provisioning of tenant secrets and of static ESP SA keys, clear-and-seal of SK_d, and
-//! attestation evidence. Callers hold handles ([`IkeSaHandle`], [`EspSaHandle`], ...) and
+//! EnclaveVPN's AD-merging), provisioning of tenant secrets and of static ESP SA keys, clear-and-seal of SK_d,
+//! attestation evidence, and export and import of its whole state for migration
+//! ([`migration`]). Callers hold handles ([`IkeSaHandle`], [`EspSaHandle`], ...) and
 //! see only public values, ciphertext and typed refusals.
 //!
 //! What it does not do: parse IKE messages, keep SA lifetimes, replay windows or policy
@@ -22,6 +23,7 @@ pub mod attest;
 mod der;
 mod error;
 mod inline;
+pub mod migration;
 pub mod process;
 pub mod provision;
 mod trusted;

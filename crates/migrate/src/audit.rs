@@ -56,6 +56,12 @@ pub enum Operation {
     RevokeBackupRestore,
     /// Deleting a key pair (a one-time key after a confirmed restore).
     DeleteKey,
+    /// Creating an HSM-resident AES key for bulk encryption.
+    CreateBulkKey,
+    /// Encrypting a whole package in the HSM.
+    BulkEncrypt,
+    /// Decrypting a whole package in the HSM.
+    BulkDecrypt,
 }
 
 impl Operation {
@@ -71,6 +77,9 @@ impl Operation {
             Self::AuthorizeBackupRestore => "authorize-backup-restore",
             Self::RevokeBackupRestore => "revoke-backup-restore",
             Self::DeleteKey => "delete-key",
+            Self::CreateBulkKey => "create-bulk-key",
+            Self::BulkEncrypt => "bulk-encrypt",
+            Self::BulkDecrypt => "bulk-decrypt",
         }
     }
 }

@@ -190,6 +190,35 @@ pub enum MigrateError {
         /// The configured OAEP hash.
         hash: &'static str,
     },
+    /// Bulk-encrypted data does not decrypt under the HSM key (tampered, cut, or for
+    /// another key).
+    #[error("bulk-encrypted data refused by the HSM for {label}")]
+    BulkData {
+        /// The bulk key's label.
+        label: KeyLabel,
+    },
+    /// An enclave refused a migration step (export, destination key, import), or the
+    /// destination's evidence does not verify.
+    #[error("enclave: {source}")]
+    Enclave {
+        /// The enclave's refusal.
+        #[from]
+        source: enclave::Error,
+    },
+    /// This migration mode needs an HSM and none was given.
+    #[error("migration mode {mode} needs an HSM")]
+    NoHsm {
+        /// The mode's name.
+        mode: &'static str,
+    },
+    /// A transfer made for one mode was handed to a flow of another.
+    #[error("transfer made for mode {transfer}, flow runs {flow}")]
+    ModeMismatch {
+        /// The transfer's mode.
+        transfer: &'static str,
+        /// The flow's mode.
+        flow: &'static str,
+    },
     /// Any other PKCS#11 failure.
     #[error("PKCS#11 {function:?} failed: {rv:?}")]
     Pkcs11 {

@@ -39,6 +39,10 @@ pub const DEFAULT_MODULE_PATH: &str = "/usr/lib/softhsm/libsofthsm2.so";
 /// Length of the data key the enclave wraps: AES-256.
 pub const DATA_KEY_LEN: u64 = 32;
 
+/// Bytes fed to the HSM per `C_EncryptUpdate`/`C_DecryptUpdate` in bulk mode: bounds the
+/// HSM's buffers (a network HSM's message size) without a call per few bytes.
+pub const BULK_CHUNK: usize = 1 << 20;
+
 /// The hash of RSA-OAEP (and of its MGF1) for wrapping data keys.
 ///
 /// SHA-256 is the default. SHA-1 exists because some HSMs support nothing else for OAEP
@@ -483,6 +487,9 @@ impl Hsm {
             &label.to_string(),
             |_| format!("destination spki-sha256 {}", encode_hex(&fingerprint)),
             || {
+                if label.is_bulk() {
+                    return Err(MigrateError::WrongKeyKind { label: label.clone() });
+                }
                 check_measurement(label, expected_measurement)?;
                 let destination = parse_rsa_spki(destination_spki)?;
                 let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
@@ -767,6 +774,10 @@ impl Hsm {
             || {
                 let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
                 let session = self.user_session()?;
+                if label.is_bulk() {
+                    let key = self.find_one(&session, ObjectClass::SECRET_KEY, label)?;
+                    return session.destroy_object(key).map_err(ck);
+                }
                 let private = self.find_one(&session, ObjectClass::PRIVATE_KEY, label)?;
                 // Private key first: once it is gone no package can be unwrapped, whatever
                 // happens to the public half.
@@ -777,6 +788,132 @@ impl Hsm {
                 Ok(())
             },
         )
+    }
+
+    /// Creates an AES-256 key in the HSM for encrypting one whole package, bound to
+    /// `measurement` like a one-time key: TEEnder's original scheme, kept for comparison
+    /// (`crate::flow::Mode::HsmBulk`). Sensitive, not extractable, encrypt and decrypt only.
+    pub fn create_bulk_key(&self, measurement: &Measurement) -> Result<KeyLabel> {
+        let result = (|| {
+            let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
+            let session = self.user_session()?;
+            let random = session.generate_random_vec(32).map_err(ck)?;
+            let label =
+                KeyLabel::Bulk { measurement: measurement.clone(), id: MigrationId::from_random(&random) };
+            let text = label.to_string().into_bytes();
+            let id = Sha256::digest(&text).get(..16).map(<[u8]>::to_vec).unwrap_or_default();
+            session
+                .generate_key(
+                    &Mechanism::AesKeyGen,
+                    &[
+                        Attribute::Class(ObjectClass::SECRET_KEY),
+                        Attribute::KeyType(KeyType::AES),
+                        Attribute::ValueLen(DATA_KEY_LEN.into()),
+                        Attribute::Token(true),
+                        Attribute::Private(true),
+                        Attribute::Label(text),
+                        Attribute::Id(id),
+                        Attribute::Sensitive(true),
+                        Attribute::Extractable(false),
+                        Attribute::Encrypt(true),
+                        Attribute::Decrypt(true),
+                        Attribute::Wrap(false),
+                        Attribute::Unwrap(false),
+                        Attribute::Sign(false),
+                        Attribute::Verify(false),
+                        Attribute::Derive(false),
+                        Attribute::Copyable(false),
+                        // Last (see the data key template in `rewrap_in`).
+                        Attribute::Modifiable(false),
+                    ],
+                )
+                .map_err(ck)?;
+            Ok(label)
+        })();
+        let label = match &result {
+            Ok(label) => label.to_string(),
+            Err(_) => format!("cloister-blk/{measurement}/"),
+        };
+        self.record(Operation::CreateBulkKey, &label, result, |_| String::new())
+    }
+
+    /// Encrypts `data` with the bulk key `label` inside the HSM (AES-256-CBC-PAD, fresh IV
+    /// from the HSM, fed in [`BULK_CHUNK`] pieces); returns IV and ciphertext. Confidentiality
+    /// only: the package inside carries its own authentication.
+    pub fn bulk_encrypt(&self, label: &KeyLabel, data: &[u8]) -> Result<Vec<u8>> {
+        self.audited(
+            Operation::BulkEncrypt,
+            &label.to_string(),
+            |_| format!("{} bytes", data.len()),
+            || {
+                if !label.is_bulk() {
+                    return Err(MigrateError::WrongKeyKind { label: label.clone() });
+                }
+                let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
+                let session = self.user_session()?;
+                let key = self.find_one(&session, ObjectClass::SECRET_KEY, label)?;
+                let iv: [u8; 16] = session
+                    .generate_random_vec(16)
+                    .map_err(ck)?
+                    .try_into()
+                    .map_err(|_| MigrateError::BulkData { label: label.clone() })?;
+                session.encrypt_init(&Mechanism::AesCbcPad(iv), key).map_err(ck)?;
+                let mut out = Vec::with_capacity(16 + data.len() + 16);
+                out.extend_from_slice(&iv);
+                for chunk in data.chunks(BULK_CHUNK) {
+                    out.extend_from_slice(&session.encrypt_update(chunk).map_err(ck)?);
+                }
+                out.extend_from_slice(&session.encrypt_final().map_err(ck)?);
+                Ok(out)
+            },
+        )
+    }
+
+    /// Decrypts [`Hsm::bulk_encrypt`]'s output inside the HSM, for a destination whose
+    /// attested measurement is `expected_measurement` (refused unless the label names it).
+    pub fn bulk_decrypt(
+        &self,
+        label: &KeyLabel,
+        data: &[u8],
+        expected_measurement: &Measurement,
+    ) -> Result<Vec<u8>> {
+        self.audited(
+            Operation::BulkDecrypt,
+            &label.to_string(),
+            |_| format!("{} bytes", data.len()),
+            || {
+                if !label.is_bulk() {
+                    return Err(MigrateError::WrongKeyKind { label: label.clone() });
+                }
+                check_measurement(label, expected_measurement)?;
+                let bad = || MigrateError::BulkData { label: label.clone() };
+                let (iv, body) = data.split_first_chunk::<16>().ok_or_else(bad)?;
+                if body.is_empty() || !body.len().is_multiple_of(16) {
+                    return Err(bad());
+                }
+                let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
+                let session = self.user_session()?;
+                let key = self.find_one(&session, ObjectClass::SECRET_KEY, label)?;
+                session.decrypt_init(&Mechanism::AesCbcPad(*iv), key).map_err(ck)?;
+                let bad_data = |err: CkError| match err {
+                    CkError::Pkcs11(RvError::EncryptedDataInvalid | RvError::EncryptedDataLenRange, _) => {
+                        bad()
+                    }
+                    other => ck(other),
+                };
+                let mut out = Vec::with_capacity(body.len());
+                for chunk in body.chunks(BULK_CHUNK) {
+                    out.extend_from_slice(&session.decrypt_update(chunk).map_err(bad_data)?);
+                }
+                out.extend_from_slice(&session.decrypt_final().map_err(bad_data)?);
+                Ok(out)
+            },
+        )
+    }
+
+    /// The RSA-OAEP hash this HSM is configured for (the enclaves must wrap with it).
+    pub fn oaep_hash(&self) -> OaepHash {
+        self.oaep
     }
 
     /// The audit log's head after the last operation.

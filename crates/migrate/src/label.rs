@@ -18,6 +18,7 @@ use crate::error::{MigrateError, Result};
 
 const MIGRATION_PREFIX: &str = "cloister-mig";
 const BACKUP_PREFIX: &str = "cloister-bak";
+const BULK_PREFIX: &str = "cloister-blk";
 pub(crate) const TRUST_PREFIX: &str = "cloister-trust";
 
 /// An enclave measurement (SGX MRENCLAVE: 32 bytes; TDX MRTD, SEV-SNP, Cloister's software
@@ -180,19 +181,34 @@ pub enum KeyLabel {
         /// The backup's date.
         date: BackupDate,
     },
+    /// AES key with which the HSM encrypts a whole package (TEEnder's original scheme, kept
+    /// as the "HSM encrypts the bulk" comparison, `crate::flow`): deleted like a one-time key.
+    Bulk {
+        /// The enclave it may be restored into.
+        measurement: Measurement,
+        /// Derived from HSM randomness, one per migration.
+        id: MigrationId,
+    },
 }
 
 impl KeyLabel {
     /// The enclave measurement the key is bound to.
     pub fn measurement(&self) -> &Measurement {
         match self {
-            Self::Migration { measurement, .. } | Self::Backup { measurement, .. } => measurement,
+            Self::Migration { measurement, .. }
+            | Self::Backup { measurement, .. }
+            | Self::Bulk { measurement, .. } => measurement,
         }
     }
 
     /// Whether this is a backup key.
     pub fn is_backup(&self) -> bool {
         matches!(self, Self::Backup { .. })
+    }
+
+    /// Whether this is an HSM-resident AES key for bulk encryption (not an RSA pair).
+    pub fn is_bulk(&self) -> bool {
+        matches!(self, Self::Bulk { .. })
     }
 }
 
@@ -201,6 +217,7 @@ impl fmt::Display for KeyLabel {
         match self {
             Self::Migration { measurement, id } => write!(f, "{MIGRATION_PREFIX}/{measurement}/{}", id.0),
             Self::Backup { measurement, date } => write!(f, "{BACKUP_PREFIX}/{measurement}/{date}"),
+            Self::Bulk { measurement, id } => write!(f, "{BULK_PREFIX}/{measurement}/{}", id.0),
         }
     }
 }
@@ -222,6 +239,7 @@ impl FromStr for KeyLabel {
                 Ok(Self::Migration { measurement, id: MigrationId::parse(last).ok_or_else(bad)? })
             }
             BACKUP_PREFIX => Ok(Self::Backup { measurement, date: last.parse().map_err(|_| bad())? }),
+            BULK_PREFIX => Ok(Self::Bulk { measurement, id: MigrationId::parse(last).ok_or_else(bad)? }),
             _ => Err(bad()),
         }
     }
@@ -273,6 +291,14 @@ mod tests {
         let text = label.to_string();
         assert!(text.starts_with(&format!("cloister-mig/{}/", "ab".repeat(48))));
         assert_eq!(text.parse::<KeyLabel>().unwrap(), label);
+    }
+
+    #[test]
+    fn bulk_label_round_trips() {
+        let label = KeyLabel::Bulk { measurement: m(), id: MigrationId::from_random(&[9; 32]) };
+        assert!(label.to_string().starts_with("cloister-blk/"));
+        assert_eq!(label.to_string().parse::<KeyLabel>().unwrap(), label);
+        assert!(label.is_bulk() && !label.is_backup());
     }
 
     #[test]

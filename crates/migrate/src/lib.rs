@@ -12,14 +12,18 @@
 //! - [`audit`]: the hash-chained, append-only log every HSM operation writes to, and its
 //!   verifier.
 //! - [`label`]: key labels binding keys to enclave measurements.
+//! - [`flow`]: one migration end to end over the enclaves' package export and import
+//!   (`enclave::migration`): HSM envelope, the enclave-only baseline, and the HSM
+//!   encrypting the whole package, for comparison (`bench/migrate.sh`).
 //!
-//! Not here yet: the enclave's package export and import (in `crates/enclave`), the migration
-//! agents and their attested channel, the live move and the benchmarks. See
-//! docs/migration.md for the design, the trust placed in the PIN holder, and what is left.
+//! Not here yet: the migration agents and their attested channel, the `cloister migrate`
+//! CLI and the live move. See docs/migration.md for the design, the trust placed in the
+//! PIN holder, and what is left.
 #![forbid(unsafe_code)]
 
 pub mod audit;
 mod error;
+pub mod flow;
 pub mod hsm;
 pub mod label;
 mod spki;
@@ -27,5 +31,6 @@ mod spki;
 pub use audit::{verify, AuditHead, AuditLog, Operation};
 pub use cryptoki::{context::Function, error::RvError};
 pub use error::{ChainFault, MigrateError, PublicKeyFault, Result};
-pub use hsm::{Hsm, HsmConfig, KeyInfo, OaepHash, Pin, DEFAULT_MODULE_PATH};
+pub use flow::{Flow, HsmKeys, Mode, Transfer};
+pub use hsm::{Hsm, HsmConfig, KeyInfo, OaepHash, Pin, BULK_CHUNK, DEFAULT_MODULE_PATH};
 pub use label::{BackupDate, KeyLabel, Measurement, MigrationId};

@@ -11,6 +11,7 @@ pub(crate) mod report;
 
 use crate::attest::Evidence;
 use crate::error::Result;
+use crate::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
 use crate::provision::ProvisioningOffer;
 use alg::{AuthMethod, DhGroup, SecretKind};
 use core::ops::Range;
@@ -75,6 +76,52 @@ pub trait Enclave: Send {
     fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
         let _ = sealed;
         Err(crate::Error::Unsupported { what: "attested provisioning on this backend", value: 0 })
+    }
+
+    /// Migration, source side ([`crate::migration`]): serialises every secret and SA this
+    /// instance holds, with `untrusted_state` (opaque here, but encrypted and authenticated
+    /// with the rest), into a package under a fresh AES-256-GCM data key, wrapped with
+    /// RSA-OAEP (`oaep`) to `wrap_spki` (an HSM key pair's public key, or a destination
+    /// enclave's whose evidence the caller verified). Caps every outbound ESP SA of this
+    /// instance at its last sequence number plus [`crate::migration::SEQ_MARGIN`]; refuses
+    /// an outbound SA exported before.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn export_state(
+        &mut self,
+        wrap_spki: &[u8],
+        oaep: OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<MigrationPackage> {
+        let _ = (wrap_spki, oaep, untrusted_state);
+        Err(crate::Error::Unsupported { what: "state migration on this backend", value: 0 })
+    }
+
+    /// Migration, destination side: a fresh RSA key pair of `bits` (2048..=4096; see
+    /// [`crate::migration::DEFAULT_DESTINATION_BITS`]), the private key kept inside for one
+    /// import (a new call destroys the previous one), the public key returned with evidence
+    /// whose report data is [`crate::migration::destination_report_data`] of it.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn migration_destination_key(&mut self, bits: usize) -> Result<DestinationKey> {
+        let _ = bits;
+        Err(crate::Error::Unsupported { what: "state migration on this backend", value: 0 })
+    }
+
+    /// Migration, destination side: opens `wrapped_data_key` (the package's data key,
+    /// wrapped to this instance's destination key by the HSM or the source) with the
+    /// destination key, which this consumes whatever happens next, decrypts the package,
+    /// checks its tenant and measurement against this instance's and installs its state,
+    /// all or nothing. Returns the new handles and the untrusted state.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn import_state(
+        &mut self,
+        package: &MigrationPackage,
+        wrapped_data_key: &[u8],
+    ) -> Result<MigrationRestore> {
+        let _ = (package, wrapped_data_key);
+        Err(crate::Error::Unsupported { what: "state migration on this backend", value: 0 })
     }
 
     /// What kind of secret a handle names.

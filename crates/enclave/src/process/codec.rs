@@ -8,7 +8,7 @@
 
 use crate::api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, Suite};
 use crate::api::esp::{EspSaParams, EspStatus};
-use crate::api::handle::{DhHandle, HandleKind, IkeSaHandle, SecretHandle};
+use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle};
 use crate::api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaParams, DhExchange, IkeSaParams, PeerCredential, PublicKey,
     PublicKeyKind,
@@ -16,6 +16,7 @@ use crate::api::ike::{
 use crate::api::report::{Counters, MemoryReport};
 use crate::attest::{Evidence, EvidenceKind, Measurement};
 use crate::error::{BlobRejection, Error, ErrorKind};
+use crate::migration::{DestinationKey, MigrationRestore};
 use crate::provision::ProvisioningOffer;
 
 /// Call opcodes: one per [`crate::Enclave`] method that is not the ESP batch.
@@ -70,6 +71,12 @@ pub mod op {
     pub const PROVISION_ATTESTED: u16 = 24;
     /// [`crate::Enclave::unseal_secret`].
     pub const UNSEAL_SECRET: u16 = 25;
+    /// [`crate::Enclave::export_state`].
+    pub const EXPORT_STATE: u16 = 26;
+    /// [`crate::Enclave::migration_destination_key`].
+    pub const MIGRATION_DESTINATION_KEY: u16 = 27;
+    /// [`crate::Enclave::import_state`].
+    pub const IMPORT_STATE: u16 = 28;
 }
 
 /// A buffer does not decode: too short, a bad tag, or bytes left over.
@@ -181,6 +188,10 @@ impl<'a> Reader<'a> {
             1 => Ok(true),
             _ => Err(Malformed),
         }
+    }
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
     }
     /// Succeeds only if everything was read.
     pub fn finish(&self) -> Result<(), Malformed> {
@@ -525,6 +536,54 @@ pub fn get_offer(r: &mut Reader<'_>) -> Result<ProvisioningOffer, Malformed> {
     Ok(ProvisioningOffer { challenge, public_key, evidence: get_evidence(r)?, lifetime_secs })
 }
 
+/// Writes a destination key (public data).
+pub fn put_destination_key(w: &mut Writer, k: &DestinationKey) {
+    w.bytes(&k.spki_der);
+    put_evidence(w, &k.evidence);
+}
+
+/// Reads a destination key.
+pub fn get_destination_key(r: &mut Reader<'_>) -> Result<DestinationKey, Malformed> {
+    let spki_der = r.bytes()?.to_vec();
+    Ok(DestinationKey { spki_der, evidence: get_evidence(r)? })
+}
+
+/// Writes what an import restored: three lists of (old, new) handle pairs, then the
+/// untrusted state.
+pub fn put_restore(w: &mut Writer, m: &MigrationRestore) {
+    w.usize(m.secrets.len());
+    for (a, b) in &m.secrets {
+        w.u32(a.0).u32(b.0);
+    }
+    w.usize(m.ike_sas.len());
+    for (a, b) in &m.ike_sas {
+        w.u32(a.0).u32(b.0);
+    }
+    w.usize(m.esp_sas.len());
+    for (a, b) in &m.esp_sas {
+        w.u32(a.0).u32(b.0);
+    }
+    w.bytes(&m.untrusted_state);
+}
+
+/// Reads [`put_restore`]'s output; a count larger than the bytes left is refused before
+/// anything is allocated for it.
+pub fn get_restore(r: &mut Reader<'_>) -> Result<MigrationRestore, Malformed> {
+    fn pairs<T>(r: &mut Reader<'_>, f: fn(u32) -> T) -> Result<Vec<(T, T)>, Malformed> {
+        let n = r.usize()?;
+        if n > r.remaining() / 8 {
+            return Err(Malformed);
+        }
+        (0..n).map(|_| Ok((f(r.u32()?), f(r.u32()?)))).collect()
+    }
+    Ok(MigrationRestore {
+        secrets: pairs(r, SecretHandle)?,
+        ike_sas: pairs(r, IkeSaHandle)?,
+        esp_sas: pairs(r, EspSaHandle)?,
+        untrusted_state: r.bytes()?.to_vec(),
+    })
+}
+
 fn get_measurement(r: &mut Reader<'_>) -> Result<Measurement, Malformed> {
     r.bytes()?.try_into().map(Measurement).map_err(|_| Malformed)
 }
@@ -631,6 +690,7 @@ pub fn put_error(w: &mut Writer, e: &Error) {
         Error::KeyReuse { why } => w.u8(29).str(why),
         Error::Provisioning { why } => w.u8(30).str(why),
         Error::MeasurementMismatch { expected, got } => w.u8(31).bytes(&expected.0).bytes(&got.0),
+        Error::Migration { why } => w.u8(32).str(why),
         // Variants added later, and transport errors (which the trusted core never
         // returns), cross as an internal failure rather than breaking the build.
         #[allow(unreachable_patterns)]
@@ -676,6 +736,7 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<Error, Malformed> {
             expected: Box::new(get_measurement(r)?),
             got: Box::new(get_measurement(r)?),
         },
+        32 => Error::Migration { why: s(r)? },
         _ => return Err(Malformed),
     })
 }
@@ -693,7 +754,6 @@ pub fn get_ike(r: &mut Reader<'_>) -> Result<IkeSaHandle, Malformed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::handle::EspSaHandle;
 
     fn round_trip(e: Error) {
         let mut w = Writer::new();

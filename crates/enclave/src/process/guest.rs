@@ -23,6 +23,7 @@ use crate::api::esp::{EspDescriptor, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, SecretHandle};
 use crate::api::ike::SealedBlob;
 use crate::api::Enclave;
+use crate::migration::{MigrationPackage, OaepHash};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
@@ -519,6 +520,28 @@ pub fn dispatch<E: Enclave + ?Sized>(
             e.unseal_secret(&blob).map(|h| {
                 w.u32(h.0);
             })
+        }
+        op::EXPORT_STATE => {
+            let spki = r.bytes()?;
+            let oaep = OaepHash::from_code(r.u8()?).ok_or(RejectReason::BadArguments)?;
+            let untrusted = r.bytes()?;
+            r.finish()?;
+            e.export_state(spki, oaep, untrusted).map(|p| {
+                w.bytes(p.as_bytes());
+            })
+        }
+        op::MIGRATION_DESTINATION_KEY => {
+            let bits = r.usize()?;
+            r.finish()?;
+            e.migration_destination_key(bits).map(|k| codec::put_destination_key(w, &k))
+        }
+        op::IMPORT_STATE => {
+            // A package that does not parse is the trusted core's refusal, not the
+            // transport's: it is typed and counted like one.
+            let package = MigrationPackage::from_bytes(r.bytes()?.to_vec());
+            let wrapped = r.bytes()?;
+            r.finish()?;
+            package.and_then(|p| e.import_state(&p, wrapped)).map(|m| codec::put_restore(w, &m))
         }
         op::SECRET_KIND => {
             let h = SecretHandle(r.u32()?);

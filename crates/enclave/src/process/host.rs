@@ -32,6 +32,7 @@ use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::api::Enclave;
 use crate::attest::Evidence;
 use crate::error::{Error, Result};
+use crate::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
 use crate::provision::ProvisioningOffer;
 use core::ops::Range;
 use std::ffi::OsString;
@@ -1034,6 +1035,38 @@ impl Enclave for ProcessEnclave {
         w.bytes(&sealed.0);
         let res = self.call(op::UNSEAL_SECRET, &w)?;
         decode(&res, |r| r.u32().map(SecretHandle))
+    }
+
+    fn export_state(
+        &mut self,
+        wrap_spki: &[u8],
+        oaep: OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<MigrationPackage> {
+        let mut w = Writer::new();
+        w.bytes(wrap_spki).u8(oaep.code()).bytes(untrusted_state);
+        let res = self.call(op::EXPORT_STATE, &w)?;
+        let bytes = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
+        // The guest's answer is parsed like any package from elsewhere.
+        MigrationPackage::from_bytes(bytes)
+    }
+
+    fn migration_destination_key(&mut self, bits: usize) -> Result<DestinationKey> {
+        let mut w = Writer::new();
+        w.usize(bits);
+        let res = self.call(op::MIGRATION_DESTINATION_KEY, &w)?;
+        decode(&res, codec::get_destination_key)
+    }
+
+    fn import_state(
+        &mut self,
+        package: &MigrationPackage,
+        wrapped_data_key: &[u8],
+    ) -> Result<MigrationRestore> {
+        let mut w = Writer::new();
+        w.bytes(package.as_bytes()).bytes(wrapped_data_key);
+        let res = self.call(op::IMPORT_STATE, &w)?;
+        decode(&res, codec::get_restore)
     }
 
     fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {

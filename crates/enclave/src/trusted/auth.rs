@@ -15,12 +15,14 @@ use zeroize::Zeroizing;
 const MAX_PSK: usize = 1024;
 
 /// A provisioned secret. No `Clone`/`Debug`. The PSK zeroizes on drop; ring's key pairs
-/// do not (see docs/threat-model.md, "Zeroization").
+/// do not (see docs/threat-model.md, "Zeroization"). Private keys keep their PKCS#8
+/// encoding beside ring's parsed form (zeroized on drop), because ring cannot encode a key
+/// again and a migration package (`trusted::migration`) must carry it.
 pub(crate) enum Secret {
     Psk(Zeroizing<Vec<u8>>),
-    Rsa(RsaKeyPair),
-    EcdsaP256(EcdsaKeyPair),
-    EcdsaP384(EcdsaKeyPair),
+    Rsa(RsaKeyPair, Zeroizing<Vec<u8>>),
+    EcdsaP256(EcdsaKeyPair, Zeroizing<Vec<u8>>),
+    EcdsaP384(EcdsaKeyPair, Zeroizing<Vec<u8>>),
 }
 
 impl Secret {
@@ -41,14 +43,17 @@ impl Secret {
             }
             SecretKind::RsaPrivateKey => Self::Rsa(
                 RsaKeyPair::from_pkcs8(bytes).map_err(|_| bad("not an RSA PKCS#8 key ring accepts"))?,
+                Zeroizing::new(bytes.to_vec()),
             ),
             SecretKind::EcdsaP256PrivateKey => Self::EcdsaP256(
                 EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, bytes, rng)
                     .map_err(|_| bad("not a P-256 PKCS#8 key"))?,
+                Zeroizing::new(bytes.to_vec()),
             ),
             SecretKind::EcdsaP384PrivateKey => Self::EcdsaP384(
                 EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P384_SHA384_ASN1_SIGNING, bytes, rng)
                     .map_err(|_| bad("not a P-384 PKCS#8 key"))?,
+                Zeroizing::new(bytes.to_vec()),
             ),
             // Never a stored secret: they go straight into an SA (`esp_sa_install_wrapped`).
             SecretKind::EspSaKeys => {
@@ -63,9 +68,9 @@ impl Secret {
         let msg = b"cloister pairwise consistency check";
         let scheme = match self {
             Self::Psk(_) => return Ok(()),
-            Self::Rsa(_) => SignatureScheme::RsaPssSha256,
-            Self::EcdsaP256(_) => SignatureScheme::EcdsaP256Sha256,
-            Self::EcdsaP384(_) => SignatureScheme::EcdsaP384Sha384,
+            Self::Rsa(..) => SignatureScheme::RsaPssSha256,
+            Self::EcdsaP256(..) => SignatureScheme::EcdsaP256Sha256,
+            Self::EcdsaP384(..) => SignatureScheme::EcdsaP384Sha384,
         };
         let sig = self.sign(scheme, rng, msg)?;
         let public = self.public_key().ok_or(Error::Internal { what: "pairwise" })?;
@@ -76,9 +81,16 @@ impl Secret {
     pub(crate) fn kind(&self) -> SecretKind {
         match self {
             Self::Psk(_) => SecretKind::PreSharedKey,
-            Self::Rsa(_) => SecretKind::RsaPrivateKey,
-            Self::EcdsaP256(_) => SecretKind::EcdsaP256PrivateKey,
-            Self::EcdsaP384(_) => SecretKind::EcdsaP384PrivateKey,
+            Self::Rsa(..) => SecretKind::RsaPrivateKey,
+            Self::EcdsaP256(..) => SecretKind::EcdsaP256PrivateKey,
+            Self::EcdsaP384(..) => SecretKind::EcdsaP384PrivateKey,
+        }
+    }
+
+    /// The encoding [`Self::load`] takes (raw PSK, PKCS#8), for a migration package.
+    pub(crate) fn encoding(&self) -> &[u8] {
+        match self {
+            Self::Psk(b) | Self::Rsa(_, b) | Self::EcdsaP256(_, b) | Self::EcdsaP384(_, b) => b,
         }
     }
 
@@ -86,13 +98,13 @@ impl Secret {
     pub(crate) fn public_key(&self) -> Option<PublicKey> {
         match self {
             Self::Psk(_) => None,
-            Self::Rsa(k) => {
+            Self::Rsa(k, _) => {
                 Some(PublicKey { kind: PublicKeyKind::Rsa, bytes: k.public_key().as_ref().to_vec() })
             }
-            Self::EcdsaP256(k) => {
+            Self::EcdsaP256(k, _) => {
                 Some(PublicKey { kind: PublicKeyKind::EcdsaP256, bytes: k.public_key().as_ref().to_vec() })
             }
-            Self::EcdsaP384(k) => {
+            Self::EcdsaP384(k, _) => {
                 Some(PublicKey { kind: PublicKeyKind::EcdsaP384, bytes: k.public_key().as_ref().to_vec() })
             }
         }
@@ -104,8 +116,8 @@ impl Secret {
         core::mem::size_of::<Self>()
             + match self {
                 Self::Psk(p) => p.capacity(),
-                Self::Rsa(k) => 8 * k.public().modulus_len(),
-                Self::EcdsaP256(_) | Self::EcdsaP384(_) => 0,
+                Self::Rsa(k, pkcs8) => 8 * k.public().modulus_len() + pkcs8.capacity(),
+                Self::EcdsaP256(_, pkcs8) | Self::EcdsaP384(_, pkcs8) => pkcs8.capacity(),
             }
     }
 
@@ -114,7 +126,7 @@ impl Secret {
         use SignatureScheme as S;
         let wrong = Error::Unsupported { what: "signature scheme for this key", value: 0 };
         match (self, scheme) {
-            (Self::Rsa(k), s) => {
+            (Self::Rsa(k, _), s) => {
                 let padding: &'static dyn signature::RsaEncoding = match s {
                     S::RsaPkcs1Sha256 => &signature::RSA_PKCS1_SHA256,
                     S::RsaPkcs1Sha384 => &signature::RSA_PKCS1_SHA384,
@@ -128,7 +140,7 @@ impl Secret {
                 k.sign(padding, rng, msg, &mut sig).map_err(|_| Error::Internal { what: "RSA sign" })?;
                 Ok(sig)
             }
-            (Self::EcdsaP256(k), S::EcdsaP256Sha256) | (Self::EcdsaP384(k), S::EcdsaP384Sha384) => {
+            (Self::EcdsaP256(k, _), S::EcdsaP256Sha256) | (Self::EcdsaP384(k, _), S::EcdsaP384Sha384) => {
                 Ok(k.sign(rng, msg).map_err(|_| Error::Internal { what: "ECDSA sign" })?.as_ref().to_vec())
             }
             _ => Err(wrong),
@@ -268,11 +280,11 @@ pub(crate) fn compute(
             (AuthMethod::SharedKey, Zeroizing::new(a.get(..n).unwrap_or(&[]).to_vec()))
         }
         (AuthSpec::SharedKey, _) => return Err(wrong("Shared Key MIC")),
-        (AuthSpec::Ecdsa, Secret::EcdsaP256(_)) => {
+        (AuthSpec::Ecdsa, Secret::EcdsaP256(..)) => {
             let der_sig = secret.sign(SignatureScheme::EcdsaP256Sha256, rng, &octets)?;
             (AuthMethod::EcdsaSha256P256, Zeroizing::new(ecdsa_der_to_fixed(&der_sig, 32)?))
         }
-        (AuthSpec::Ecdsa, Secret::EcdsaP384(_)) => {
+        (AuthSpec::Ecdsa, Secret::EcdsaP384(..)) => {
             let der_sig = secret.sign(SignatureScheme::EcdsaP384Sha384, rng, &octets)?;
             (AuthMethod::EcdsaSha384P384, Zeroizing::new(ecdsa_der_to_fixed(&der_sig, 48)?))
         }

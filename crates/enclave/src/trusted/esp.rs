@@ -7,7 +7,7 @@
 
 use super::cbc_mode::{CbcDecryptor, CbcEncryptor, BLOCK};
 use super::esp_keys::{next_owner_id, KeyCache, NO_SLOT};
-use super::ike_keys::EspKeys;
+use super::ike_keys::{EspKeys, MAX_ENC_KEY, MAX_INTEG_KEY};
 use super::keybuf::KeyBuf;
 use super::prf::{ct_eq, integ_alg, scrub_hmac_key};
 use super::sk::{aead_alg, nonce};
@@ -42,8 +42,16 @@ pub(crate) enum Direction {
 /// boxed so that the common AEAD SA does not pay for its size.
 enum EspCipher {
     Aead { key: KeyBuf<32>, salt: [u8; 4] },
-    CbcOut { key: KeyBuf<32>, mac: Box<hmac::Key> },
-    CbcIn { key: KeyBuf<32>, mac: Box<hmac::Key>, icv_len: u8 },
+    CbcOut { key: KeyBuf<32>, mac: Box<CbcMac> },
+    CbcIn { key: KeyBuf<32>, mac: Box<CbcMac>, icv_len: u8 },
+}
+
+/// The HMAC key of a CBC SA: ring's expanded key for the packets, and the raw bytes, which
+/// ring cannot give back, for a migration package (`trusted::migration`). Boxed with the
+/// expansion, so the AEAD SAs (the common case) do not grow.
+struct CbcMac {
+    key: hmac::Key,
+    raw: KeyBuf<MAX_INTEG_KEY>,
 }
 
 /// One direction of an ESP SA: raw keys and the few fields the transform needs.
@@ -57,6 +65,10 @@ pub(crate) struct EspSa {
     cache_slot: u32,
     /// Outbound: the highest sequence number used (0 = none yet).
     last_seq: u64,
+    /// Outbound: the highest sequence number this instance may still use. `u64::MAX` until
+    /// the SA is exported for migration; then the destination starts above it, so the two
+    /// instances never send one (key, IV) pair twice.
+    seq_ceiling: u64,
     /// Unique for the process's life: what the key cache matches, never a reusable handle.
     owner: u64,
     cipher: EspCipher,
@@ -69,7 +81,7 @@ impl Drop for EspSa {
         match &mut self.cipher {
             // The raw key is a zeroizing KeyBuf; the cached expansion is the core's to clear.
             EspCipher::Aead { salt, .. } => zeroize::Zeroize::zeroize(salt),
-            EspCipher::CbcOut { mac, .. } | EspCipher::CbcIn { mac, .. } => scrub_hmac_key(mac),
+            EspCipher::CbcOut { mac, .. } | EspCipher::CbcIn { mac, .. } => scrub_hmac_key(&mut mac.key),
         }
     }
 }
@@ -89,7 +101,10 @@ impl EspSa {
                 EspCipher::Aead { key: KeyBuf::from_slice(k)?, salt }
             }
             Some(integ) => {
-                let mac = Box::new(hmac::Key::new(integ_alg(integ), keys.integ.as_slice()));
+                let mac = Box::new(CbcMac {
+                    key: hmac::Key::new(integ_alg(integ), keys.integ.as_slice()),
+                    raw: KeyBuf::from_slice(keys.integ.as_slice())?,
+                });
                 let icv_len = u8::try_from(integ.icv_len()).map_err(|_| Error::Internal { what: "ICV" })?;
                 // Checks the key length once, at install.
                 CbcEncryptor::new(keys.enc.as_slice())?;
@@ -109,6 +124,7 @@ impl EspSa {
             suite,
             cache_slot: NO_SLOT,
             last_seq: 0,
+            seq_ceiling: u64::MAX,
             owner: next_owner_id(),
             cipher,
             #[cfg(feature = "test-export")]
@@ -121,9 +137,67 @@ impl EspSa {
     pub(crate) fn footprint(&self) -> usize {
         let mac = match self.cipher {
             EspCipher::Aead { .. } => 0,
-            EspCipher::CbcOut { .. } | EspCipher::CbcIn { .. } => core::mem::size_of::<hmac::Key>(),
+            EspCipher::CbcOut { .. } | EspCipher::CbcIn { .. } => core::mem::size_of::<CbcMac>(),
         };
         core::mem::size_of::<Self>() + mac
+    }
+
+    /// The SPI.
+    pub(crate) fn spi(&self) -> u32 {
+        self.spi
+    }
+
+    /// Which way the SA carries traffic (and, inbound, the one operation it allows).
+    pub(crate) fn direction(&self) -> Direction {
+        self.dir
+    }
+
+    /// Whether the SA uses extended sequence numbers.
+    pub(crate) fn esn(&self) -> bool {
+        self.esn
+    }
+
+    /// The transform.
+    pub(crate) fn suite(&self) -> Suite {
+        self.suite
+    }
+
+    /// Outbound: the highest sequence number used so far.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Whether this SA's sending range was already handed to a migration destination.
+    pub(crate) fn seq_limited(&self) -> bool {
+        self.seq_ceiling != u64::MAX
+    }
+
+    /// Stops this instance from sending above `ceiling` (export for migration).
+    pub(crate) fn limit_seq(&mut self, ceiling: u64) {
+        self.seq_ceiling = self.seq_ceiling.min(ceiling);
+    }
+
+    /// Makes the next outbound sequence number at least `last + 1` (import for migration).
+    pub(crate) fn raise_seq_floor(&mut self, last: u64) {
+        self.last_seq = self.last_seq.max(last);
+    }
+
+    /// The raw keys as [`EspSa::new`] takes them (encryption key with the AEAD salt after
+    /// it; HMAC key for CBC, empty for AEADs), for a migration package.
+    pub(crate) fn raw_keys(&self) -> Result<EspKeys> {
+        match &self.cipher {
+            EspCipher::Aead { key, salt } => {
+                let mut enc = KeyBuf::<MAX_ENC_KEY>::zeroed(key.as_slice().len() + salt.len())?;
+                let (k, s) = enc.as_mut().split_at_mut(key.as_slice().len());
+                k.copy_from_slice(key.as_slice());
+                s.copy_from_slice(salt);
+                Ok(EspKeys { enc, integ: KeyBuf::empty() })
+            }
+            EspCipher::CbcOut { key, mac } | EspCipher::CbcIn { key, mac, .. } => Ok(EspKeys {
+                enc: KeyBuf::from_slice(key.as_slice())?,
+                integ: KeyBuf::from_slice(mac.raw.as_slice())?,
+            }),
+        }
     }
 
     /// Clears this SA's expanded key from `keys` (before the SA is dropped).
@@ -216,6 +290,11 @@ fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) ->
     if seq <= sa.last_seq {
         return EspStatus::SeqNotIncreasing;
     }
+    // Past the range this instance kept when its state was exported: the migration
+    // destination sends from here on.
+    if seq > sa.seq_ceiling {
+        return EspStatus::SeqExhausted;
+    }
     let (hdr, rest) = pkt.split_at_mut(HDR);
     hdr[..4].copy_from_slice(&sa.spi.to_be_bytes());
     hdr[4..].copy_from_slice(&seq_lo(seq));
@@ -255,7 +334,7 @@ fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) ->
                 false
             } else {
                 let covered = HDR + iv_len + payload;
-                let tag = cbc_icv(mac, pkt.get(..covered).unwrap_or(&[]), seq, sa.esn);
+                let tag = cbc_icv(&mac.key, pkt.get(..covered).unwrap_or(&[]), seq, sa.esn);
                 let (_, icv) = pkt.split_at_mut(covered);
                 icv.copy_from_slice(tag.as_ref().get(..icv_len).unwrap_or(&[]));
                 true
@@ -328,8 +407,16 @@ pub(crate) fn decrypt_one(
                 return EspStatus::BadLength;
             };
             copy.copy_from_slice(pkt);
-            let status =
-                cbc_open_private(key.as_slice(), mac, usize::from(*icv_len), copy, iv_len, payload, seq, esn);
+            let status = cbc_open_private(
+                key.as_slice(),
+                &mac.key,
+                usize::from(*icv_len),
+                copy,
+                iv_len,
+                payload,
+                seq,
+                esn,
+            );
             let body = HDR + iv_len..HDR + iv_len + payload;
             if status == EspStatus::Ok {
                 if let (Some(dst), Some(src)) = (pkt.get_mut(body.clone()), copy.get(body)) {
@@ -405,7 +492,7 @@ fn decrypt_private(
             let copy = scratch.get_mut(..pkt.len()).ok_or(EspStatus::BadLength)?;
             copy.copy_from_slice(pkt);
             let covered = ct_start + payload;
-            let tag = cbc_icv(mac, copy.get(..covered).ok_or(EspStatus::BadLength)?, seq, esn);
+            let tag = cbc_icv(&mac.key, copy.get(..covered).ok_or(EspStatus::BadLength)?, seq, esn);
             let icv_len = usize::from(*icv_len);
             if !ct_eq(tag.as_ref().get(..icv_len).unwrap_or(&[]), copy.get(covered..).unwrap_or(&[])) {
                 return Err(EspStatus::IcvMismatch);
@@ -679,7 +766,7 @@ mod tests {
         #[cfg(feature = "test-export")]
         let size = size - core::mem::size_of::<EspKeys>();
         assert!(size <= 96, "EspSa is {size} bytes");
-        let cbc = size + core::mem::size_of::<hmac::Key>();
+        let cbc = size + core::mem::size_of::<CbcMac>();
         assert!(cbc <= 400, "a CBC EspSa with its HMAC key is {cbc} bytes");
     }
 }

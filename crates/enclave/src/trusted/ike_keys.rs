@@ -155,7 +155,7 @@ impl IkeSa {
 }
 
 /// The Key Length attribute value (bits) of a cipher, 0 where there is none.
-fn cipher_key_bits(c: Cipher) -> u16 {
+pub(crate) fn cipher_key_bits(c: Cipher) -> u16 {
     match c {
         Cipher::AesCbc128 | Cipher::AesGcm16_128 => 128,
         Cipher::AesCbc256 | Cipher::AesGcm16_256 => 256,

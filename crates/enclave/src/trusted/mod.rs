@@ -11,6 +11,7 @@ pub(crate) mod esp_keys;
 pub(crate) mod esp_wrapped;
 pub(crate) mod ike_keys;
 pub(crate) mod keybuf;
+pub(crate) mod migration;
 pub(crate) mod prf;
 pub(crate) mod provisioning;
 pub(crate) mod seal;
@@ -22,7 +23,7 @@ pub(crate) mod table;
 #[cfg(test)]
 mod vectors;
 
-use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
+use crate::api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, Suite};
 use crate::api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
@@ -32,6 +33,10 @@ use crate::api::ike::{
 use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::attest::{AttestationProvider, Evidence};
 use crate::error::{Error, Result};
+use crate::migration::{
+    destination_report_data, why as mwhy, DestinationKey, MigrationPackage, MigrationRestore, OaepHash,
+    MAX_UNTRUSTED_STATE, SEQ_MARGIN,
+};
 use crate::provision::{offer_report_data, ProvisioningOffer, OFFER_LIFETIME_SECS};
 use auth::{PeerKey, Secret};
 use core::ops::Range;
@@ -39,6 +44,7 @@ use dh::{DhSecret, SharedSecret};
 use esp::{Direction, EspSa};
 use esp_keys::KeyCache;
 use ike_keys::{IkeSa, SkeyseedSource};
+use migration::{PackageWriter, StateReader, StateWriter};
 use ring::rand::{SecureRandom, SystemRandom};
 use seal::{RootKeys, SealBinding};
 use std::time::Instant;
@@ -83,6 +89,8 @@ pub(crate) struct TrustedCore {
     scratch: Zeroizing<Vec<u8>>,
     /// Outstanding attested-provisioning offers (their X25519 private keys).
     offers: provisioning::Offers,
+    /// The migration destination key pair, until an import consumes it.
+    destination: Option<Box<migration::DestinationKeyPair>>,
     counters: Counters,
     attestation: Box<dyn AttestationProvider>,
 }
@@ -95,6 +103,7 @@ impl core::fmt::Debug for TrustedCore {
             .field("esp_sas", &self.esp.live())
             .field("secrets", &self.secrets.live())
             .field("offers", &self.offers.len())
+            .field("destination_key", &self.destination.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +134,7 @@ impl TrustedCore {
             wrapped_keys: esp_wrapped::KeyRecord::default(),
             scratch: Zeroizing::new(vec![0u8; esp::SCRATCH_LEN]),
             offers: provisioning::Offers::default(),
+            destination: None,
             counters: Counters::default(),
             attestation,
         })
@@ -498,6 +508,166 @@ impl TrustedCore {
         self.esp.insert(sa).map(EspSaHandle)
     }
 
+    /// Exports everything this instance holds into a package whose data key is wrapped to
+    /// `wrap_spki` ([`crate::migration`]), then caps each outbound ESP SA at the sequence
+    /// number the destination will start above.
+    pub(crate) fn export_state(
+        &mut self,
+        wrap_spki: &[u8],
+        hash: OaepHash,
+        untrusted: &[u8],
+    ) -> Result<MigrationPackage> {
+        if untrusted.len() > MAX_UNTRUSTED_STATE {
+            return Err(Error::Migration { why: mwhy::TOO_LARGE });
+        }
+        // Refused before anything is made: a second destination would share the range.
+        if self.esp.entries().any(|sa| sa.direction() == Direction::Outbound && sa.seq_limited()) {
+            return Err(Error::Migration { why: mwhy::ALREADY_EXPORTED });
+        }
+        let measurement = self.attestation.measurement();
+        let hint = 64 * 1024 + untrusted.len();
+        let (mut package, data_key) =
+            PackageWriter::new(&self.rng, self.tenant, &measurement, hash, wrap_spki, hint)?;
+        let mut w = StateWriter(package.state());
+        w.u64(self.seal_counter);
+        w.count(self.secrets.live())?;
+        for (h, secret) in self.secrets.iter() {
+            w.u32(h).u8(secret.kind().code()).blob16(secret.encoding())?;
+        }
+        w.count(self.ike.live())?;
+        for (h, sa) in self.ike.iter() {
+            encode_ike_sa(&mut w, h, sa)?;
+        }
+        w.count(self.esp.live())?;
+        for (h, sa) in self.esp.iter() {
+            let keys = sa.raw_keys()?;
+            let suite = sa.suite();
+            let outbound = sa.direction() == Direction::Outbound;
+            let floor = if outbound { sa.last_seq().saturating_add(SEQ_MARGIN) } else { 0 };
+            w.u32(h).u32(sa.spi()).u8(u8::from(!outbound)).u8(u8::from(sa.esn()));
+            w.u16(suite.cipher.id()).u16(ike_keys::cipher_key_bits(suite.cipher));
+            w.u16(suite.integ.map_or(0, |i| i.id())).u64(floor);
+            w.key(keys.enc.as_slice())?.key(keys.integ.as_slice())?;
+        }
+        w.u64(untrusted.len() as u64);
+        w.0.extend_from_slice(untrusted);
+        let package = package.seal(&data_key)?;
+        drop(data_key);
+        // Only once the package exists: a failed export leaves the source as it was.
+        for sa in self.esp.entries_mut() {
+            if sa.direction() == Direction::Outbound {
+                sa.limit_seq(sa.last_seq().saturating_add(SEQ_MARGIN));
+            }
+        }
+        Ok(package)
+    }
+
+    /// Makes the ephemeral key pair an import opens its data key with (replacing, and so
+    /// destroying, an earlier one) and evidence binding its public key.
+    pub(crate) fn migration_destination_key(&mut self, bits: usize) -> Result<DestinationKey> {
+        let (pair, spki_der) = migration::DestinationKeyPair::generate(bits)?;
+        let report_data = destination_report_data(self.tenant, &spki_der);
+        let evidence = self.attestation.evidence(self.tenant, &report_data)?;
+        self.destination = Some(Box::new(pair));
+        Ok(DestinationKey { spki_der, evidence })
+    }
+
+    /// Opens a package with the destination key (consumed by this attempt once the
+    /// package's header names this tenant and measurement) and restores its state.
+    pub(crate) fn import_state(
+        &mut self,
+        package: &MigrationPackage,
+        wrapped: &[u8],
+    ) -> Result<MigrationRestore> {
+        if package.tenant() != self.tenant {
+            return Err(Error::Migration { why: mwhy::WRONG_TENANT });
+        }
+        let own = self.attestation.measurement();
+        if package.measurement() != own {
+            return Err(Error::MeasurementMismatch {
+                expected: Box::new(own),
+                got: Box::new(package.measurement()),
+            });
+        }
+        let pair = self.destination.take().ok_or(Error::Migration { why: mwhy::NO_DESTINATION_KEY })?;
+        let data_key = pair.unwrap(package.oaep_hash(), wrapped)?;
+        let state = migration::open_package(package, &data_key)?;
+        drop(data_key);
+        self.restore(&state)
+    }
+
+    /// Decodes a whole state first (every key checked as on its first install), then, if
+    /// the tables have room for all of it, installs it: an import is all or nothing.
+    fn restore(&mut self, state: &[u8]) -> Result<MigrationRestore> {
+        let mut r = StateReader(state);
+        let seal_counter = r.u64()?;
+        let malformed = || Error::Migration { why: mwhy::STATE_MALFORMED };
+        let mut secrets = Vec::new();
+        for _ in 0..r.u32()? {
+            let old = r.u32()?;
+            let kind = SecretKind::from_code(r.u8()?).ok_or_else(malformed)?;
+            secrets.push((old, Secret::load(kind, r.blob16()?, &self.rng)?));
+        }
+        let mut ikes = Vec::new();
+        for _ in 0..r.u32()? {
+            let old = r.u32()?;
+            let mut iv = [0u8; 8];
+            self.rng.fill(&mut iv).map_err(|_| Error::Random)?;
+            ikes.push((old, decode_ike_sa(&mut r, u64::from_be_bytes(iv))?));
+        }
+        let mut esps = Vec::new();
+        for _ in 0..r.u32()? {
+            let old = r.u32()?;
+            let spi = r.u32()?;
+            let dir = match r.u8()? {
+                0 => Direction::Outbound,
+                1 => Direction::Inbound(self.limits.inbound),
+                _ => return Err(malformed()),
+            };
+            let esn = match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(malformed()),
+            };
+            let suite = decode_suite(&mut r)?;
+            let floor = r.u64()?;
+            let (enc, integ) = (r.key()?, r.key()?);
+            if spi == 0 || enc.len() != suite.cipher.keymat_len() || integ.len() != suite.integ_key_len() {
+                return Err(malformed());
+            }
+            let keys = ike_keys::EspKeys {
+                enc: keybuf::KeyBuf::from_slice(enc)?,
+                integ: keybuf::KeyBuf::from_slice(integ)?,
+            };
+            let mut sa = EspSa::new(spi, dir, esn, suite, keys)?;
+            sa.raise_seq_floor(floor);
+            esps.push((old, sa));
+        }
+        let n = usize::try_from(r.u64()?).map_err(|_| malformed())?;
+        let untrusted_state = r.rest(n)?.to_vec();
+        r.finish()?;
+        if secrets.len() > self.secrets.room() || ikes.len() > self.ike.room() || esps.len() > self.esp.room()
+        {
+            return Err(Error::Migration { why: mwhy::NO_ROOM });
+        }
+        let mut out = MigrationRestore { untrusted_state, ..MigrationRestore::default() };
+        for (old, s) in secrets {
+            out.secrets.push((SecretHandle(old), SecretHandle(self.secrets.insert(s)?)));
+        }
+        for (old, sa) in ikes {
+            let sealed = sa.sealed_counter.unwrap_or(0);
+            out.ike_sas.push((IkeSaHandle(old), IkeSaHandle(self.ike.insert(sa)?)));
+            // The SA's SK_d blob must open here: its counter is above no floor of ours.
+            self.seal_counter = self.seal_counter.max(sealed);
+        }
+        for (old, sa) in esps {
+            out.esp_sas.push((EspSaHandle(old), EspSaHandle(self.esp.insert(sa)?)));
+        }
+        // Blobs sealed from now on must never reuse a counter the source issued.
+        self.seal_counter = self.seal_counter.max(seal_counter);
+        Ok(out)
+    }
+
     // ---- static ESP SAs from raw keys (`test-keys`; added for crates/esp) -------------------
     #[cfg(feature = "test-keys")]
     pub(crate) fn esp_sa_install_raw(
@@ -556,4 +726,100 @@ impl TrustedCore {
             integrity: sa.exported.integ.as_slice().to_vec(),
         })
     }
+}
+
+/// Role, PRF, suite, SPIs, seal state and keys of one IKE SA (format: [`crate::migration`]).
+fn encode_ike_sa(w: &mut StateWriter<'_>, handle: u32, sa: &IkeSa) -> Result<()> {
+    let flags = u8::from(sa.sk_d.is_some())
+        | u8::from(sa.sk_p.is_some()) << 1
+        | u8::from(sa.sealed_counter.is_some()) << 2;
+    w.u32(handle).u8(u8::from(sa.role == Role::Responder)).u16(sa.prf.id());
+    w.u16(sa.suite.cipher.id()).u16(ike_keys::cipher_key_bits(sa.suite.cipher));
+    w.u16(sa.suite.integ.map_or(0, |i| i.id())).u64(sa.spi_i).u64(sa.spi_r);
+    w.u8(flags).u64(sa.sealed_counter.unwrap_or(0));
+    w.key(sa.sk_ai.as_slice())?.key(sa.sk_ar.as_slice())?;
+    w.key(sa.sk_ei.as_slice())?.key(sa.sk_er.as_slice())?;
+    if let Some(d) = &sa.sk_d {
+        w.key(d.as_slice())?;
+    }
+    if let Some(p) = &sa.sk_p {
+        w.key(p.i.as_slice())?.key(p.r.as_slice())?;
+    }
+    Ok(())
+}
+
+/// Cipher ID, key bits and integrity ID, checked for consistency.
+fn decode_suite(r: &mut StateReader<'_>) -> Result<Suite> {
+    let malformed = Error::Migration { why: mwhy::STATE_MALFORMED };
+    let (id, bits) = (r.u16()?, r.u16()?);
+    let cipher = Cipher::from_id(id, bits).ok_or(malformed.clone())?;
+    let integ = match r.u16()? {
+        0 => None,
+        id => Some(Integ::from_id(id).ok_or(malformed.clone())?),
+    };
+    let suite = Suite { cipher, integ };
+    if suite.is_consistent() {
+        Ok(suite)
+    } else {
+        Err(malformed)
+    }
+}
+
+/// [`encode_ike_sa`]'s inverse; every key must have its algorithm's length. `next_iv`
+/// starts at a random point (top bit clear), as on a restore from a sealed blob: the
+/// source may still send under SK_e after the export.
+fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
+    let malformed = || Error::Migration { why: mwhy::STATE_MALFORMED };
+    let role = match r.u8()? {
+        0 => Role::Initiator,
+        1 => Role::Responder,
+        _ => return Err(malformed()),
+    };
+    let prf = Prf::from_id(r.u16()?).ok_or_else(malformed)?;
+    let suite = decode_suite(r)?;
+    let (spi_i, spi_r) = (r.u64()?, r.u64()?);
+    let flags = r.u8()?;
+    let counter = r.u64()?;
+    if flags & !7 != 0 || (flags & 1 != 0 && flags & 4 != 0) {
+        return Err(malformed());
+    }
+    let mut take = |len: usize| -> Result<&[u8]> {
+        let k = r.key()?;
+        if k.len() == len {
+            Ok(k)
+        } else {
+            Err(malformed())
+        }
+    };
+    let (alen, elen, plen) = (suite.integ_key_len(), suite.cipher.keymat_len(), prf.output_len());
+    let sk_ai = keybuf::KeyBuf::from_slice(take(alen)?)?;
+    let sk_ar = keybuf::KeyBuf::from_slice(take(alen)?)?;
+    let sk_ei = keybuf::KeyBuf::from_slice(take(elen)?)?;
+    let sk_er = keybuf::KeyBuf::from_slice(take(elen)?)?;
+    let sk_d = if flags & 1 != 0 { Some(Box::new(keybuf::KeyBuf::from_slice(take(plen)?)?)) } else { None };
+    let sk_p = if flags & 2 != 0 {
+        let sk_pi = keybuf::KeyBuf::from_slice(take(plen)?)?;
+        let sk_pr = keybuf::KeyBuf::from_slice(take(plen)?)?;
+        Some(Box::new(ike_keys::AuthKeys { i: sk_pi, r: sk_pr }))
+    } else {
+        None
+    };
+    if sk_d.is_none() && flags & 4 == 0 {
+        return Err(malformed());
+    }
+    Ok(IkeSa {
+        role,
+        prf,
+        suite,
+        spi_i,
+        spi_r,
+        sk_ai,
+        sk_ar,
+        sk_ei,
+        sk_er,
+        sk_d,
+        sk_p,
+        sealed_counter: (flags & 4 != 0).then_some(counter),
+        next_iv: next_iv & (u64::MAX >> 1),
+    })
 }

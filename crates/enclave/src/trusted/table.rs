@@ -104,6 +104,25 @@ impl<T> Table<T> {
         self.slots.iter().filter_map(|s| s.entry.as_deref())
     }
 
+    /// Live entries with their handles, in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            // Slot indices are 16-bit by construction (`insert`).
+            let index = u16::try_from(i).ok()?;
+            s.entry.as_deref().map(|e| (self.handle(index, s.generation), e))
+        })
+    }
+
+    /// Live entries, mutable.
+    pub(crate) fn entries_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().filter_map(|s| s.entry.as_deref_mut())
+    }
+
+    /// How many more entries fit.
+    pub(crate) fn room(&self) -> usize {
+        self.max - self.live
+    }
+
     /// Bytes of the slot and free-list arrays themselves (not the boxed entries).
     pub(crate) fn overhead_bytes(&self) -> usize {
         self.slots.capacity() * core::mem::size_of::<Slot<T>>()

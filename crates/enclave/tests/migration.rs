@@ -1,0 +1,331 @@
+//! State migration between enclaves (crates/enclave/src/migration.rs), both backends: a
+//! source with a live tunnel to an inline peer exports, a destination of the same
+//! measurement imports, and the peer keeps talking to the destination with the same keys.
+//! These tests wrap the data key straight to the destination (the enclave-only baseline);
+//! crates/migrate's tests put the HSM in between.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::cast_possible_truncation)]
+
+use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, Measurement, SoftwareAttestation};
+use cloister_enclave::migration::{
+    verify_destination, why, MigrationPackage, OaepHash, PACKAGE_HEADER_LEN, SEQ_MARGIN,
+};
+use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
+use cloister_enclave::provision::wrap_secret;
+use cloister_enclave::*;
+
+mod support;
+
+use support::{inner, lay_out};
+
+const PROV_KEY: [u8; 32] = [0x42; 32];
+const SUITE: Suite = Suite::aead(Cipher::AesGcm16_256);
+const CODE: &[u8] = b"cloister migration test enclave";
+const PSK: &[u8] = b"TOPSECRET migrating tenant PSK 0123456789";
+
+fn config(tenant: u32) -> EnclaveConfig {
+    EnclaveConfig {
+        tenant: TenantId(tenant),
+        provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
+        trusted_min_seal_counter: 0,
+        limits: Limits::default(),
+    }
+}
+
+fn platform_key() -> Vec<u8> {
+    SoftwareAttestation::generate_platform_key().unwrap().to_vec()
+}
+
+/// An inline enclave running "code" `code`, and its platform's public key.
+fn inline(tenant: u32, code: &[u8]) -> (InlineEnclave, Vec<u8>) {
+    let c = config(tenant);
+    let pk = platform_key();
+    let att = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(code.to_vec()), &c.measured_bytes()).unwrap();
+    let public = att.platform_public_key().to_vec();
+    (InlineEnclave::start(c, Box::new(att)).unwrap(), public)
+}
+
+/// A process enclave (this crate's child binary) and its platform's public key.
+fn process(tenant: u32) -> (ProcessEnclave, Vec<u8>) {
+    let pk = platform_key();
+    let spec = ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new());
+    let e = ProcessEnclave::start(spec, config(tenant), &pk).unwrap();
+    let public = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(vec![]), b"")
+        .unwrap()
+        .platform_public_key()
+        .to_vec();
+    (e, public)
+}
+
+/// The measurement an enclave attests to.
+fn measurement_of(e: &mut dyn Enclave, platform_public: &[u8]) -> Measurement {
+    let rd = [5u8; 64];
+    let ev = e.evidence(&rd).unwrap();
+    verify_software_evidence(&ev.bytes, platform_public, &rd).unwrap().measurement
+}
+
+struct Tunnel {
+    /// The migrating enclave's IKE SA and child SA (it is the initiator).
+    ike: IkeSaHandle,
+    sa: ChildSaPair,
+    psk: SecretHandle,
+    /// The peer's.
+    peer_ike: IkeSaHandle,
+    peer_sa: ChildSaPair,
+}
+
+fn tunnel(e: &mut dyn Enclave, peer: &mut InlineEnclave, tenant: u32) -> Tunnel {
+    let group = DhGroup::Curve25519;
+    let (ni, nr) = ([1u8; 32], [2u8; 32]);
+    let (mut ke_e, mut ke_p) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
+    let dh_e = e.dh_generate(group, &mut ke_e).unwrap();
+    let dh_p = peer.dh_generate(group, &mut ke_p).unwrap();
+    let params = |role| IkeSaParams {
+        role,
+        prf: Prf::HmacSha256,
+        suite: SUITE,
+        nonce_i: &ni,
+        nonce_r: &nr,
+        spi_i: 0x1111,
+        spi_r: 0x2222,
+    };
+    let ike = e.ike_sa_create(DhExchange { dh: dh_e, peer_public: &ke_p }, &params(Role::Initiator)).unwrap();
+    let peer_ike =
+        peer.ike_sa_create(DhExchange { dh: dh_p, peer_public: &ke_e }, &params(Role::Responder)).unwrap();
+    let child = |role, spi_inbound, spi_outbound| ChildSaParams {
+        role,
+        suite: SUITE,
+        esn: false,
+        nonce_i: &ni,
+        nonce_r: &nr,
+        spi_inbound,
+        spi_outbound,
+    };
+    let sa = e.child_sa_create(ike, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
+    let peer_sa =
+        peer.child_sa_create(peer_ike, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
+    let blob =
+        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(tenant), SecretKind::PreSharedKey, PSK)
+            .unwrap();
+    let psk = e.provision_secret(&blob).unwrap();
+    Tunnel { ike, sa, psk, peer_ike, peer_sa }
+}
+
+/// Encrypts one packet with `sa` at `seq`; on success the peer's `inbound` decrypts it.
+fn send(
+    e: &mut dyn Enclave,
+    sa: EspSaHandle,
+    seq: u64,
+    peer: &mut dyn Enclave,
+    inbound: EspSaHandle,
+) -> EspStatus {
+    let mut buf = vec![0u8; 2048];
+    let inn = inner(seq as usize, 100);
+    let len = lay_out(&mut buf, 0, &inn);
+    let mut st = [EspStatus::NotProcessed];
+    e.esp_batch(&mut buf, &[EspDescriptor::encrypt(sa, 0, len, seq)], &mut st).unwrap();
+    if st[0] != EspStatus::Ok {
+        return st[0];
+    }
+    peer.esp_batch(&mut buf, &[EspDescriptor::decrypt(inbound, 0, len, seq)], &mut st).unwrap();
+    assert_eq!(st[0], EspStatus::Ok, "the peer decrypts what was sent");
+    assert_eq!(&buf[16..116], &inn[..]);
+    EspStatus::Ok
+}
+
+fn auth(e: &mut dyn Enclave, ike: IkeSaHandle, psk: SecretHandle) -> Vec<u8> {
+    let input = AuthInput { real_message: b"IKE_SA_INIT", peer_nonce: &[2; 32], id_body: b"id" };
+    let mut out = [0u8; 64];
+    let (_, n) = e.auth_compute(ike, psk, AuthSpec::SharedKey, &input, &mut out).unwrap();
+    out[..n].to_vec()
+}
+
+fn new_handle<T: Copy + PartialEq>(pairs: &[(T, T)], old: T) -> T {
+    pairs.iter().find(|(o, _)| *o == old).map(|(_, n)| *n).expect("handle restored")
+}
+
+/// The whole move: tunnel, traffic, export to a verified destination key, import, and the
+/// peer talking to the destination with the migrated keys.
+fn migrate(
+    src: &mut dyn Enclave,
+    src_pk: &[u8],
+    dst: &mut dyn Enclave,
+    dst_pk: &[u8],
+    tenant: u32,
+    untrusted: &[u8],
+) {
+    let (mut peer, _) = inline(tenant, b"peer");
+    let t = tunnel(src, &mut peer, tenant);
+    for seq in 1..=3 {
+        assert_eq!(send(src, t.sa.outbound, seq, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
+    }
+    let src_auth = auth(src, t.ike, t.psk);
+
+    let key = dst.migration_destination_key(2048).unwrap();
+    let expected = measurement_of(src, src_pk);
+    verify_destination(&key, dst_pk, &expected, TenantId(tenant)).unwrap();
+    let package = src.export_state(&key.spki_der, OaepHash::Sha256, untrusted).unwrap();
+    assert!(!package.as_bytes().windows(16).any(|w| PSK.windows(16).any(|p| p == w)), "PSK in the clear");
+    // It crosses the untrusted side as bytes.
+    let package = MigrationPackage::from_bytes(package.into_bytes()).unwrap();
+    assert_eq!((package.tenant(), package.measurement()), (TenantId(tenant), expected));
+    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    assert_eq!(restored.untrusted_state, untrusted);
+    assert_eq!((restored.secrets.len(), restored.ike_sas.len(), restored.esp_sas.len()), (1, 1, 2));
+
+    // The destination sends above the source's range only; the peer decrypts it.
+    let out = new_handle(&restored.esp_sas, t.sa.outbound);
+    assert_eq!(send(dst, out, 4, &mut peer, t.peer_sa.inbound), EspStatus::SeqNotIncreasing);
+    let first = 3 + SEQ_MARGIN + 1;
+    assert_eq!(send(dst, out, first, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
+    // The source keeps serving within its range, never into the destination's.
+    assert_eq!(send(src, t.sa.outbound, 4, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
+    assert_eq!(send(src, t.sa.outbound, first, &mut peer, t.peer_sa.inbound), EspStatus::SeqExhausted);
+    // The peer's traffic decrypts at the destination.
+    let inb = new_handle(&restored.esp_sas, t.sa.inbound);
+    assert_eq!(send(&mut peer, t.peer_sa.outbound, 1, dst, inb), EspStatus::Ok);
+
+    // IKE: the destination's SK payloads open at the peer, and the PSK computes the same AUTH.
+    let ike = new_handle(&restored.ike_sas, t.ike);
+    let payloads = b"INFORMATIONAL after the move";
+    let layout = SUITE.sk_layout(payloads.len());
+    let mut msg = vec![0xAB; 32 + layout.body_len(payloads.len())];
+    msg[32 + layout.iv_len..][..payloads.len()].copy_from_slice(payloads);
+    dst.sk_encrypt(ike, &mut msg, 32, payloads.len()).unwrap();
+    let r = peer.sk_decrypt(t.peer_ike, &mut msg, 32).unwrap();
+    assert_eq!(&msg[r], payloads);
+    let psk = new_handle(&restored.secrets, t.psk);
+    assert_eq!(dst.secret_kind(psk), Ok(SecretKind::PreSharedKey));
+    assert_eq!(auth(dst, ike, psk), src_auth);
+
+    // The destination key was single use.
+    assert_eq!(
+        dst.import_state(&package, package.wrapped_data_key()).map(|_| ()),
+        Err(Error::Migration { why: why::NO_DESTINATION_KEY })
+    );
+    // A second export would hand the same sending range to another destination.
+    let again = dst.migration_destination_key(2048).unwrap();
+    assert_eq!(
+        src.export_state(&again.spki_der, OaepHash::Sha256, b"").map(|_| ()),
+        Err(Error::Migration { why: why::ALREADY_EXPORTED })
+    );
+}
+
+#[test]
+fn inline_state_moves_with_its_keys_and_sequence_numbers() {
+    let (mut src, src_pk) = inline(7, CODE);
+    let (mut dst, dst_pk) = inline(7, CODE);
+    let untrusted: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    migrate(&mut src, &src_pk, &mut dst, &dst_pk, 7, &untrusted);
+}
+
+#[test]
+fn process_state_moves_with_its_keys_and_sequence_numbers() {
+    let (mut src, src_pk) = process(9);
+    let (mut dst, dst_pk) = process(9);
+    migrate(&mut src, &src_pk, &mut dst, &dst_pk, 9, b"replay windows and IKE SA metadata");
+}
+
+/// A source holding one PSK, a destination of the same measurement with a fresh key, and
+/// a package for it.
+fn psk_package(tenant: u32) -> (InlineEnclave, MigrationPackage) {
+    let (mut src, _) = inline(tenant, CODE);
+    let blob =
+        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(tenant), SecretKind::PreSharedKey, PSK)
+            .unwrap();
+    src.provision_secret(&blob).unwrap();
+    let (mut dst, _) = inline(tenant, CODE);
+    let key = dst.migration_destination_key(2048).unwrap();
+    let package = src.export_state(&key.spki_der, OaepHash::Sha1, b"OPAQUE-GATEWAY-STATE").unwrap();
+    (dst, package)
+}
+
+fn refusal(why: &'static str) -> Result<()> {
+    Err(Error::Migration { why })
+}
+
+#[test]
+fn truncated_and_malformed_packages_are_refused_by_their_header() {
+    let (_, package) = psk_package(3);
+    let bytes = package.as_bytes().to_vec();
+    let parse = |b: &[u8]| MigrationPackage::from_bytes(b.to_vec()).map(|_| ());
+    for n in [0, 4, PACKAGE_HEADER_LEN - 1, PACKAGE_HEADER_LEN + 10, bytes.len() - 1] {
+        assert_eq!(parse(&bytes[..n]), refusal(why::TRUNCATED), "cut at {n}");
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert_eq!(parse(&longer), refusal(why::MALFORMED));
+    let mut b = bytes.clone();
+    b[0] ^= 1;
+    assert_eq!(parse(&b), refusal(why::MALFORMED));
+    let mut b = bytes.clone();
+    b[4] = 2;
+    assert_eq!(parse(&b), refusal(why::VERSION));
+    let mut b = bytes.clone();
+    b[5] = 9;
+    assert_eq!(parse(&b), refusal(why::MALFORMED));
+    // A body length that overflows is malformed, not a panic.
+    let mut b = bytes;
+    b[76..84].copy_from_slice(&u64::MAX.to_be_bytes());
+    assert!(parse(&b).is_err());
+}
+
+#[test]
+fn tampered_packages_and_wrong_keys_are_refused_and_spend_the_destination_key() {
+    // A flipped bit anywhere after the header's checks: wrapped key, body, tag.
+    for at in [PACKAGE_HEADER_LEN + 3, PACKAGE_HEADER_LEN + 256 + 2, usize::MAX] {
+        let (mut dst, package) = psk_package(3);
+        let mut b = package.as_bytes().to_vec();
+        let i = if at == usize::MAX { b.len() - 1 } else { at };
+        b[i] ^= 0x40;
+        let tampered = MigrationPackage::from_bytes(b).unwrap();
+        let r = dst.import_state(&tampered, tampered.wrapped_data_key()).map(|_| ());
+        let want = if i < PACKAGE_HEADER_LEN + 256 { why::KEY_UNWRAP } else { why::NO_DECRYPT };
+        assert_eq!(r, refusal(want), "flipped byte {i}");
+        // The attempt consumed the key: the genuine package no longer opens here.
+        assert_eq!(
+            dst.import_state(&package, package.wrapped_data_key()).map(|_| ()),
+            refusal(why::NO_DESTINATION_KEY)
+        );
+    }
+    // A data key wrapped to another key.
+    let (mut dst, package) = psk_package(3);
+    assert_eq!(dst.import_state(&package, &[7u8; 256]).map(|_| ()), refusal(why::KEY_UNWRAP));
+    assert!(dst.counters().error(ErrorKind::BlobRejected) >= 1);
+}
+
+#[test]
+fn another_measurement_or_tenant_cannot_import() {
+    let (_, package) = psk_package(3);
+    let (mut other_code, _) = inline(3, b"other enclave code");
+    other_code.migration_destination_key(2048).unwrap();
+    assert!(matches!(
+        other_code.import_state(&package, package.wrapped_data_key()),
+        Err(Error::MeasurementMismatch { .. })
+    ));
+    let (mut other_tenant, _) = inline(4, CODE);
+    other_tenant.migration_destination_key(2048).unwrap();
+    assert_eq!(
+        other_tenant.import_state(&package, package.wrapped_data_key()).map(|_| ()),
+        refusal(why::WRONG_TENANT)
+    );
+    // A source refuses to wrap to keys that are not RSA of 2048..=4096 bits.
+    let (mut src, src_pk) = inline(3, CODE);
+    assert_eq!(src.export_state(b"not a key", OaepHash::Sha1, b"").map(|_| ()), refusal(why::WRAP_KEY));
+    // Evidence of the wrong measurement is caught before anything is wrapped.
+    let (mut dst, dst_pk) = inline(3, b"other enclave code");
+    let key = dst.migration_destination_key(2048).unwrap();
+    let expected = measurement_of(&mut src, &src_pk);
+    assert!(matches!(
+        verify_destination(&key, &dst_pk, &expected, TenantId(3)),
+        Err(Error::MeasurementMismatch { .. })
+    ));
+}
+
+#[test]
+fn nothing_secret_in_debug_output() {
+    let (mut dst, package) = psk_package(3);
+    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    let text = format!("{package:?} {restored:?} {dst:?}");
+    assert!(!text.contains("TOPSECRET") && !text.contains("OPAQUE-GATEWAY-STATE"), "{text}");
+}
