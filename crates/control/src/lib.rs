@@ -21,6 +21,7 @@ pub mod client;
 pub mod config;
 mod error;
 mod http;
+pub mod log;
 mod metrics;
 pub mod platform;
 mod released;

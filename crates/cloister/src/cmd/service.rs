@@ -22,6 +22,26 @@ pub(crate) struct ServeArgs {
     /// The service's configuration (TOML): `[service]` and `[tenants.NAME]`.
     #[arg(long)]
     config: PathBuf,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+/// How `serve` and `cas` log.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct LogArgs {
+    /// `text` (one line per event) or `json` (one object per line, tenant as a field).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+impl LogArgs {
+    /// Installs the tracing subscriber (stdout, INFO and up) and returns the service's log.
+    fn install(&self) -> control::tenant::Log {
+        let b = tracing_subscriber::fmt().with_ansi(false).with_writer(std::io::stdout);
+        // A second install (never in the CLI) keeps the first; the log still works.
+        let _ = if self.log_format == "json" { b.json().try_init() } else { b.try_init() };
+        control::log::to_tracing()
+    }
 }
 
 /// Where the API is and how to authenticate.
@@ -48,23 +68,23 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Blocked before any thread starts, so every thread inherits the mask.
     let signals = cio::signal::Signals::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
     let program = std::env::current_exe().context("finding this binary for the enclave processes")?;
-    let log: control::tenant::Log = Arc::new(|line: &str| println!("{line}"));
-    let service = Service::start(config, &dir, program, log)?;
+    let log = args.log.install();
+    let service = Service::start(config, &dir, program, Arc::clone(&log))?;
     let signal = loop {
         match signals.wait(Duration::from_millis(500))? {
             Some(libc::SIGHUP) => match ServiceConfig::load(&args.config) {
                 Ok(c) => {
                     if let Err(e) = service.reload(c) {
-                        println!("reload refused: {e}");
+                        log(&format!("reload refused: {e}"));
                     }
                 }
-                Err(e) => println!("reload refused: {e}"),
+                Err(e) => log(&format!("reload refused: {e}")),
             },
             Some(s) => break s,
             None => {}
         }
     };
-    println!("service: {}, stopping", cio::signal::Signals::name(signal));
+    log(&format!("service: {}, stopping", cio::signal::Signals::name(signal)));
     service.stop();
     Ok(())
 }
@@ -359,6 +379,8 @@ pub(crate) struct CasArgs {
     /// The CAS's configuration (TOML): `[cas]`, `[gateways.NAME]`, `[tenants.NAME]`.
     #[arg(long)]
     config: PathBuf,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 /// Runs `cloister cas`: the configuration and attestation service, until SIGINT/SIGTERM;
@@ -367,13 +389,13 @@ pub(crate) fn cas(args: CasArgs) -> anyhow::Result<()> {
     use control::cas::{Cas, CasConfig};
     let config = CasConfig::load(&args.config).with_context(|| format!("{}", args.config.display()))?;
     let signals = cio::signal::Signals::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-    let log: control::tenant::Log = Arc::new(|line: &str| println!("{line}"));
-    let cas = Cas::start(config, log)?;
+    let log = args.log.install();
+    let cas = Cas::start(config, Arc::clone(&log))?;
     let signal = loop {
         match signals.wait(Duration::from_millis(500))? {
             Some(libc::SIGHUP) => match CasConfig::load(&args.config) {
                 Ok(c) => cas.reload(c),
-                Err(e) => println!("cas: reload refused: {e}"),
+                Err(e) => log(&format!("cas: reload refused: {e}")),
             },
             Some(s) => break s,
             None => {}
