@@ -148,6 +148,9 @@ workers = 1
 local_addrs = ["$R_ADDR"]
 remote_addrs = ["%any"]
 proposals = ["$suite"]
+# Every load-generated tunnel uses one identity: INITIAL_CONTACT must not replace the others
+# (the strongSwan responder below is configured the same way).
+unique = "never"
 local = { auth = "psk", id = "$GW_ID", secret = "psk" }
 remote = { auth = "psk", id = "%any" }
 children.net = { local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.0.0/16"], esp_proposals = ["$esp"] }

@@ -9,6 +9,8 @@
 //! over_time = "24m"                        # hard IKE lifetime = rekey_time + over_time
 //! dpd_delay = "30s"                        # liveness check after this much silence; 0 = off
 //! encap = false                            # force UDP encapsulation (fake NAT detection)
+//! unique = "no"                            # "no": a peer's INITIAL_CONTACT replaces its other
+//!                                          # IKE SAs (RFC 7296 §2.4); "never": it does not
 //!
 //! [connections.site-b.local]
 //! auth = "psk"
@@ -88,6 +90,19 @@ pub struct SecretRef {
     pub file: Option<String>,
 }
 
+/// Uniqueness of a peer's IKE SAs, in strongSwan's words (`unique`); its `keep` and
+/// `replace`, which act without INITIAL_CONTACT, are not offered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Unique {
+    /// A peer's IKE_AUTH with INITIAL_CONTACT replaces its other IKE SAs of the connection
+    /// with the same identity (RFC 7296 §2.4; strongSwan's default).
+    #[default]
+    No,
+    /// INITIAL_CONTACT is ignored: one identity may hold many IKE SAs (load generators,
+    /// a shared identity on many appliances).
+    Never,
+}
+
 /// One IKE connection to a peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connection {
@@ -107,6 +122,8 @@ pub struct Connection {
     pub dpd_delay: Option<Duration>,
     /// Force UDP encapsulation by faking NAT detection (strongSwan's `encap`).
     pub encap: bool,
+    /// What a peer's INITIAL_CONTACT does to its other IKE SAs (strongSwan's `unique`).
+    pub unique: Unique,
     /// Our identity.
     pub local_id: Identification,
     /// The identity the peer must prove; `None` accepts any.
@@ -195,6 +212,7 @@ struct RawConnection {
     dpd_delay: Option<RawDuration>,
     #[serde(default)]
     encap: bool,
+    unique: Option<String>,
     local: Option<RawLocal>,
     remote: Option<RawRemote>,
     #[serde(default)]
@@ -478,6 +496,17 @@ impl Connection {
         if rekey_time.is_zero() {
             return Err(invalid("rekey_time", "0", "an IKE SA needs a positive rekey time"));
         }
+        let unique = match c.unique.as_deref() {
+            None | Some("no") => Unique::No,
+            Some("never") => Unique::Never,
+            Some(other) => {
+                return Err(invalid(
+                    "unique",
+                    other,
+                    "\"no\" or \"never\" (keep and replace are not supported)",
+                ))
+            }
+        };
 
         let local = c.local.ok_or(Error::MissingField {
             connection: name.clone(),
@@ -507,6 +536,7 @@ impl Connection {
             over_time,
             dpd_delay,
             encap: c.encap,
+            unique,
             local_id: sides.local_id,
             remote_id: sides.remote_id,
             local_auth: sides.local_auth,

@@ -206,12 +206,16 @@ impl<E: Enclave> Endpoint<E> {
             why: "initiating needs our own address",
         })?;
         let id = self.new_spi()?;
+        // §2.4: only an IKE SA begun while the connection has no other says it is the only
+        // one; a second one would make the peer drop the first.
+        let initial_contact = !self.sas.values().any(|s| s.connection() == conn.name);
         let new = NewSa {
             id,
             conn,
             secret,
             local: SocketAddr::new(local, IKE_PORT),
             remote: SocketAddr::new(remote, IKE_PORT),
+            initial_contact,
         };
         let sa = IkeSa::initiate(&mut self.ctx(now), new)?;
         self.sas.insert(id.0, sa);
@@ -350,6 +354,32 @@ impl<E: Enclave> Endpoint<E> {
     }
 
     /// Runs `f` on one SA, then forgets the SA if it is gone.
+    /// For each IKE SA just established with INITIAL_CONTACT, drops the other established
+    /// IKE SAs of its connection with the same authenticated peer identity (§2.4).
+    fn initial_contacts(&mut self, now: Instant) {
+        for new in std::mem::take(&mut self.out.initial_contacts) {
+            let Some(sa) = self.sas.get(&new.0) else { continue };
+            if sa.unique() == crate::config::Unique::Never {
+                continue;
+            }
+            let Some(who) = sa.peer_auth().map(|p| p.identity.clone()) else { continue };
+            let conn = sa.connection().to_owned();
+            let old: Vec<u64> = self
+                .sas
+                .iter()
+                .filter(|(id, s)| {
+                    **id != new.0
+                        && s.connection() == conn
+                        && s.peer_auth().is_some_and(|p| p.identity == who)
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in old {
+                self.with_sa(now, id, |sa, ctx| sa.supersede(ctx));
+            }
+        }
+    }
+
     fn with_sa<R>(
         &mut self,
         now: Instant,
@@ -375,6 +405,7 @@ impl<E: Enclave> Endpoint<E> {
             new.start(&mut self.ctx(now));
             self.sas.insert(new.id().0, new);
         }
+        self.initial_contacts(now);
         for handoff in std::mem::take(&mut self.out.handoffs) {
             let to = handoff.to;
             match self.sas.remove(&to.0) {
@@ -493,7 +524,7 @@ impl<E: Enclave> Endpoint<E> {
         };
         let init =
             AcceptedInit { datagram: data, message, choice, number, ke: &ke.data, nonce_i: &nonce.data };
-        let new = NewSa { id, conn, secret, local: to, remote: from };
+        let new = NewSa { id, conn, secret, local: to, remote: from, initial_contact: false };
         match IkeSa::respond(&mut self.ctx(now), new, &init) {
             Ok(ike_sa) => {
                 self.sas.insert(id.0, ike_sa);

@@ -108,6 +108,9 @@ pub enum DeleteReason {
     Rekeyed,
     /// Its hard lifetime (`rekey_time + over_time`) ran out before a rekey succeeded.
     Expired,
+    /// The peer established a new IKE SA between the same identities with INITIAL_CONTACT
+    /// (RFC 7296 §2.4): it has lost this one, which was dropped without a Delete.
+    Superseded,
 }
 
 /// When the data plane moves a rekeyed child's outbound traffic to the new SA.

@@ -50,7 +50,7 @@ pub mod ts;
 
 pub use auth::{AuthPolicy, HashAlgorithm, SignatureFamily, SignaturePolicy};
 pub use cert::{CertError, Certificate};
-pub use config::{ChildConfig, Config, Connection, VolumeLimits};
+pub use config::{ChildConfig, Config, Connection, Unique, VolumeLimits};
 pub use endpoint::{Endpoint, EndpointConfig};
 pub use error::{Error, Result, Side};
 pub use event::{

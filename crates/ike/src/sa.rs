@@ -78,6 +78,9 @@ pub(crate) struct Output {
     pub(crate) new_sas: Vec<IkeSa>,
     /// Child SAs moving to a rekeyed IKE SA's successor, for the endpoint to deliver.
     pub(crate) handoffs: Vec<Handoff>,
+    /// IKE SAs just established as responder whose IKE_AUTH carried INITIAL_CONTACT
+    /// (RFC 7296 §2.4): the endpoint drops the other IKE SAs between the same identities.
+    pub(crate) initial_contacts: Vec<SaId>,
 }
 
 impl Output {
@@ -261,6 +264,9 @@ pub(crate) struct Core {
     collision: Option<child::Collision>,
     created: Instant,
     last_heard: Instant,
+    /// Our IKE_AUTH request says INITIAL_CONTACT (§2.4): we initiate it while holding no
+    /// other established IKE SA of its connection.
+    initial_contact: bool,
 }
 
 /// One IKE SA.
@@ -617,6 +623,8 @@ struct Inner<'a> {
     ts_i: Option<&'a TrafficSelectors>,
     ts_r: Option<&'a TrafficSelectors>,
     error: Option<NotifyType>,
+    /// The initiator says this is its only IKE SA with us (§2.4).
+    initial_contact: bool,
     /// Every CERT payload, in order.
     certs: Vec<&'a wire::ike::Certificate>,
 }
@@ -634,6 +642,7 @@ impl<'a> Inner<'a> {
                 Payload::TsResponder(t) => s.ts_r = s.ts_r.or(Some(t)),
                 Payload::Certificate(c) => s.certs.push(c),
                 Payload::Notify(n) if n.ty.is_error() => s.error = s.error.or(Some(n.ty)),
+                Payload::Notify(n) if n.ty == NotifyType::INITIAL_CONTACT => s.initial_contact = true,
                 _ => {}
             }
         }
@@ -680,6 +689,8 @@ pub(crate) struct NewSa {
     pub(crate) secret: SecretHandle,
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
+    /// Whether to send INITIAL_CONTACT (initiator only).
+    pub(crate) initial_contact: bool,
 }
 
 /// A validated IKE_SA_INIT request the responder accepts.
@@ -731,6 +742,7 @@ impl IkeSa {
                 collision: None,
                 created: ctx.now,
                 last_heard: ctx.now,
+                initial_contact: new.initial_contact,
             },
             state: State::Deleted,
         };
@@ -827,6 +839,7 @@ impl IkeSa {
                 collision: None,
                 created: ctx.now,
                 last_heard: ctx.now,
+                initial_contact: false,
             },
             state: State::ExpectAuthRequest(ExpectAuthRequest {
                 ike,
@@ -858,6 +871,11 @@ impl IkeSa {
     /// The connection's name.
     pub fn connection(&self) -> &str {
         &self.core.conn.name
+    }
+
+    /// What the peer's INITIAL_CONTACT does to its other IKE SAs (the connection's setting).
+    pub fn unique(&self) -> crate::config::Unique {
+        self.core.conn.unique
     }
 
     /// Whether we initiated it.
@@ -939,6 +957,16 @@ impl IkeSa {
     /// Whether the SA is half-open (responder, before IKE_AUTH).
     pub(crate) fn is_half_open(&self) -> bool {
         matches!(self.state, State::ExpectAuthRequest(_))
+    }
+
+    /// Drops an established SA without an exchange: the peer's INITIAL_CONTACT on a newer
+    /// IKE SA between the same identities says it has lost this one (RFC 7296 §2.4), so a
+    /// Delete would go unanswered. Other states are left alone.
+    pub(crate) fn supersede<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) {
+        if let State::Established(st) = &self.state {
+            let ike = st.ike;
+            self.state = self.core.delete_established(ctx, ike, DeleteReason::Superseded);
+        }
     }
 
     /// Whether the endpoint should forget the SA.
@@ -1587,7 +1615,9 @@ impl ExpectAuthResponse {
         };
         let mut inner = vec![Payload::IdInitiator(id_i)];
         inner.extend(authenticate::certs(&core.conn));
-        inner.push(Payload::Notify(Notify::new(NotifyType::INITIAL_CONTACT, vec![])));
+        if core.initial_contact {
+            inner.push(Payload::Notify(Notify::new(NotifyType::INITIAL_CONTACT, vec![])));
+        }
         inner.extend(authenticate::certreq(&core.conn));
         if let Some(id_r) = &core.conn.remote_id {
             inner.push(Payload::IdResponder(id_r.clone()));
@@ -1812,6 +1842,9 @@ impl ExpectAuthRequest {
         };
         ctx.out.events.push_back(core.established_event(choice, id_i.clone(), report));
         ctx.out.events.extend(events);
+        if found.initial_contact {
+            ctx.out.initial_contacts.push(core.id);
+        }
         State::Established(Established { ike, choice, sealed_sk_d, sealed_state })
     }
 

@@ -879,3 +879,73 @@ fn a_rekey_of_a_child_being_deleted_is_told_to_wait() {
     }
     assert_eq!(p.i.counters().dropped_total() + p.r.counters().dropped_total(), 0);
 }
+
+#[test]
+fn initial_contact_from_a_restarted_peer_drops_its_old_ike_sas_without_a_delete() {
+    let (ike, esp) = ("aes256gcm16-prfsha256-ecp256", "aes256gcm16");
+    let mut p = Pair::with_proposals(ike, esp);
+    p.connect();
+    // A second IKE SA of the same connection while the first is up: it must not claim to be
+    // the only one (no INITIAL_CONTACT), so the responder keeps both.
+    p.connect();
+    let old = Pair::established(&p.r_events);
+    assert_eq!(old.len(), 2, "{:?}", p.r_events);
+    for sa in &old {
+        assert_eq!(p.r.ike_sa(*sa).unwrap().state(), IkeSaState::Established);
+    }
+    assert!(!p.r_events.iter().any(|e| matches!(e, Event::IkeSaDeleted { .. })));
+
+    // The initiator restarts (a fresh engine and enclave, same identity) and connects again:
+    // its IKE_AUTH says INITIAL_CONTACT, and the responder drops both old IKE SAs and their
+    // child SAs at once, without an exchange the lost peer could not answer.
+    p.i = endpoint(&initiator_config(ike, esp), PSK, EndpointConfig::default());
+    p.i_events.clear();
+    let before = p.log.len();
+    p.connect();
+    let exchanges: Vec<X> = p.log[before..].iter().map(|w| w.message().header.exchange_type).collect();
+    assert_eq!(exchanges, [X::IKE_SA_INIT, X::IKE_SA_INIT, X::IKE_AUTH, X::IKE_AUTH]);
+    let new = Pair::established(&p.r_events);
+    assert_eq!(new.len(), 3);
+    assert_eq!(p.r.ike_sa(new[2]).unwrap().state(), IkeSaState::Established);
+    for sa in &old {
+        assert!(p.r.ike_sa(*sa).is_none(), "old IKE SA {sa:?} kept");
+        assert!(
+            p.r_events.iter().any(
+                |e| matches!(e, Event::IkeSaDeleted { sa: s, reason: DeleteReason::Superseded } if s == sa)
+            ),
+            "{:?}",
+            p.r_events
+        );
+    }
+    let deleted_children = p.r_events.iter().filter(|e| matches!(e, Event::ChildSaDeleted { .. })).count();
+    assert_eq!(deleted_children, 2, "{:?}", p.r_events);
+    // The new tunnel works.
+    let (ci, cr) = (Pair::ready(&p.i_events), Pair::ready(&p.r_events));
+    let cr = cr.last().unwrap().clone();
+    esp_round_trip(p.i.enclave_mut(), &ci[0], p.r.enclave_mut(), &cr);
+}
+
+#[test]
+fn with_unique_never_initial_contact_replaces_nothing() {
+    let (ike, esp) = ("aes256gcm16-prfsha256-ecp256", "aes256gcm16");
+    let responder = responder_config(ike, esp)
+        .replace("remote_addrs = [\"%any\"]\n", "remote_addrs = [\"%any\"]\nunique = \"never\"\n");
+    let mut p = Pair::new(
+        endpoint(&initiator_config(ike, esp), PSK, EndpointConfig::default()),
+        endpoint(&responder, PSK, EndpointConfig::default()),
+    );
+    p.connect();
+    // A restarted initiator with the same identity: both IKE SAs stay at the responder.
+    p.i = endpoint(&initiator_config(ike, esp), PSK, EndpointConfig::default());
+    p.connect();
+    let all = Pair::established(&p.r_events);
+    assert_eq!(all.len(), 2);
+    for sa in all {
+        assert_eq!(p.r.ike_sa(sa).unwrap().state(), IkeSaState::Established);
+    }
+    assert!(!p.r_events.iter().any(|e| matches!(e, Event::IkeSaDeleted { .. })), "{:?}", p.r_events);
+    let bad = responder_config(ike, esp)
+        .replace("remote_addrs = [\"%any\"]\n", "remote_addrs = [\"%any\"]\nunique = \"replace\"\n");
+    let err = cloister_ike::Config::from_toml(&bad).unwrap_err().to_string();
+    assert!(err.contains("unique") && err.contains("never"), "{err}");
+}

@@ -35,6 +35,8 @@ pub struct PeerAuth {
     pub scheme: Option<SignatureScheme>,
     /// Its validated certificate, for public-key authentication.
     pub certificate: Option<Certificate>,
+    /// The identity it authenticated as (its IDi or IDr).
+    pub identity: Identification,
 }
 
 /// The hashes the peer announced in its IKE_SA_INIT message, if it did.
@@ -116,7 +118,12 @@ pub(super) fn verify_peer<E: Enclave>(
         AuthPolicy::Psk => {
             let credential = PeerCredential::SharedKey(core.secret);
             return match ctx.enclave.auth_verify(ike, credential, auth.method.0, &auth.data, input) {
-                Ok(v) => Ok(PeerAuth { method: v.method, scheme: v.scheme, certificate: None }),
+                Ok(v) => Ok(PeerAuth {
+                    method: v.method,
+                    scheme: v.scheme,
+                    certificate: None,
+                    identity: id.clone(),
+                }),
                 Err(_) => Err(bad_auth),
             };
         }
@@ -142,5 +149,10 @@ pub(super) fn verify_peer<E: Enclave>(
     if !policy.accepts(key.kind, &verified) {
         return Err(Error::AuthMethodRefused { method: auth.method.0 });
     }
-    Ok(PeerAuth { method: verified.method, scheme: verified.scheme, certificate: Some(theirs) })
+    Ok(PeerAuth {
+        method: verified.method,
+        scheme: verified.scheme,
+        certificate: Some(theirs),
+        identity: id.clone(),
+    })
 }

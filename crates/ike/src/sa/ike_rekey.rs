@@ -201,6 +201,7 @@ fn successor<E: Enclave>(
         collision: None,
         created: ctx.now,
         last_heard: ctx.now,
+        initial_contact: false,
     };
     let state = State::Established(Established { ike, choice, sealed_sk_d, sealed_state });
     Ok((IkeSa { core: new, state }, seal))
