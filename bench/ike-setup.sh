@@ -17,7 +17,9 @@
 # Knobs (environment): ROUNDS (3), SETUPS (10 single setups per measurement), RATE_MODP (150),
 # RATE_X25519 (400) tunnels per rate burst, LT_DELAY_MS (0: the plugin's delay between
 # initiations), WINDOW (32, ike-load), HOLD (1000; 0 skips), TIMEOUT (60 s per measurement),
-# INLINE (1: also the gateway with enclave = "inline", the reference for the enclave's cost).
+# INLINE (1: also the gateway with enclave = "inline", the reference for the enclave's cost),
+# SUITE (modp3072 or x25519: that suite only), IKE_LOAD (1; 0: the load-tester only), KEEP
+# (0; 1: keep the scratch directory with each burst's logs and counters, initiator at ike=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,6 +36,17 @@ HOLD=${HOLD:-1000}
 TIMEOUT=${TIMEOUT:-60}
 INLINE=${INLINE:-1}
 SUITES=(aes256-sha256-modp3072 aes256gcm16-prfsha256-x25519)
+# SUITE=modp3072 or SUITE=x25519 measures that suite only.
+case ${SUITE:-} in
+  "") ;;
+  modp3072) SUITES=(aes256-sha256-modp3072) ;;
+  x25519) SUITES=(aes256gcm16-prfsha256-x25519) ;;
+  *) echo "SUITE must be modp3072 or x25519" >&2; exit 1 ;;
+esac
+# KEEP=1 keeps the scratch directory (configurations, logs) and prints its path.
+KEEP=${KEEP:-0}
+# IKE_LOAD=0 skips the `cloister ike-load` measurements (load-tester only).
+IKE_LOAD=${IKE_LOAD:-1}
 PSK='Vb4r-Qe8t-Mn2z-Kx7w-Hj5d-Lp3s-Fg9c-Ty6u'
 I_ADDR=198.18.0.1
 R_ADDR=198.18.0.2
@@ -85,7 +98,7 @@ cleanup() {
   for pid in "${started[@]}"; do stop_pid "$pid"; done
   ip netns del "$NS_I" 2>/dev/null
   ip netns del "$NS_R" 2>/dev/null
-  rm -rf "$tmp"
+  if ((KEEP)); then echo "scratch kept in $tmp" >&2; else rm -rf "$tmp"; fi
   exit "$rc"
 }
 trap cleanup EXIT
@@ -112,7 +125,9 @@ wait_until() {
   return 1
 }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors ... (/proc/net/snmp)
 udp_rcvbuf_errors() { ip netns exec "$1" awk '/^Udp:/ {n++; if (n == 2) print $6}' /proc/net/snmp; }
+udp_in_errors() { ip netns exec "$1" awk '/^Udp:/ {n++; if (n == 2) print $4}' /proc/net/snmp; }
 kv() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | head -1; }
 
 # ---- Cloister's gateway as responder ---------------------------------------------------
@@ -298,6 +313,8 @@ charon {
     main { path = $lt_conf_dir/charon.log
       time_format = %s
       default = 0
+      # KEEP=1: which requests are retransmitted (message ID 0: IKE_SA_INIT, 1: IKE_AUTH).
+      ike = $((KEEP ? 1 : 0))
     }
   }
 }
@@ -358,6 +375,8 @@ measure() { # ROUND RESPONDER SUITE
   start_responder "$who" "$suite"
   start_load_tester "$suite"
   drops0=$(udp_rcvbuf_errors "$NS_R")
+  local idrops0 idrops
+  idrops0=$(udp_in_errors "$NS_I")
   for ((k = 0; k < SETUPS; k++)); do
     line=$(ldt 1 0)
     [ "$(kv "$line" established)" = 1 ] || { note "round $round $s $who: a single load-tester setup failed: $line"; continue; }
@@ -370,18 +389,30 @@ measure() { # ROUND RESPONDER SUITE
   sleep 0.5
   children=$(children_of "$who")
   drops=$(($(udp_rcvbuf_errors "$NS_R") - drops0))
+  # The initiator's socket overflows too when answers come back to back (InErrors counts
+  # RcvbufErrors and checksum errors): the gateway once sent a batch's answers at once.
+  idrops=$(($(udp_in_errors "$NS_I") - idrops0))
   [ "$est" = "$n" ] && add "lt_rate_${who}_$s" "$(kv "$line" rate)"
   local cookies=""
   [ "$who" = strongswan ] || cookies=" cookies $(cl_cookies)"
-  printf 'round %s %-8s %-15s load-tester: setup ms p50 %s; burst %s: %s/%s in %s s = %s/s, %s retransmits, %s responder UDP drops, %s child SAs%s\n' \
+  if ((KEEP)); then
+    cp "$R_LOG" "$tmp/r$round-$s-$who-lt.log"
+    [ "$who" = strongswan ] ||
+      timeout 15 ip netns exec "$NS_R" "$CLOISTER" sa --socket "$cl_dir/gw.sock" counters >"$tmp/r$round-$s-$who-lt.counters" 2>&1
+    cp "$lt_conf_dir/charon.log" "$tmp/r$round-$s-$who-lt.initiator.log"
+  fi
+  printf 'round %s %-8s %-15s load-tester: setup ms p50 %s; burst %s: %s/%s in %s s = %s/s, %s retransmits, %s responder UDP drops, %s initiator UDP drops, %s child SAs%s\n' \
     "$round" "$s" "$who" "$(p50 "${single[@]}")" \
-    "$n" "$est" "$n" "$(kv "$line" seconds)" "$(kv "$line" rate)" "$(kv "$line" retransmits)" "$drops" "$children" "$cookies"
+    "$n" "$est" "$n" "$(kv "$line" seconds)" "$(kv "$line" rate)" "$(kv "$line" retransmits)" "$drops" "$idrops" "$children" "$cookies"
   [ "$est" = "$n" ] || note "round $round $s $who: load-tester burst incomplete: $line"
+  [ "$drops" = 0 ] && [ "$idrops" = 0 ] ||
+    note "round $round $s $who: UDP drops in the burst: responder $drops, initiator $idrops"
   [ "$children" -ge "$n" ] || note "round $round $s $who: responder shows $children child SAs for $((n + ${#single[@]})) tunnels"
   stop_load_tester
   stop_responder "$who"
 
   # Cloister's initiator (cloister ike-load).
+  ((IKE_LOAD)) || return 0
   start_responder "$who" "$suite"
   local il=(ip netns exec "$NS_I" "$CLOISTER" ike-load --local "$I_ADDR" --remote "$R_ADDR" --proposal "$suite"
     --esp "$(esp_for "$suite")" --psk-file "$tmp/psk.txt" --remote-id "$GW_ID" --timeout "$TIMEOUT")

@@ -211,6 +211,8 @@ impl<E: Enclave + 'static> Gateway<E> {
         self.read_sockets(now);
         for d in self.inbox.drain() {
             self.engine.handle_datagram(now, d.remote, d.local, &d.bytes);
+            // Each answer leaves before the next request is worked on (see `read_sockets`).
+            self.flush(now);
         }
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
@@ -236,12 +238,25 @@ impl<E: Enclave + 'static> Gateway<E> {
         let _ = cio::poll::wait_readable(&fds, timeout);
     }
 
+    /// Reads up to [`READS_PER_ROUND`] datagrams per socket, sending the engine's answer to
+    /// each before reading the next.
+    ///
+    /// Answering a whole batch at the end would send it back to back: with the process
+    /// enclave a request takes long enough that a burst queues hundreds of them, and their
+    /// answers then left in one go (up to 256 IKE_SA_INIT responses, ~100 IKE_AUTH
+    /// responses in bench/ike-setup.sh) and overflowed the initiator's receive buffer
+    /// (strongSwan's charon, default 208 KiB): ~90 of 400 answers lost in the initiator's
+    /// `RcvbufErrors`, each costing it a 4 s retransmission. Sent as each is made, the
+    /// answers are spread over the time the batch takes, as strongSwan's are.
     fn read_sockets(&mut self, now: Instant) {
-        for (sock, local) in &self.ike_sockets {
+        for i in 0..self.ike_sockets.len() {
             for _ in 0..READS_PER_ROUND {
+                let Some((sock, local)) = self.ike_sockets.get(i) else { break };
                 // WouldBlock ends the socket's turn; other errors (ICMP-reported) too.
                 let Ok((n, from)) = sock.recv_from(&mut self.rx) else { break };
-                self.engine.handle_datagram(now, from, *local, self.rx.get(..n).unwrap_or(&[]));
+                let local = *local;
+                self.engine.handle_datagram(now, from, local, self.rx.get(..n).unwrap_or(&[]));
+                self.flush(now);
             }
         }
     }
