@@ -7,14 +7,12 @@
 //! enclave-only baseline needs no HSM and always runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[allow(dead_code)]
+mod common;
 
 use cloister_migrate::flow::label_measurement;
-use cloister_migrate::{
-    verify, AuditLog, Flow, Hsm, HsmConfig, Measurement, MigrateError, Mode, OaepHash, Pin,
-    DEFAULT_MODULE_PATH,
-};
+use cloister_migrate::{verify, AuditLog, Flow, Hsm, HsmConfig, Measurement, MigrateError, Mode, Pin};
+use common::{with_setup, Env, Setup, USER_PIN};
 use enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
 use enclave::migration::{why, MigrationRestore};
 use enclave::process::{ProcessEnclave, ProcessSpec};
@@ -24,69 +22,10 @@ use enclave::{
     TenantId,
 };
 
-const CHILD: &str = "CLOISTER_MIGRATE_FLOW_CHILD";
-const CHILD_DIR: &str = "CLOISTER_MIGRATE_FLOW_DIR";
-// Test PINs of scripts/softhsm-init.sh: documented there, protecting nothing.
-const TOKEN: &str = "cloister-test";
-const USER_PIN: &str = "cloister-user-test";
 const PROV_KEY: [u8; 32] = [0x42; 32];
 const CODE: &[u8] = b"cloister migrate flow test enclave";
 const TENANT: TenantId = TenantId(11);
 const PSK: &[u8] = b"flow test PSK, 32 bytes or so...";
-
-#[derive(Clone, Copy, PartialEq)]
-enum Setup {
-    Token,
-    StoreMissing,
-}
-
-struct Env {
-    dir: PathBuf,
-}
-
-impl Env {
-    fn config(&self) -> HsmConfig {
-        // SoftHSM2 2.6 does RSA-OAEP with SHA-1 only; 2048 keeps key generation quick.
-        HsmConfig { oaep_hash: OaepHash::Sha1, rsa_bits: 2048, ..HsmConfig::new(TOKEN) }
-    }
-    fn audit_path(&self) -> PathBuf {
-        self.dir.join("audit.jsonl")
-    }
-    fn open(&self) -> Hsm {
-        Hsm::open(self.config(), Pin::new(USER_PIN), AuditLog::open(self.audit_path()).unwrap()).unwrap()
-    }
-}
-
-fn with_setup(name: &str, setup: Setup, body: impl FnOnce(&Env)) {
-    if std::env::var(CHILD).as_deref() == Ok(name) {
-        body(&Env { dir: PathBuf::from(std::env::var(CHILD_DIR).unwrap()) });
-        return;
-    }
-    if !Path::new(DEFAULT_MODULE_PATH).exists() {
-        println!("SKIP {name}: PKCS#11 module {DEFAULT_MODULE_PATH} not installed");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/softhsm-init.sh");
-    let init = Command::new("bash").arg(&script).arg(dir.path()).output().unwrap();
-    assert!(init.status.success(), "softhsm-init.sh failed: {}", String::from_utf8_lossy(&init.stderr));
-    if setup == Setup::StoreMissing {
-        std::fs::remove_dir_all(dir.path().join("tokens")).unwrap();
-    }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, name)
-        .env(CHILD_DIR, dir.path())
-        .env("SOFTHSM2_CONF", dir.path().join("softhsm2.conf"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child for {name} failed:\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
-    );
-}
 
 fn with_token(name: &str, body: impl FnOnce(&Env)) {
     with_setup(name, Setup::Token, body);

@@ -12,13 +12,16 @@
 // Test helpers outside #[test] functions: a panic there is a failed test too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
+
+#[allow(dead_code)]
+mod common;
 
 use cloister_migrate::{
     verify, AuditLog, BackupDate, ChainFault, Hsm, HsmConfig, KeyLabel, Measurement, MigrateError, OaepHash,
-    Operation, Pin, RvError, DEFAULT_MODULE_PATH,
+    Operation, Pin, RvError,
 };
+use common::{with_setup, Env, Setup, SO_PIN, TOKEN, USER_PIN};
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::object::{Attribute, KeyType, ObjectClass};
 use cryptoki::session::UserType;
@@ -27,79 +30,8 @@ use rsa::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
 use rsa::rand_core::{OsRng, RngCore};
 use rsa::{Oaep, RsaPrivateKey, RsaPublicKey};
 
-const CHILD: &str = "CLOISTER_MIGRATE_HSM_CHILD";
-const CHILD_DIR: &str = "CLOISTER_MIGRATE_HSM_DIR";
-// Test PINs of scripts/softhsm-init.sh: documented there, protecting nothing.
-const TOKEN: &str = "cloister-test";
-const USER_PIN: &str = "cloister-user-test";
-const SO_PIN: &str = "cloister-so-test";
-
-/// How the parent prepares the child's token directory.
-#[derive(Clone, Copy, PartialEq)]
-enum Setup {
-    Token,
-    /// The configuration points at a token store that does not exist: the "HSM" is gone.
-    StoreMissing,
-}
-
-struct Env {
-    dir: PathBuf,
-}
-
-impl Env {
-    fn config(&self) -> HsmConfig {
-        HsmConfig {
-            // SoftHSM2 2.6 implements RSA-OAEP with SHA-1 only (see sha256_oaep_works_or_fails_clearly).
-            oaep_hash: OaepHash::Sha1,
-            // 2048 keeps key generation quick on the 2-core test machines.
-            rsa_bits: 2048,
-            ..HsmConfig::new(TOKEN)
-        }
-    }
-
-    fn audit_path(&self) -> PathBuf {
-        self.dir.join("audit.jsonl")
-    }
-
-    fn open(&self) -> Hsm {
-        Hsm::open(self.config(), Pin::new(USER_PIN), AuditLog::open(self.audit_path()).unwrap()).unwrap()
-    }
-}
-
 fn with_token(name: &str, body: impl FnOnce(&Env)) {
     with_setup(name, Setup::Token, body);
-}
-
-fn with_setup(name: &str, setup: Setup, body: impl FnOnce(&Env)) {
-    if std::env::var(CHILD).as_deref() == Ok(name) {
-        let dir = PathBuf::from(std::env::var(CHILD_DIR).unwrap());
-        body(&Env { dir });
-        return;
-    }
-    if !Path::new(DEFAULT_MODULE_PATH).exists() {
-        println!("SKIP {name}: PKCS#11 module {DEFAULT_MODULE_PATH} not installed (Debian softhsm2; scripts/setup.sh)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/softhsm-init.sh");
-    let init = Command::new("bash").arg(&script).arg(dir.path()).output().unwrap();
-    assert!(init.status.success(), "softhsm-init.sh failed: {}", String::from_utf8_lossy(&init.stderr));
-    if setup == Setup::StoreMissing {
-        std::fs::remove_dir_all(dir.path().join("tokens")).unwrap();
-    }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, name)
-        .env(CHILD_DIR, dir.path())
-        .env("SOFTHSM2_CONF", dir.path().join("softhsm2.conf"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child for {name} failed:\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
-    );
 }
 
 fn measurement(byte: u8) -> Measurement {
