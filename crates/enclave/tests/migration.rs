@@ -16,7 +16,7 @@ use cloister_enclave::*;
 
 mod support;
 
-use support::{inner, lay_out};
+use support::{ike_and_child, inner, lay_out};
 
 const PROV_KEY: [u8; 32] = [0x42; 32];
 const SUITE: Suite = Suite::aead(Cipher::AesGcm16_256);
@@ -75,35 +75,7 @@ struct Tunnel {
 }
 
 fn tunnel(e: &mut dyn Enclave, peer: &mut InlineEnclave, tenant: u32) -> Tunnel {
-    let group = DhGroup::Curve25519;
-    let (ni, nr) = ([1u8; 32], [2u8; 32]);
-    let (mut ke_e, mut ke_p) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
-    let dh_e = e.dh_generate(group, &mut ke_e).unwrap();
-    let dh_p = peer.dh_generate(group, &mut ke_p).unwrap();
-    let params = |role| IkeSaParams {
-        role,
-        prf: Prf::HmacSha256,
-        suite: SUITE,
-        nonce_i: &ni,
-        nonce_r: &nr,
-        spi_i: 0x1111,
-        spi_r: 0x2222,
-    };
-    let ike = e.ike_sa_create(DhExchange { dh: dh_e, peer_public: &ke_p }, &params(Role::Initiator)).unwrap();
-    let peer_ike =
-        peer.ike_sa_create(DhExchange { dh: dh_p, peer_public: &ke_e }, &params(Role::Responder)).unwrap();
-    let child = |role, spi_inbound, spi_outbound| ChildSaParams {
-        role,
-        suite: SUITE,
-        esn: false,
-        nonce_i: &ni,
-        nonce_r: &nr,
-        spi_inbound,
-        spi_outbound,
-    };
-    let sa = e.child_sa_create(ike, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
-    let peer_sa =
-        peer.child_sa_create(peer_ike, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
+    let (ike, peer_ike, sa, peer_sa) = ike_and_child(e, peer, &[1u8; 32], &[2u8; 32]);
     let blob =
         wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(tenant), SecretKind::PreSharedKey, PSK)
             .unwrap();

@@ -17,7 +17,7 @@ use cloister_enclave::*;
 
 mod support;
 
-use support::{inner, lay_out};
+use support::{ike_and_child, inner, lay_out};
 
 const PROV_KEY: [u8; 32] = [0x42; 32];
 
@@ -69,38 +69,11 @@ struct Tunnel {
 
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, then IKE_AUTH's child SA */
 fn tunnel(p: &mut ProcessEnclave, i: &mut InlineEnclave) -> Tunnel {
-    let group = DhGroup::Curve25519;
     let (mut ni, mut nr) = (vec![0u8; 32], vec![0u8; 32]);
     p.random_nonce(&mut ni).unwrap();
     i.random_nonce(&mut nr).unwrap();
     assert_ne!(ni, vec![0u8; 32]);
-    let (mut ke_p, mut ke_i) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
-    let dh_p = p.dh_generate(group, &mut ke_p).unwrap();
-    let dh_i = i.dh_generate(group, &mut ke_i).unwrap();
-    let params = |role| IkeSaParams {
-        role,
-        prf: Prf::HmacSha256,
-        suite: SUITE,
-        nonce_i: &ni,
-        nonce_r: &nr,
-        spi_i: 0x1111,
-        spi_r: 0x2222,
-    };
-    let ike_p =
-        p.ike_sa_create(DhExchange { dh: dh_p, peer_public: &ke_i }, &params(Role::Initiator)).unwrap();
-    let ike_i =
-        i.ike_sa_create(DhExchange { dh: dh_i, peer_public: &ke_p }, &params(Role::Responder)).unwrap();
-    let child = |role, spi_inbound, spi_outbound| ChildSaParams {
-        role,
-        suite: SUITE,
-        esn: false,
-        nonce_i: &ni,
-        nonce_r: &nr,
-        spi_inbound,
-        spi_outbound,
-    };
-    let pp = p.child_sa_create(ike_p, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
-    let ip = i.child_sa_create(ike_i, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
+    let (ike_p, ike_i, pp, ip) = ike_and_child(p, i, &ni, &nr);
     Tunnel { ike_p, ike_i, p: pp, i: ip }
 }
 

@@ -22,3 +22,50 @@ pub fn lay_out(area: &mut [u8], off: usize, inner: &[u8]) -> u32 {
 pub fn inner(k: usize, len: usize) -> Vec<u8> {
     (0..len).map(|j| (k * 31 + j) as u8).collect()
 }
+
+/// An IKE SA (x25519, HMAC-SHA256, AES-GCM-256) and its first child SA between two
+/// enclaves, `a` the initiator: (a's IKE SA, b's IKE SA, a's child SA, b's child SA). Child
+/// SPIs 0xc100 (a inbound) and 0xc200 (b inbound).
+pub fn ike_and_child(
+    a: &mut dyn cloister_enclave::Enclave,
+    b: &mut dyn cloister_enclave::Enclave,
+    nonce_i: &[u8],
+    nonce_r: &[u8],
+) -> (
+    cloister_enclave::IkeSaHandle,
+    cloister_enclave::IkeSaHandle,
+    cloister_enclave::ChildSaPair,
+    cloister_enclave::ChildSaPair,
+) {
+    use cloister_enclave::*;
+    let suite = Suite::aead(Cipher::AesGcm16_256);
+    let group = DhGroup::Curve25519;
+    let (mut ke_a, mut ke_b) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
+    let dh_a = a.dh_generate(group, &mut ke_a).unwrap();
+    let dh_b = b.dh_generate(group, &mut ke_b).unwrap();
+    let params = |role| IkeSaParams {
+        role,
+        prf: Prf::HmacSha256,
+        suite,
+        nonce_i,
+        nonce_r,
+        spi_i: 0x1111,
+        spi_r: 0x2222,
+    };
+    let ike_a =
+        a.ike_sa_create(DhExchange { dh: dh_a, peer_public: &ke_b }, &params(Role::Initiator)).unwrap();
+    let ike_b =
+        b.ike_sa_create(DhExchange { dh: dh_b, peer_public: &ke_a }, &params(Role::Responder)).unwrap();
+    let child = |role, spi_inbound, spi_outbound| ChildSaParams {
+        role,
+        suite,
+        esn: false,
+        nonce_i,
+        nonce_r,
+        spi_inbound,
+        spi_outbound,
+    };
+    let sa_a = a.child_sa_create(ike_a, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
+    let sa_b = b.child_sa_create(ike_b, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
+    (ike_a, ike_b, sa_a, sa_b)
+}
