@@ -405,6 +405,27 @@ impl Bed {
         ])
     }
 
+    /// Every file of the service's directory (store, keys, token, config, log) is free of
+    /// both tenants' PSKs; returns how many files were read.
+    fn assert_no_psk_in_files(&self) -> usize {
+        let mut scanned = 0;
+        for entry in std::fs::read_dir(self.svc.dir()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                let bytes = std::fs::read(&path).unwrap();
+                for psk in [PSK, PSK_B] {
+                    assert!(
+                        !bytes.windows(psk.len()).any(|w| w == psk.as_bytes()),
+                        "a PSK in {}",
+                        path.display()
+                    );
+                }
+                scanned += 1;
+            }
+        }
+        scanned
+    }
+
     fn wait_tunnel(&self, site: &Site, limit: Duration) -> Duration {
         let t0 = Instant::now();
         let ok = testnet::wait_until("a ping through the tunnel", limit, || site.ping(1, "0.2").1 == 1);
@@ -503,21 +524,7 @@ fn two_tenants_with_overlapping_addresses_are_isolated_and_provisioned_by_attest
     // (positive control) does hold it.
     let control = std::fs::read(bed.sites[0].ns.dir().join("gw.psk")).unwrap();
     assert!(control.windows(PSK.len()).any(|w| w == PSK.as_bytes()));
-    let mut scanned = 0;
-    for entry in std::fs::read_dir(bed.svc.dir()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            let bytes = std::fs::read(&path).unwrap();
-            for psk in [PSK, PSK_B] {
-                assert!(
-                    !bytes.windows(psk.len()).any(|w| w == psk.as_bytes()),
-                    "a PSK in {}",
-                    path.display()
-                );
-            }
-            scanned += 1;
-        }
-    }
+    let scanned = bed.assert_no_psk_in_files();
     assert!(scanned >= 4, "state, keys, token, config and log expected, scanned {scanned}");
     let log = bed.log();
     assert!(!log.contains(PSK) && !log.contains(PSK_B));
@@ -648,19 +655,7 @@ fn a_gateway_starts_its_tenants_from_the_cas_only_for_verified_enclaves() {
     // the CAS's own files (the tenants' side) do, as a positive control.
     let control = std::fs::read(bed.sites[0].ns.dir().join("cas/blue.psk")).unwrap();
     assert!(control.windows(PSK_B.len()).any(|w| w == PSK_B.as_bytes()));
-    for entry in std::fs::read_dir(bed.svc.dir()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            let bytes = std::fs::read(&path).unwrap();
-            for psk in [PSK, PSK_B] {
-                assert!(
-                    !bytes.windows(psk.len()).any(|w| w == psk.as_bytes()),
-                    "a PSK in {}",
-                    path.display()
-                );
-            }
-        }
-    }
+    bed.assert_no_psk_in_files();
     assert!(!bed.log().contains(PSK) && !bed.log().contains(PSK_B));
     eprintln!("service: from the CAS: A's tunnel up {up_a:?} after start; B up {up_b:?} after the corrected measurement and SIGHUP; restart without the CAS restored both");
 }

@@ -50,7 +50,7 @@ use serde_json::{json, Value as Json};
 use tiny_http::{Method, Request};
 use zeroize::Zeroizing;
 
-use crate::config::{line_of, TenantConfig};
+use crate::config::{line_of, syntax, TenantConfig};
 use crate::error::{Error, Result};
 use crate::http::{bearer, read_body, respond, respond_error, same, HttpServer};
 use crate::platform::{hex, load_or_create_token, unhex};
@@ -166,14 +166,7 @@ impl CasConfig {
 
     /// Checks a file's text; relative paths are taken from `dir`.
     pub fn parse(text: &str, dir: &Path) -> Result<Self> {
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let line = e.span().map(|s| text.get(..s.start).unwrap_or("").matches('\n').count() + 1);
-            Error::Config {
-                line,
-                field: "file".into(),
-                why: format!("not valid TOML: {}", redacted(e.message())),
-            }
-        })?;
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| syntax(text, &e))?;
         let raw: RawCas = match table.remove("cas") {
             Some(v) => v
                 .try_into()
@@ -202,20 +195,17 @@ impl CasConfig {
                 return Err(config_error(text, &["gateways"], "a table of gateways, [gateways.NAME]"));
             };
             for (name, v) in all {
-                let at = |f: &str| -> Vec<String> { vec!["gateways".into(), name.clone(), f.into()] };
                 let raw: RawGateway = v.try_into().map_err(|e: toml::de::Error| {
                     config_error(text, &["gateways", &name], redacted(e.message()))
                 })?;
                 let platform_key = unhex(&raw.platform_key).filter(|k| k.len() == 65 && k[0] == 4).ok_or_else(|| {
-                    let p = at("platform_key");
-                    config_error(text, &p.iter().map(String::as_str).collect::<Vec<_>>(), "130 hex digits (an uncompressed P-256 key, as `cloister platform-key` prints it)")
+                    config_error(text, &["gateways", &name, "platform_key"], "130 hex digits (an uncompressed P-256 key, as `cloister platform-key` prints it)")
                 })?;
                 for t in &raw.tenants {
                     if !tenants.contains_key(t) {
-                        let p = at("tenants");
                         return Err(config_error(
                             text,
-                            &p.iter().map(String::as_str).collect::<Vec<_>>(),
+                            &["gateways", &name, "tenants"],
                             format!("no tenant {} is defined", t.chars().take(64).collect::<String>()),
                         ));
                     }

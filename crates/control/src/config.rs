@@ -318,7 +318,7 @@ fn shown_name(s: &str) -> String {
 
 /// A syntax error's position, without the parser's excerpt of the file (a value could be
 /// a secret pasted in the wrong place).
-fn syntax(text: &str, e: &toml::de::Error) -> Error {
+pub(crate) fn syntax(text: &str, e: &toml::de::Error) -> Error {
     let line = e.span().map(|s| text.get(..s.start).unwrap_or("").matches('\n').count() + 1);
     Error::Config { line, field: "file".into(), why: format!("not valid TOML: {}", redacted(e.message())) }
 }

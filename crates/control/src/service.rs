@@ -18,7 +18,7 @@ use crate::config::{ServiceConfig, ServiceSettings, TenantConfig};
 use crate::error::{Error, Result};
 use crate::platform::{hex, load_or_create_token, Platform};
 use crate::released::{self, CasSource, Listed, NotReleased};
-use crate::tenant::{InlineLauncher, Log, ProcessLauncher, TenantHandle};
+use crate::tenant::{InlineLauncher, Launcher, Log, ProcessLauncher, TenantHandle};
 
 /// The store record of a tenant added through the API.
 const TENANT_RECORD: &str = "tenant";
@@ -71,6 +71,25 @@ impl core::fmt::Debug for Service {
     }
 }
 
+/// How tenants of one enclave backend start: their thread, and their release by a CAS.
+fn tenant_starters<L: Launcher>(
+    launcher: Arc<L>,
+    store: &Arc<dyn Store>,
+    log: &Log,
+    dir: &Path,
+    backend: Backend,
+) -> (Box<SpawnFn>, Box<ReleaseFn>) {
+    let (l, store2, log, dir) =
+        (Arc::clone(&launcher), Arc::clone(store), Arc::clone(log), dir.to_path_buf());
+    let store = Arc::clone(store);
+    (
+        Box::new(move |t| TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))),
+        Box::new(move |c: &CasSource, t: &Listed| {
+            c.release(launcher.as_ref(), store2.as_ref(), t, &dir, backend)
+        }),
+    )
+}
+
 impl Service {
     /// Opens the store and the platform, starts every tenant (each in its own thread with
     /// its own enclave) and the API. `program` is the binary whose `enclave-process`
@@ -84,35 +103,14 @@ impl Service {
             Some((url, token)) => Some(CasSource::new(url, token)?),
             None => None,
         };
-        let (dir_buf, backend) = (dir.to_path_buf(), settings.enclave);
-        let (spawn, release): (Box<SpawnFn>, Box<ReleaseFn>) = {
-            let (store, log) = (Arc::clone(&store), Arc::clone(&log));
-            let store2 = Arc::clone(&store);
-            match settings.enclave {
-                Backend::Process => {
-                    let l = Arc::new(ProcessLauncher::new(Arc::clone(&platform), program));
-                    let l2 = Arc::clone(&l);
-                    (
-                        Box::new(move |t| {
-                            TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))
-                        }),
-                        Box::new(move |c: &CasSource, t: &Listed| {
-                            c.release(l2.as_ref(), store2.as_ref(), t, &dir_buf, backend)
-                        }),
-                    )
-                }
-                Backend::Inline => {
-                    let l = Arc::new(InlineLauncher::new(Arc::clone(&platform)));
-                    let l2 = Arc::clone(&l);
-                    (
-                        Box::new(move |t| {
-                            TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))
-                        }),
-                        Box::new(move |c: &CasSource, t: &Listed| {
-                            c.release(l2.as_ref(), store2.as_ref(), t, &dir_buf, backend)
-                        }),
-                    )
-                }
+        let (spawn, release) = match settings.enclave {
+            Backend::Process => {
+                let l = Arc::new(ProcessLauncher::new(Arc::clone(&platform), program));
+                tenant_starters(l, &store, &log, dir, settings.enclave)
+            }
+            Backend::Inline => {
+                let l = Arc::new(InlineLauncher::new(Arc::clone(&platform)));
+                tenant_starters(l, &store, &log, dir, settings.enclave)
             }
         };
         let cas = cas_source.map(|source| CasLink {
