@@ -188,6 +188,18 @@ impl ReplayWindow {
         self.top.fetch_max(seq, Ordering::AcqRel);
         Ok(())
     }
+
+    /// Treats every number up to `top` as seen: the window of an SA moved from another
+    /// gateway, whose received numbers are known only as a highest one. Refusing a few
+    /// late, never-seen packets below it is the price of never accepting a replay of one
+    /// that was seen there.
+    pub fn mark_seen_through(&self, top: u64) {
+        let from = top.saturating_sub(self.size - 1).max(1);
+        // At most `size` (<= MAX_WINDOW) commits; ones already seen are simply refused.
+        for seq in from..=top {
+            let _ = self.commit(seq);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +208,27 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
     use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn a_window_marked_seen_refuses_everything_up_to_its_top() {
+        let w = ReplayWindow::new(64).unwrap();
+        w.commit(3).unwrap();
+        w.mark_seen_through(1000);
+        assert_eq!(w.top(), 1000);
+        for seq in [1, 3, 936, 937, 999, 1000] {
+            assert_eq!(w.check(seq), Err(DropReason::Replay), "{seq}");
+        }
+        assert_eq!(w.check(1001), Ok(()));
+        w.commit(1001).unwrap();
+        // Again, lower: nothing changes.
+        w.mark_seen_through(10);
+        assert_eq!(w.top(), 1001);
+        assert_eq!(w.check(1002), Ok(()));
+        let fresh = ReplayWindow::new(64).unwrap();
+        fresh.mark_seen_through(0);
+        assert_eq!(fresh.top(), 0);
+        assert_eq!(fresh.check(1), Ok(()));
+    }
 
     /// The obvious model: accepted iff never accepted and within W of the highest accepted.
     struct Reference {

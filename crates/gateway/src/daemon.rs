@@ -46,24 +46,26 @@ const ROUTES_PER_SELECTOR: usize = 16;
 
 /// A running gateway for one tenant.
 pub struct Gateway<E: Enclave + 'static> {
-    engine: Endpoint<SharedEnclave<E>>,
-    dp: Dataplane<SharedEnclave<E>>,
+    pub(crate) engine: Endpoint<SharedEnclave<E>>,
+    pub(crate) dp: Dataplane<SharedEnclave<E>>,
     inbox: Arc<IkeInbox>,
     /// Port-500 sockets with the address each is bound to (looked up per datagram).
     ike_sockets: Vec<(UdpSocket, SocketAddr)>,
     /// One receive buffer, reused every round.
     rx: Vec<u8>,
-    children: Children,
-    identities: BTreeMap<SaId, (String, String)>,
+    pub(crate) children: Children,
+    pub(crate) identities: BTreeMap<SaId, (String, String)>,
     routes: BTreeSet<(IpAddr, u8)>,
     control: Option<ControlServer>,
     next_tick: Instant,
-    log: Box<dyn FnMut(&str) + Send>,
+    pub(crate) log: Box<dyn FnMut(&str) + Send>,
     /// The secrets in the enclave, by configured name.
-    secrets: BTreeMap<String, enclave::SecretHandle>,
+    pub(crate) secrets: BTreeMap<String, enclave::SecretHandle>,
     /// Every secret name the configuration mentions.
     configured_secrets: Vec<String>,
     stats: EventCounts,
+    /// IKE stopped for a move (`crate::carry`): datagrams dropped, no timers, no rekeys.
+    pub(crate) frozen: bool,
 }
 
 /// How many times each kind of SA event happened since start (for metrics).
@@ -191,6 +193,7 @@ impl<E: Enclave + 'static> Gateway<E> {
             secrets,
             configured_secrets: config.ike.secrets.iter().map(|s| s.name.clone()).collect(),
             stats: EventCounts::default(),
+            frozen: false,
         })
     }
 
@@ -208,6 +211,10 @@ impl<E: Enclave + 'static> Gateway<E> {
     /// requests, then waits at most `wait` for more input.
     pub fn round(&mut self, wait: Duration) {
         let now = Instant::now();
+        if self.frozen {
+            self.frozen_round(wait);
+            return;
+        }
         self.read_sockets(now);
         for d in self.inbox.drain() {
             self.engine.handle_datagram(now, d.remote, d.local, &d.bytes);
@@ -238,6 +245,32 @@ impl<E: Enclave + 'static> Gateway<E> {
         let _ = cio::poll::wait_readable(&fds, timeout);
     }
 
+    /// A round while frozen for a move: IKE datagrams are read and dropped (the peer
+    /// retransmits them to the destination), the engine's timers wait, control requests
+    /// are answered; ESP is the data plane's and goes on.
+    fn frozen_round(&mut self, wait: Duration) {
+        let mut dropped = 0usize;
+        for (sock, _) in &self.ike_sockets {
+            for _ in 0..READS_PER_ROUND {
+                if sock.recv_from(&mut self.rx).is_err() {
+                    break;
+                }
+                dropped += 1;
+            }
+        }
+        dropped += self.inbox.drain().len();
+        if dropped > 0 {
+            (self.log)(&format!("move: frozen, {dropped} IKE datagram(s) left to the destination"));
+        }
+        self.serve_control(Instant::now());
+        let mut fds: Vec<_> = self.ike_sockets.iter().map(|(s, _)| s.as_fd()).collect();
+        fds.push(self.inbox.as_fd());
+        if let Some(c) = &self.control {
+            fds.push(c.as_fd());
+        }
+        let _ = cio::poll::wait_readable(&fds, wait.min(MAX_WAIT));
+    }
+
     /// Reads up to [`READS_PER_ROUND`] datagrams per socket, sending the engine's answer to
     /// each before reading the next.
     ///
@@ -262,7 +295,7 @@ impl<E: Enclave + 'static> Gateway<E> {
     }
 
     /// Sends the engine's datagrams and acts on its events, until both are empty.
-    fn flush(&mut self, now: Instant) {
+    pub(crate) fn flush(&mut self, now: Instant) {
         // Bounded: events can cause transmits and the other way round only a few times.
         for _ in 0..64 {
             let mut worked = false;
@@ -424,7 +457,7 @@ impl<E: Enclave + 'static> Gateway<E> {
     /// Routes the child's remote selectors into the TUN device (once per prefix). They
     /// stay after the child goes: with no SA, the data plane drops that traffic (counted),
     /// which is what a VPN must do, rather than let it take the default route in clear.
-    fn add_routes(&mut self, child: &ike::ChildSa) {
+    pub(crate) fn add_routes(&mut self, child: &ike::ChildSa) {
         for (start, end) in Children::remote_ranges(child) {
             let Some(prefixes) = range_prefixes(start, end, ROUTES_PER_SELECTOR) else {
                 (self.log)(&format!("route: {start}-{end} needs too many prefixes; add routes by hand"));

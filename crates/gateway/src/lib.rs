@@ -6,6 +6,7 @@
 //! - [`shared`]: the tenant's enclave shared by the control thread and the data plane.
 //! - [`daemon`]: the control thread's loop: sockets, timers, engine events, SA install.
 //! - [`control`]: the control socket behind `cloister sa list`.
+//! - `carry`: a tenant's gateway moving to another host with its tunnels up.
 //! - [`snapshot`]: the tunnel table and counters as data (the service's API and metrics).
 //!
 //! Keys never pass through this crate: secrets arrive wrapped and go straight into the
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod carry;
 mod children;
 pub mod config;
 pub mod control;

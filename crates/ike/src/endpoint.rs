@@ -17,7 +17,9 @@ use crate::cookie::CookieJar;
 use crate::error::{Error, Result};
 use crate::event::{Counters, DropReason, Event, Refusal, SaId, Transmit};
 use crate::proposal;
-use crate::sa::{self, AcceptedInit, Ctx, IkeSa, NewSa, Output, IKE_PORT, NATT_PORT, NON_ESP_MARKER};
+use crate::sa::{
+    self, AcceptedInit, Carried, CarriedIkeSa, Ctx, IkeSa, NewSa, Output, IKE_PORT, NATT_PORT, NON_ESP_MARKER,
+};
 
 /// Endpoint-wide settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,6 +336,101 @@ impl<E: Enclave> Endpoint<E> {
     /// Responder SAs waiting for IKE_AUTH.
     pub fn half_open(&self) -> usize {
         self.half_open
+    }
+
+    /// Every established IKE SA as data, for a live move to another endpoint
+    /// ([`Self::import_sas`]). Refused with [`Error::MoveBusy`] while any of them has a
+    /// request outstanding, queued or deferred, a rekey or rekey collision in progress, or
+    /// rekeyed children not yet deleted: try again a moment later. SAs still connecting or
+    /// half-open are not carried ([`Carried::left_out`]).
+    ///
+    /// From this call on, the caller must stop feeding this endpoint: whatever it answered
+    /// or sent later would be missing from the records, and the peer would see message IDs
+    /// go backwards at the destination.
+    pub fn export_sas(&self, now: Instant) -> Result<Carried> {
+        let mut carried = Carried { sas: Vec::new(), left_out: 0 };
+        for sa in self.sas.values() {
+            match sa.carry(now)? {
+                Some(c) => carried.sas.push(c),
+                None => carried.left_out += 1,
+            }
+        }
+        carried.sas.sort_by_key(|c| c.id());
+        Ok(carried)
+    }
+
+    /// Rebuilds carried IKE SAs ([`Self::export_sas`]) on this endpoint, whose enclave has
+    /// imported the source enclave's state: `restore` maps the source's handles to this
+    /// enclave's. Each SA's connection must exist here by name, with its secret added
+    /// ([`Self::add_secret`], the restored handle under the same name). All or nothing: a
+    /// malformed record, a handle `restore` lacks, or an IKE SPI or inbound child SPI
+    /// already in use here refuses the whole batch. Returns each SA's id and its child SAs
+    /// with their new handles, for the data plane; no events are queued for them.
+    pub fn import_sas(
+        &mut self,
+        now: Instant,
+        carried: Vec<CarriedIkeSa>,
+        restore: &enclave::migration::MigrationRestore,
+    ) -> Result<Vec<(SaId, Vec<crate::event::ChildSa>)>> {
+        let mut new: Vec<IkeSa> = Vec::with_capacity(carried.len());
+        let mut inits = HashSet::new();
+        let mut spis = HashSet::new();
+        // Two SAs sharing a key handle would delete each other's keys.
+        let mut ike_handles: HashSet<_> = self.sas.values().filter_map(IkeSa::ike_handle).collect();
+        let mut esp_handles: HashSet<_> = self
+            .sas
+            .values()
+            .flat_map(IkeSa::children)
+            .flat_map(|c| [c.handles.inbound, c.handles.outbound])
+            .collect();
+        for record in carried {
+            let name = record.connection();
+            let conn = self
+                .connections
+                .iter()
+                .find(|c| c.name == name)
+                .cloned()
+                .ok_or(Error::UnknownConnection { name: name.to_owned() })?;
+            let secret = *self
+                .secrets
+                .get(&conn.secret)
+                .ok_or(Error::UnknownSecret { connection: conn.name.clone(), secret: conn.secret.clone() })?;
+            let sa = record.rebuild(conn, secret, restore, now)?;
+            let id = sa.id();
+            let clash = |why| Err(Error::CarriedSa { sa: id.0, why });
+            if self.sas.contains_key(&id.0) || new.iter().any(|s| s.id() == id) {
+                return clash("an IKE SA with its SPI exists here");
+            }
+            if sa.init_key().is_some_and(|k| self.init_index.contains_key(&k) || !inits.insert(k)) {
+                return clash("an IKE SA with its initiator and SPIi exists here");
+            }
+            for child in sa.children() {
+                if self.child_spis.contains(&child.spi_inbound) || !spis.insert(child.spi_inbound) {
+                    return clash("a child SA's inbound SPI is in use here");
+                }
+            }
+            let ike_free = sa.ike_handle().is_some_and(|h| ike_handles.insert(h));
+            let esp_free = sa
+                .children()
+                .iter()
+                .all(|c| esp_handles.insert(c.handles.inbound) && esp_handles.insert(c.handles.outbound));
+            if !ike_free || !esp_free {
+                return clash("an enclave handle of it is another SA's too");
+            }
+            new.push(sa);
+        }
+        let mut out = Vec::with_capacity(new.len());
+        for sa in new {
+            let id = sa.id();
+            self.child_spis.extend(sa.children().iter().map(|c| c.spi_inbound));
+            if let Some(key) = sa.init_key() {
+                // Keeps a late IKE_SA_INIT retransmission from opening a second SA.
+                self.init_index.insert(key, id.0);
+            }
+            out.push((id, sa.children().to_vec()));
+            self.sas.insert(id.0, sa);
+        }
+        Ok(out)
     }
 
     /// The processing context.

@@ -7,6 +7,7 @@
 use wire::ike::NotifyType;
 
 use crate::cert::CertError;
+use crate::event::SaId;
 
 /// Why a configuration was refused, a command failed, or an IKE SA or child SA failed.
 ///
@@ -149,6 +150,35 @@ pub enum Error {
     NoRemoteAddress {
         /// The connection.
         connection: String,
+    },
+
+    // ---- live moves (crate::CarriedIkeSa) ----------------------------------------------------
+    /// An IKE SA is in the middle of an exchange or a rekey and cannot move now: try the
+    /// export again a moment later.
+    #[error("IKE SA {:#018x} cannot move now: {why}", .sa.0)]
+    MoveBusy {
+        /// The busy SA.
+        sa: SaId,
+        /// What it is doing.
+        why: &'static str,
+    },
+    /// A carried IKE SA is malformed, inconsistent, or conflicts with this endpoint's SAs.
+    #[error("carried IKE SA {sa:#018x}: {why}")]
+    CarriedSa {
+        /// Its id (our SPI), as carried.
+        sa: u64,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A carried IKE SA names an enclave handle that the enclave's import did not restore.
+    #[error("carried IKE SA {sa:#018x}: the enclave restored no {kind} handle for {handle:#010x}")]
+    MissingHandle {
+        /// Its id (our SPI), as carried.
+        sa: u64,
+        /// The handle's table.
+        kind: enclave::HandleKind,
+        /// The source enclave's handle.
+        handle: u32,
     },
 
     // ---- exchanges: what the peer was told, or what it told us -----------------------------

@@ -16,7 +16,10 @@
 //! * [`cert`] and [`auth`]: IKE_AUTH with X.509 certificates (RSA PKCS#1 v1.5 and PSS,
 //!   ECDSA P-256/P-384; RFC 7427 and RFC 4754), CERT/CERTREQ, chain validation against
 //!   configured CAs at a wall-clock time the caller supplies, identities matched to
-//!   certificates; the private key never leaves the enclave.
+//!   certificates; the private key never leaves the enclave;
+//! * [`CarriedIkeSa`]: established IKE SAs as data (handles and sealed blobs, never a key
+//!   byte) for a live move to another host's endpoint, whose enclave imported the source
+//!   enclave's state: [`Endpoint::export_sas`], [`Endpoint::import_sas`].
 //!
 //! What it does not do: open sockets, read the clock, spawn threads or sleep (time is an
 //! argument, see STYLE.md §2); hold key bytes (it holds enclave handles, nonces and public
@@ -57,4 +60,4 @@ pub use event::{
     ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, OutboundSwitch, Refusal, SaId,
     SealReport, Transmit,
 };
-pub use sa::{IkeSa, IkeSaState, PeerAuth, IKE_PORT, NATT_PORT, RETIRE_GRACE};
+pub use sa::{Carried, CarriedIkeSa, IkeSa, IkeSaState, PeerAuth, IKE_PORT, NATT_PORT, RETIRE_GRACE};

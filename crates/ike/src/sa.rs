@@ -42,12 +42,14 @@ use crate::sk::{self, OpenError};
 use crate::ts::{self, TrafficSelector};
 
 mod authenticate;
+mod carry;
 mod child;
 mod ike_rekey;
 
 pub(crate) use ike_rekey::Handoff;
 
 pub use authenticate::PeerAuth;
+pub use carry::{Carried, CarriedIkeSa};
 
 /// IKE's port (RFC 7296 §2).
 pub const IKE_PORT: u16 = 500;

@@ -82,6 +82,13 @@ pub(super) struct RekeyState {
     pub(super) soft_expired: bool,
 }
 
+impl RekeyState {
+    /// Whether the peer's rekey collided with ours and awaits its resolution (§2.8.2).
+    pub(super) fn colliding(&self) -> bool {
+        self.theirs.is_some()
+    }
+}
+
 /// Children and queued requests that move to another IKE SA of the endpoint.
 #[derive(Debug)]
 pub(crate) struct Handoff {
