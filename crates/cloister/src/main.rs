@@ -51,6 +51,8 @@ enum Command {
     Cas(cmd::service::CasArgs),
     /// Print this host's platform evidence key (made on first use, as `serve` would).
     PlatformKey(cmd::service::PlatformKeyArgs),
+    /// Move a tenant with its tunnels to another host; verify the HSM audit log.
+    Migrate(cmd::migrate::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -73,6 +75,7 @@ fn main() -> std::process::ExitCode {
         Command::Measure(args) => cmd::service::measure(args),
         Command::Cas(args) => cmd::service::cas(args),
         Command::PlatformKey(args) => cmd::service::platform_key(args),
+        Command::Migrate(args) => cmd::migrate::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

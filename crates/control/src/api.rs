@@ -14,7 +14,18 @@
 //! POST   /v1/tenants/{t}/initiate/{conn}       start a connection
 //! POST   /v1/tenants/{t}/secrets/{s}/offer     a provisioning offer (evidence, enclave key)
 //! PUT    /v1/tenants/{t}/secrets/{s}           an envelope sealed to an offer
+//! POST   /v1/tenants/{t}/move                  live-move a tenant to a peer (body: {"to": PEER})
 //! GET    /metrics                              Prometheus text format
+//! ```
+//!
+//! The migration agent's routes take the migration token (`[migrate] token`), not the
+//! operator's (see `crate::moving`):
+//!
+//! ```text
+//! POST   /v1/migrate/incoming                  an arriving tenant's enclave key and evidence
+//! POST   /v1/migrate/incoming/{t}/package      the moved state; the tenant serves here after
+//! POST   /v1/migrate/incoming/{t}/commit       the source stopped: its last sequence numbers
+//! POST   /v1/migrate/incoming/{t}/abort        the source gave up
 //! ```
 
 use core::net::SocketAddr;
@@ -57,16 +68,28 @@ impl ApiServer {
     }
 }
 
-fn authorized(inner: &Inner, req: &Request) -> bool {
-    bearer(req).is_some_and(|t| same(t.as_bytes(), inner.token.as_bytes()))
+/// Whether the request bears the token of its routes: the migration token for the
+/// agent's, the operator token for the rest.
+fn authorized(inner: &Inner, req: &Request, agent_route: bool) -> bool {
+    let token = if agent_route {
+        match &inner.agent {
+            Some(a) => a.token.as_bytes(),
+            None => return false,
+        }
+    } else {
+        inner.token.as_bytes()
+    };
+    bearer(req).is_some_and(|t| same(t.as_bytes(), token))
 }
 
 fn handle(inner: &Inner, mut req: Request) {
-    if !authorized(inner, &req) {
+    let agent_route = req.url().starts_with("/v1/migrate/");
+    if !authorized(inner, &req, agent_route) {
         UNAUTHORIZED.fetch_add(1, Ordering::Relaxed);
         return respond_error(req, 401, "a valid bearer token is required");
     }
-    let Some(body) = read_body(&mut req, MAX_BODY) else {
+    let limit = if agent_route { crate::moving::MAX_PACKAGE_BODY } else { MAX_BODY };
+    let Some(body) = read_body(&mut req, limit) else {
         return respond_error(req, 413, "request body too large or unreadable");
     };
     let url = req.url().to_owned();
@@ -237,6 +260,26 @@ fn route(inner: &Inner, method: &Method, parts: &[&str], query: &str, body: &[u8
             call(inner, name, |reply| Command::Provision { name: name_s, envelope, reply })??;
             ok(json!({"provisioned": secret}))
         }
+        (Method::Post, ["v1", "tenants", name, "move"]) => {
+            #[derive(Deserialize)]
+            struct To {
+                to: String,
+            }
+            let to: To = serde_json::from_slice(body).map_err(|_| Error::Config {
+                line: None,
+                field: "body".into(),
+                why: "JSON {\"to\": PEER}".into(),
+            })?;
+            ok(crate::moving::move_out(inner, name, &to.to)?)
+        }
+        (Method::Post, ["v1", "migrate", "incoming"]) => ok(crate::moving::incoming(inner, body)?),
+        (Method::Post, ["v1", "migrate", "incoming", name, "package"]) => {
+            ok(crate::moving::package(inner, name, body)?)
+        }
+        (Method::Post, ["v1", "migrate", "incoming", name, "commit"]) => {
+            ok(crate::moving::commit(inner, name, body)?)
+        }
+        (Method::Post, ["v1", "migrate", "incoming", name, "abort"]) => ok(crate::moving::abort(inner, name)),
         (Method::Get, ["metrics"]) => {
             let text = crate::metrics::render(inner, UNAUTHORIZED.load(Ordering::Relaxed));
             Ok(Reply::Text(text, "text/plain; version=0.0.4; charset=utf-8"))
@@ -274,6 +317,11 @@ mod openapi {
             "/v1/tenants/{tenant}/initiate/{connection}:",
             "/v1/tenants/{tenant}/secrets/{secret}/offer:",
             "/v1/tenants/{tenant}/secrets/{secret}:",
+            "/v1/tenants/{tenant}/move:",
+            "/v1/migrate/incoming:",
+            "/v1/migrate/incoming/{tenant}/package:",
+            "/v1/migrate/incoming/{tenant}/commit:",
+            "/v1/migrate/incoming/{tenant}/abort:",
             "/metrics:",
         ] {
             assert!(doc.contains(&format!("\n  {path}")), "{path} missing from docs/openapi.yaml");

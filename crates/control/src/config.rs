@@ -69,6 +69,8 @@ pub struct ServiceSettings {
     /// A configuration and attestation service to take tenants from, and the file of this
     /// gateway's token there.
     pub cas: Option<(String, PathBuf)>,
+    /// `[migrate]`: live moves of tenants to and from other hosts.
+    pub migrate: Option<crate::moving::MigrateSettings>,
 }
 
 /// One tenant, checked.
@@ -130,6 +132,11 @@ impl ServiceConfig {
             field: "service.api".into(),
             why: "an address and port, e.g. \"127.0.0.1:9440\"".into(),
         })?;
+        let migrate = table
+            .remove("migrate")
+            .map(|v| crate::moving::MigrateSettings::from_toml(v, dir))
+            .transpose()
+            .map_err(|e| e.located(text, &[]))?;
         let settings = ServiceSettings {
             state: resolve(dir, raw.state.as_deref().unwrap_or("state.redb")),
             platform_key: resolve(dir, raw.platform_key.as_deref().unwrap_or("platform.key")),
@@ -158,6 +165,7 @@ impl ServiceConfig {
                     });
                 }
             },
+            migrate,
         };
         let tenants = match table.remove("tenants") {
             None => toml::Table::new(),
@@ -174,7 +182,7 @@ impl ServiceConfig {
             return Err(Error::Config {
                 line: line_of(text, &[other]),
                 field: other.chars().take(64).collect(),
-                why: "unknown table: expected [service] and [tenants.NAME]".into(),
+                why: "unknown table: expected [service], [migrate] and [tenants.NAME]".into(),
             });
         }
         let mut out = BTreeMap::new();

@@ -48,6 +48,9 @@ pub enum Error {
         /// What failed.
         why: String,
     },
+    /// A live move failed or was refused (the tenant keeps serving where it was).
+    #[error("move: {0}")]
+    Migration(String),
     /// The state store failed.
     #[error("state store: {0}")]
     Store(#[from] store::Error),
@@ -106,6 +109,7 @@ impl Error {
             Self::Unknown { .. } => 404,
             Self::NotRunning { .. } => 503,
             Self::Provisioning(_) => 422,
+            Self::Migration(_) => 409,
             Self::Api { status, .. } => *status,
             Self::Tenant { .. } | Self::Store(_) | Self::Io { .. } | Self::Internal { .. } => 500,
         }

@@ -9,6 +9,7 @@
 //! - [`service`]: every tenant, the store, runtime add/remove/reload.
 //! - `api`, `metrics`: the HTTP API (bearer token) and the Prometheus endpoint.
 //! - [`client`]: the CLI's side of the API.
+//! - [`moving`]: the migration agent: live moves of tenants between hosts (issue 8).
 //!
 //! Nothing in this crate holds a tenant key: secrets arrive in envelopes that only the
 //! tenant's enclave opens, and leave it only sealed.
@@ -23,6 +24,7 @@ mod error;
 mod http;
 pub mod log;
 mod metrics;
+pub mod moving;
 pub mod platform;
 mod released;
 pub mod service;

@@ -16,9 +16,11 @@ use zeroize::Zeroizing;
 use crate::api::ApiServer;
 use crate::config::{ServiceConfig, ServiceSettings, TenantConfig};
 use crate::error::{Error, Result};
+use crate::moving::Agent;
 use crate::platform::{hex, load_or_create_token, Platform};
 use crate::released::{self, CasSource, Listed, NotReleased};
 use crate::tenant::{InlineLauncher, Launcher, Log, ProcessLauncher, TenantHandle};
+use enclave::migration::DestinationKey;
 
 /// The store record of a tenant added through the API.
 const TENANT_RECORD: &str = "tenant";
@@ -38,10 +40,19 @@ pub(crate) struct Inner {
     pub(crate) token: Zeroizing<String>,
     /// The configuration and attestation service, when tenants come from one too.
     pub(crate) cas: Option<CasLink>,
+    /// The migration agent, with `[migrate]`.
+    pub(crate) agent: Option<Agent>,
+    spawn_arrival: Box<ArrivalFn>,
+    /// Tenants arriving by a live move: id and the destination key their package needs.
+    arrivals: Mutex<BTreeMap<String, (u32, DestinationKey)>>,
+    /// Tenants moved away: a reload does not start them here again.
+    moved: Mutex<BTreeSet<String>>,
 }
 
 /// Spawns a tenant's thread.
 type SpawnFn = dyn Fn(TenantConfig) -> Result<TenantHandle> + Send + Sync;
+/// Spawns an arriving tenant's thread (a live move), returning its destination key.
+type ArrivalFn = dyn Fn(TenantConfig) -> Result<(TenantHandle, DestinationKey)> + Send + Sync;
 /// Has the CAS release a tenant to a fresh enclave of its own.
 type ReleaseFn = dyn Fn(&CasSource, &Listed) -> core::result::Result<TenantConfig, NotReleased> + Send + Sync;
 
@@ -78,12 +89,16 @@ fn tenant_starters<L: Launcher>(
     log: &Log,
     dir: &Path,
     backend: Backend,
-) -> (Box<SpawnFn>, Box<ReleaseFn>) {
+) -> (Box<SpawnFn>, Box<ArrivalFn>, Box<ReleaseFn>) {
     let (l, store2, log, dir) =
         (Arc::clone(&launcher), Arc::clone(store), Arc::clone(log), dir.to_path_buf());
+    let (l3, store3, log3) = (Arc::clone(&launcher), Arc::clone(store), Arc::clone(&log));
     let store = Arc::clone(store);
     (
         Box::new(move |t| TenantHandle::spawn(t, Arc::clone(&l), Arc::clone(&store), Arc::clone(&log))),
+        Box::new(move |t| {
+            TenantHandle::spawn_arrival(t, Arc::clone(&l3), Arc::clone(&store3), Arc::clone(&log3))
+        }),
         Box::new(move |c: &CasSource, t: &Listed| {
             c.release(launcher.as_ref(), store2.as_ref(), t, &dir, backend)
         }),
@@ -103,7 +118,7 @@ impl Service {
             Some((url, token)) => Some(CasSource::new(url, token)?),
             None => None,
         };
-        let (spawn, release) = match settings.enclave {
+        let (spawn, spawn_arrival, release) = match settings.enclave {
             Backend::Process => {
                 let l = Arc::new(ProcessLauncher::new(Arc::clone(&platform), program));
                 tenant_starters(l, &store, &log, dir, settings.enclave)
@@ -119,6 +134,7 @@ impl Service {
             known: Mutex::new(BTreeMap::new()),
             refused: Mutex::new(BTreeMap::new()),
         });
+        let agent = settings.migrate.clone().map(Agent::new).transpose()?;
         let inner = Arc::new(Inner {
             settings,
             dir: dir.to_path_buf(),
@@ -131,6 +147,10 @@ impl Service {
             log,
             token,
             cas,
+            agent,
+            spawn_arrival,
+            arrivals: Mutex::new(BTreeMap::new()),
+            moved: Mutex::new(BTreeSet::new()),
         });
         let mut all = config.tenants.clone();
         for t in inner.stored_tenants()? {
@@ -433,6 +453,73 @@ impl Inner {
         Ok(())
     }
 
+    /// A tenant arriving by a live move: its thread and enclave start, and the enclave's
+    /// destination key (SPKI, evidence) is returned for the source.
+    pub(crate) fn add_arrival(&self, t: TenantConfig) -> Result<(Vec<u8>, Vec<u8>)> {
+        if self.lock().contains_key(&t.name) {
+            return Err(Error::Duplicate { what: format!("tenant {} (already here)", t.name) });
+        }
+        self.check(&t)?;
+        let (name, id) = (t.name.clone(), t.id);
+        let (h, key) = (self.spawn_arrival)(t)?;
+        let out = (key.spki_der.clone(), key.evidence.bytes.clone());
+        self.lock().insert(name.clone(), h);
+        locked(&self.arrivals).insert(name.clone(), (id, key));
+        locked(&self.moved).remove(&name);
+        (self.log)(&format!("tenant {name}: arriving by a live move"));
+        Ok(out)
+    }
+
+    /// Takes an arriving tenant's destination key: one package per arrival.
+    pub(crate) fn arrival(&self, name: &str) -> Result<(u32, DestinationKey)> {
+        locked(&self.arrivals)
+            .remove(name)
+            .ok_or_else(|| Error::Unknown { what: format!("arrival of tenant {name} (none pending)") })
+    }
+
+    /// Gives up an arrival: the arriving thread and its enclave stop; a tenant that already
+    /// runs here is not touched.
+    pub(crate) fn drop_arrival(&self, name: &str) {
+        locked(&self.arrivals).remove(name);
+        let arriving =
+            self.lock().get(name).is_some_and(|h| matches!(h.status().state, "arriving" | "failed"));
+        if arriving {
+            if let Some(h) = self.lock().remove(name) {
+                h.stop();
+                (self.log)(&format!("tenant {name}: arrival given up"));
+            }
+        }
+    }
+
+    /// Keeps an arrived tenant: its configuration goes into the store, so this host starts
+    /// it again after a restart (its connections then set up anew).
+    pub(crate) fn keep_arrival(&self, name: &str) -> Result<()> {
+        let t = self
+            .lock()
+            .get(name)
+            .map(|h| h.config.clone())
+            .ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
+        if self.file_tenants().contains(name) {
+            return Ok(());
+        }
+        let text = format!("name = {}\n{}", toml::Value::String(t.name.clone()), t.text);
+        self.store.put(Key::new(t.id, Kind::Config, TENANT_RECORD)?, Value::Config(text))?;
+        Ok(())
+    }
+
+    /// A tenant moved away: out of the running set, its stored configuration removed, and
+    /// not started here again by a reload.
+    pub(crate) fn remove_moved(&self, name: &str) -> Option<TenantHandle> {
+        locked(&self.moved).insert(name.to_owned());
+        let h = self.lock().remove(name)?;
+        if !self.file_tenants().contains(name) {
+            if let Ok(k) = Key::new(h.config.id, Kind::Config, TENANT_RECORD) {
+                let _ = self.store.remove(&k);
+            }
+        }
+        Some(h)
+    }
+
     fn reload(&self, config: ServiceConfig) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
         let old_file: BTreeSet<String> = self.file_tenants().clone();
         let (mut added, mut changed, mut removed) = (Vec::new(), Vec::new(), Vec::new());
@@ -458,6 +545,10 @@ impl Inner {
             }
         }
         for (name, t) in &config.tenants {
+            if locked(&self.moved).contains(name) {
+                (self.log)(&format!("tenant {name}: moved to another host; not started here"));
+                continue;
+            }
             let same = self.lock().get(name).is_some_and(|h| h.config.text == t.text && h.config.id == t.id);
             if same {
                 continue;

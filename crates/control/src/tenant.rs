@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use enclave::migration::{DestinationKey, MigrationPackage};
 use enclave::process::{ProcessEnclave, ProcessSpec};
 use enclave::{Enclave, InlineEnclave, SealedBlob};
 use gateway::control::Request;
@@ -40,6 +41,12 @@ const FORGET_AFTER: Duration = Duration::from_secs(30);
 const REINITIATE: Duration = Duration::from_secs(10);
 /// How long the API waits for the tenant thread.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an arriving tenant waits for its package.
+const ARRIVAL_WAIT: Duration = Duration::from_secs(60);
+/// How long a move waits for IKE exchanges under way to end before it gives up.
+const QUIET_WAIT: Duration = Duration::from_secs(5);
+/// The destination enclave's RSA key for the moved data key (docs/migration.md).
+const DESTINATION_KEY_BITS: usize = 3072;
 /// Store record names.
 const SECRET_PREFIX: &str = "secret/";
 const UP_PREFIX: &str = "up/";
@@ -57,6 +64,25 @@ pub(crate) enum Command {
     Offer(Sender<Result<Vec<u8>>>),
     /// An envelope for the secret `name`.
     Provision { name: String, envelope: Vec<u8>, reply: Sender<Result<()>> },
+    /// Evidence from the tenant's enclave over `report_data` (a move's checks).
+    Evidence { report_data: [u8; 64], reply: Sender<Result<Vec<u8>>> },
+    /// Freeze IKE and export the enclave's state for a move, the data key wrapped to
+    /// `wrap_spki`; the reply is the package and the source's evidence binding it to the
+    /// destination key `destination_spki`.
+    MoveOut {
+        wrap_spki: Vec<u8>,
+        oaep: enclave::migration::OaepHash,
+        destination_spki: Vec<u8>,
+        reply: Sender<Result<(Vec<u8>, Vec<u8>)>>,
+    },
+    /// The move did not happen: take up IKE again.
+    MoveAbort,
+    /// The destination took over: stop, answering with the inbound windows' tops.
+    MoveStop(Sender<Vec<(u32, u64)>>),
+    /// A moved tenant's package for this (arriving) tenant's enclave.
+    Arrive { package: Vec<u8>, wrapped: Vec<u8>, reply: Sender<Result<String>> },
+    /// The source stopped: treat its last sequence numbers as seen.
+    RaiseWindows(Vec<(u32, u64)>, Sender<usize>),
     /// Stop the tenant.
     Stop,
 }
@@ -206,6 +232,41 @@ impl TenantHandle {
         Ok(Self { config, tx, status, thread: Some(thread) })
     }
 
+    /// Starts the thread of a tenant arriving by a live move: its enclave starts and makes
+    /// the destination key returned here; [`Command::Arrive`] brings the package.
+    pub fn spawn_arrival<L: Launcher>(
+        config: TenantConfig,
+        launcher: Arc<L>,
+        store: Arc<dyn Store>,
+        log: Log,
+    ) -> Result<(Self, DestinationKey)> {
+        let (tx, rx) = mpsc::channel();
+        let (key_tx, key_rx) = mpsc::channel();
+        let status = Arc::new(Mutex::new(Status { state: "arriving", ..Status::default() }));
+        let runner = Runner {
+            config: config.clone(),
+            launcher,
+            store,
+            log,
+            status: Arc::clone(&status),
+            keep: BTreeMap::new(),
+            last_initiate: BTreeMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("tenant-{}", config.name))
+            .spawn(move || runner.arrive(&rx, &key_tx))
+            .map_err(|e| Error::Io {
+                what: format!("starting tenant {}'s thread", config.name),
+                why: e.to_string(),
+            })?;
+        let handle = Self { config, tx, status, thread: Some(thread) };
+        let key = key_rx.recv_timeout(CALL_TIMEOUT * 3).map_err(|_| Error::NotRunning {
+            tenant: handle.config.name.clone(),
+            why: "its enclave made no destination key in time".into(),
+        })??;
+        Ok((handle, key))
+    }
+
     /// The tenant's state.
     pub fn status(&self) -> Status {
         self.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
@@ -331,13 +392,144 @@ impl<L: Launcher> Runner<L> {
         if let Err(e) = self.remembered() {
             self.log(&format!("reading the store: {e}"));
         }
-        let mut gw = match self.start() {
+        let gw = match self.start() {
             Ok(gw) => gw,
             Err(e) => match self.recover(rx, &e.to_string(), Instant::now()) {
                 Some(gw) => gw,
                 None => return,
             },
         };
+        self.serve(gw, rx);
+    }
+
+    /// An arriving tenant (a live move): a fresh enclave makes the destination key (sent on
+    /// `key_tx`), then the thread waits [`ARRIVAL_WAIT`] for the package and serves the
+    /// tenant with what it brings.
+    fn arrive(mut self, rx: &Receiver<Command>, key_tx: &Sender<Result<DestinationKey>>) {
+        self.set(|s| s.state = "arriving");
+        let made = self.launcher.start(self.config.id, 0).and_then(|mut e| {
+            let key = e
+                .migration_destination_key(DESTINATION_KEY_BITS)
+                .map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() })?;
+            Ok((e, key))
+        });
+        let mut enclave = match made {
+            Ok((e, key)) => {
+                let _ = key_tx.send(Ok(key));
+                e
+            }
+            Err(e) => {
+                self.set(|s| {
+                    s.state = "failed";
+                    s.last_error = Some(e.to_string());
+                });
+                let _ = key_tx.send(Err(e));
+                return;
+            }
+        };
+        let deadline = Instant::now() + ARRIVAL_WAIT;
+        loop {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Command::Arrive { package, wrapped, reply }) => {
+                    match self.land(enclave, package, &wrapped) {
+                        Ok(gw) => {
+                            let _ = reply.send(Ok(gw.dataplane().tun_name().to_owned()));
+                            if let Err(e) = self.remembered() {
+                                self.log(&format!("reading the store: {e}"));
+                            }
+                            self.serve(gw, rx);
+                            return;
+                        }
+                        Err(e) => {
+                            self.log(&format!("arrival refused: {e}"));
+                            self.set(|s| {
+                                s.state = "failed";
+                                s.last_error = Some(e.to_string());
+                            });
+                            let _ = reply.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                Ok(Command::Stop) | Err(_) => {
+                    self.set(|s| s.state = "stopped");
+                    self.log("arrival given up: no package came");
+                    return;
+                }
+                // Anything else waits for a running gateway; its sender times out.
+                Ok(_) => {}
+            }
+            enclave = match L::health(&mut enclave) {
+                Ok(()) => enclave,
+                Err(why) => {
+                    self.set(|s| {
+                        s.state = "failed";
+                        s.last_error = Some(why);
+                    });
+                    return;
+                }
+            };
+        }
+    }
+
+    /// Imports a moved tenant's package and starts its gateway on the SAs it carries.
+    fn land(&self, mut enclave: L::E, package: Vec<u8>, wrapped: &[u8]) -> Result<Gateway<L::E>> {
+        let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
+        let package = MigrationPackage::from_bytes(package).map_err(|e| failed(e.to_string()))?;
+        let restore = enclave.import_state(&package, wrapped).map_err(|e| failed(e.to_string()))?;
+        let pid = L::pid(&enclave);
+        let log = Arc::clone(&self.log);
+        let prefix = format!("tenant {}: ", self.config.name);
+        let gw = Gateway::start_moved(
+            &self.config.gateway,
+            enclave,
+            &restore,
+            Box::new(move |l| log(&format!("{prefix}{l}"))),
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        self.set(|s| {
+            s.enclave_pid = pid;
+            s.secrets = gw.secrets();
+        });
+        Ok(gw)
+    }
+
+    /// Freezes IKE (waiting up to [`QUIET_WAIT`] for exchanges under way to end) and
+    /// exports the enclave's state with the gateway's; on a failed export IKE goes on.
+    fn move_out(
+        &self,
+        gw: &mut Gateway<L::E>,
+        wrap_spki: &[u8],
+        oaep: enclave::migration::OaepHash,
+        destination_spki: &[u8],
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
+        let deadline = Instant::now() + QUIET_WAIT;
+        let state = loop {
+            match gw.freeze(Instant::now()) {
+                Ok(s) => break s,
+                Err(gateway::Error::Ike(ike::Error::MoveBusy { .. })) if Instant::now() < deadline => {
+                    gw.round(Duration::from_millis(20));
+                }
+                Err(e) => return Err(failed(format!("cannot freeze for the move: {e}"))),
+            }
+        };
+        let enc = gw.enclave();
+        let exported = enc.lock().export_state(wrap_spki, oaep, &state);
+        let package = match exported {
+            Ok(p) => p,
+            Err(e) => {
+                gw.thaw(Instant::now(), false);
+                return Err(failed(format!("export: {e}")));
+            }
+        };
+        let rd = crate::moving::source_report_data(self.config.id, package.as_bytes(), destination_spki);
+        let evidence = enc.lock().evidence(&rd).map_err(|e| failed(format!("evidence: {e}")))?;
+        Ok((package.into_bytes(), evidence.bytes))
+    }
+
+    /// The running tenant's loop, until it is stopped or moves away.
+    fn serve(mut self, mut gw: Gateway<L::E>, rx: &Receiver<Command>) {
         self.set(|s| s.state = "running");
         self.log(&format!("running, tun {}", gw.dataplane().tun_name()));
         let mut next_check = Instant::now();
@@ -347,6 +539,17 @@ impl<L: Launcher> Runner<L> {
                 match rx.try_recv() {
                     Ok(Command::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
                         self.stop(gw);
+                        return;
+                    }
+                    Ok(Command::MoveStop(reply)) => {
+                        let tops = gw.inbound_tops();
+                        drop(gw.stop());
+                        self.set(|s| {
+                            s.state = "moved";
+                            s.enclave_pid = None;
+                        });
+                        self.log("moved away: stopped, the destination serves it");
+                        let _ = reply.send(tops);
                         return;
                     }
                     Ok(cmd) => self.command(&mut gw, cmd),
@@ -487,7 +690,29 @@ impl<L: Launcher> Runner<L> {
                 }
                 let _ = reply.send(r);
             }
-            Command::Stop => {}
+            Command::Evidence { report_data, reply } => {
+                let e = gw.enclave().lock().evidence(&report_data).map(|e| e.bytes);
+                let _ = reply.send(
+                    e.map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() }),
+                );
+            }
+            Command::MoveOut { wrap_spki, oaep, destination_spki, reply } => {
+                let _ = reply.send(self.move_out(gw, &wrap_spki, oaep, &destination_spki));
+            }
+            Command::MoveAbort => {
+                if gw.is_frozen() {
+                    gw.thaw(Instant::now(), true);
+                }
+            }
+            Command::RaiseWindows(tops, reply) => {
+                let _ = reply.send(gw.raise_windows(&tops));
+            }
+            Command::Arrive { reply, .. } => {
+                let _ = reply.send(Err(Error::Duplicate {
+                    what: format!("tenant {} (running here)", self.config.name),
+                }));
+            }
+            Command::Stop | Command::MoveStop(_) => {}
         }
     }
 

@@ -4,6 +4,7 @@ pub(crate) mod decode;
 pub(crate) mod enclave_process;
 pub(crate) mod gateway;
 pub(crate) mod ike_load;
+pub(crate) mod migrate;
 pub(crate) mod sa;
 pub(crate) mod secret;
 pub(crate) mod service;

@@ -1,0 +1,529 @@
+//! Live moves of a tenant between gateway hosts (issue 8): the migration agents.
+//!
+//! Each service is an agent. The source drives; the destination answers on
+//! `/v1/migrate/...`, authorized by its migration token (not the operator token):
+//!
+//! ```text
+//!  source service                                   destination service
+//!  POST /v1/tenants/T/move {to}  (operator)
+//!   ├─ POST /v1/migrate/incoming {name, text} ───▶  fresh enclave for T, RSA key, evidence
+//!   │  ◀── {spki, evidence} ───────────────────────
+//!   ├─ verify: destination platform key, our measurement, tenant, key binding
+//!   ├─ HSM mode: one-time key pair for the measurement
+//!   ├─ tenant thread: freeze IKE, export, evidence over (package, destination key)
+//!   ├─ POST /v1/migrate/incoming/T/package ─────▶  verify the source's evidence, HSM rewrap,
+//!   │                                               import, gateway on the moved SAs
+//!   │  ◀── ok ─────────────────────────────────── (failure: source thaws, nothing lost)
+//!   ├─ tenant thread: stop, inbound windows' tops
+//!   ├─ POST /v1/migrate/incoming/T/commit {tops} ▶  windows raised past the source's
+//!   └─ HSM mode: one-time keys deleted (the package can never open again)
+//! ```
+//!
+//! What crosses between the agents: the tenant's configuration (no secret in it), public
+//! keys, evidence, the package (ciphertext and a wrapped data key), labels and counters.
+//! Both sides prove their enclave: the destination's evidence binds its key, the source's
+//! binds the package to that key, each checked against the other platform's key from
+//! `[migrate.peers]`. Nothing on the channel opens without the HSM or the destination
+//! enclave, so plain HTTP carries it; the token only keeps strangers from starting moves.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use enclave::attest::{verify_software_evidence, Evidence, EvidenceKind, Measurement};
+use enclave::migration::{verify_destination, DestinationKey, MigrationPackage, OaepHash};
+use enclave::TenantId;
+use migrate::{AuditLog, Hsm, HsmConfig, HsmKeys, KeyLabel, Pin};
+use serde::Deserialize;
+use serde_json::{json, Value as Json};
+use zeroize::Zeroizing;
+
+use crate::client::Client;
+use crate::config::TenantConfig;
+use crate::error::{Error, Result};
+use crate::platform::{hex, load_or_create_token, read_private, unhex};
+use crate::service::Inner;
+use crate::tenant::Command;
+
+/// Domain of the source's evidence (report data) over a package.
+const SOURCE_DOMAIN: &[u8] = b"cloister-migration-source-v1";
+/// The largest package the destination takes in one request.
+pub(crate) const MAX_PACKAGE_BODY: u64 = 256 << 20;
+
+/// `[migrate]`: this host's agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateSettings {
+    /// File of the token peers present to this host's `/v1/migrate` routes (made if missing).
+    pub token: PathBuf,
+    /// The HSM that holds the one-time keys; without one, moves wrap the data key straight
+    /// to the destination enclave (the enclave-only baseline).
+    pub hsm: Option<HsmSettings>,
+    /// Other hosts, by name.
+    pub peers: BTreeMap<String, Peer>,
+}
+
+/// `[migrate.hsm]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HsmSettings {
+    /// The vendor's PKCS#11 module.
+    pub module: PathBuf,
+    /// The token's label.
+    pub token_label: String,
+    /// File holding the user PIN (mode 0600).
+    pub pin: PathBuf,
+    /// OAEP hash the HSM supports (`sha1` for SoftHSM2).
+    pub oaep: migrate::OaepHash,
+    /// The audit log (hash-chained, append-only).
+    pub audit: PathBuf,
+}
+
+/// `[migrate.peers.NAME]`: another gateway host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Its API, `http://ADDRESS:PORT`.
+    pub url: String,
+    /// File of the migration token it expects.
+    pub token: PathBuf,
+    /// Its platform's attestation public key (what `cloister platform-key` prints there).
+    pub platform_key: Vec<u8>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMigrate {
+    token: Option<String>,
+    hsm: Option<RawHsm>,
+    #[serde(default)]
+    peers: BTreeMap<String, RawPeer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHsm {
+    module: Option<String>,
+    token_label: String,
+    pin_file: String,
+    oaep: Option<String>,
+    audit: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeer {
+    url: String,
+    token_file: String,
+    platform_key: String,
+}
+
+fn bad(field: &str, why: &str) -> Error {
+    let field = if field.is_empty() { "migrate".to_owned() } else { format!("migrate.{field}") };
+    Error::Config { line: None, field, why: why.into() }
+}
+
+impl MigrateSettings {
+    /// Checks `[migrate]`; relative paths are taken from `dir`.
+    pub fn from_toml(value: toml::Value, dir: &Path) -> Result<Self> {
+        let raw: RawMigrate = value
+            .try_into()
+            .map_err(|e: toml::de::Error| bad("", &gateway::config::redacted(e.message())))?;
+        let hsm = match raw.hsm {
+            None => None,
+            Some(h) => Some(HsmSettings {
+                module: h.module.map_or_else(|| PathBuf::from(migrate::DEFAULT_MODULE_PATH), PathBuf::from),
+                token_label: h.token_label,
+                pin: gateway::config::resolve(dir, &h.pin_file),
+                oaep: match h.oaep.as_deref() {
+                    None | Some("sha256") => migrate::OaepHash::Sha256,
+                    Some("sha1") => migrate::OaepHash::Sha1,
+                    Some(_) => return Err(bad("hsm.oaep", "\"sha256\" or \"sha1\"")),
+                },
+                audit: gateway::config::resolve(dir, h.audit.as_deref().unwrap_or("migrate-audit.jsonl")),
+            }),
+        };
+        let mut peers = BTreeMap::new();
+        for (name, p) in raw.peers {
+            Client::new(&p.url, Zeroizing::new(String::new()))
+                .map_err(|_| bad(&format!("peers.{name}.url"), "http://ADDRESS:PORT of its API"))?;
+            let platform_key = unhex(&p.platform_key).filter(|k| !k.is_empty()).ok_or_else(|| {
+                bad(&format!("peers.{name}.platform_key"), "hex, as `cloister platform-key` prints it")
+            })?;
+            peers.insert(
+                name,
+                Peer { url: p.url, token: gateway::config::resolve(dir, &p.token_file), platform_key },
+            );
+        }
+        Ok(Self {
+            token: gateway::config::resolve(dir, raw.token.as_deref().unwrap_or("migrate.token")),
+            hsm,
+            peers,
+        })
+    }
+}
+
+/// The agent's run-time state: its token, and the HSM once opened.
+pub(crate) struct Agent {
+    pub(crate) settings: MigrateSettings,
+    pub(crate) token: Zeroizing<String>,
+    hsm: Mutex<Option<Hsm>>,
+}
+
+impl core::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Agent").field("peers", &self.settings.peers.keys()).finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Loads (or makes) the migration token.
+    pub(crate) fn new(settings: MigrateSettings) -> Result<Self> {
+        let token = load_or_create_token(&settings.token)?;
+        Ok(Self { settings, token, hsm: Mutex::new(None) })
+    }
+
+    /// Runs `f` with the HSM, opening it on first use (so a service starts while its HSM is
+    /// away; a move then fails with the reason).
+    fn with_hsm<T>(&self, f: impl FnOnce(&Hsm) -> migrate::Result<T>) -> Result<Option<T>> {
+        let Some(h) = &self.settings.hsm else { return Ok(None) };
+        let mut g = self.hsm.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if g.is_none() {
+            let pin = read_private(&h.pin)?.ok_or_else(|| Error::Io {
+                what: format!("{}", h.pin.display()),
+                why: "no HSM PIN file".into(),
+            })?;
+            let pin = Pin::new(String::from_utf8_lossy(&pin).trim().to_owned());
+            let mut config = HsmConfig::new(h.token_label.clone());
+            config.module.clone_from(&h.module);
+            config.oaep_hash = h.oaep;
+            let audit = AuditLog::open(&h.audit).map_err(hsm_error)?;
+            *g = Some(Hsm::open(config, pin, audit).map_err(hsm_error)?);
+        }
+        match g.as_ref() {
+            Some(hsm) => f(hsm).map(Some).map_err(hsm_error),
+            None => Err(Error::Internal { what: "HSM not open".into() }),
+        }
+    }
+
+    fn oaep(&self) -> OaepHash {
+        match self.settings.hsm.as_ref().map(|h| h.oaep) {
+            Some(migrate::OaepHash::Sha1) => OaepHash::Sha1,
+            _ => OaepHash::Sha256,
+        }
+    }
+}
+
+fn hsm_error(e: migrate::MigrateError) -> Error {
+    Error::Migration(format!("HSM: {e}"))
+}
+
+/// The source's report data: its evidence binds the package to the destination key.
+pub(crate) fn source_report_data(tenant: u32, package: &[u8], destination_spki: &[u8]) -> [u8; 64] {
+    let mut c = ring::digest::Context::new(&ring::digest::SHA512);
+    c.update(SOURCE_DOMAIN);
+    c.update(&tenant.to_be_bytes());
+    c.update(ring::digest::digest(&ring::digest::SHA256, package).as_ref());
+    c.update(ring::digest::digest(&ring::digest::SHA256, destination_spki).as_ref());
+    let mut out = [0u8; 64];
+    out.copy_from_slice(c.finish().as_ref());
+    out
+}
+
+fn field(v: &Json, name: &str) -> Result<Vec<u8>> {
+    v.get(name)
+        .and_then(Json::as_str)
+        .and_then(unhex)
+        .ok_or_else(|| Error::Migration(format!("the peer's reply has no hex {name}")))
+}
+
+fn ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Calls a tenant's thread (as the API does) and waits `timeout`.
+fn ask<T>(
+    inner: &Inner,
+    name: &str,
+    timeout: std::time::Duration,
+    make: impl FnOnce(std::sync::mpsc::Sender<T>) -> Command,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let g = inner.lock();
+        let h = g.get(name).ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
+        h.send(make(tx))?;
+    }
+    rx.recv_timeout(timeout)
+        .map_err(|_| Error::NotRunning { tenant: name.to_owned(), why: "no answer from its thread".into() })
+}
+
+/// The source side: moves running tenant `name` to peer `to`. Until the destination has
+/// taken the package, any failure leaves the tenant serving here.
+pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
+    let agent =
+        inner.agent.as_ref().ok_or_else(|| bad("", "no [migrate] section: this host moves no tenant"))?;
+    let peer = agent
+        .settings
+        .peers
+        .get(to)
+        .ok_or_else(|| Error::Unknown { what: format!("migration peer {to}") })?;
+    let config = inner
+        .lock()
+        .get(name)
+        .map(|h| h.config.clone())
+        .ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
+    let started = Instant::now();
+    let client = Client::with_token_file(&peer.url, &peer.token)?;
+    // Our enclave's measurement: the destination must run the same.
+    let nonce = [0u8; 64];
+    let own = ask(inner, name, crate::tenant::CALL_TIMEOUT, |reply| Command::Evidence {
+        report_data: nonce,
+        reply,
+    })??;
+    let measurement = verify_software_evidence(&own, inner.platform.public_key(), &nonce)
+        .map_err(|e| Error::Migration(format!("our own evidence: {e}")))?
+        .measurement;
+    let body = json!({"name": config.name, "text": config.text}).to_string();
+    let reply =
+        client.request("POST", "/v1/migrate/incoming", body.as_bytes(), "application/json")?.json()?;
+    let destination = DestinationKey {
+        spki_der: field(&reply, "spki")?,
+        evidence: Evidence { kind: EvidenceKind::SoftwareRooted, bytes: field(&reply, "evidence")? },
+    };
+    let abort = |why: String| {
+        let _ =
+            client.request("POST", &format!("/v1/migrate/incoming/{name}/abort"), b"", "application/json");
+        Error::Migration(why)
+    };
+    if let Err(e) = verify_destination(&destination, &peer.platform_key, &measurement, TenantId(config.id)) {
+        return Err(abort(format!("the destination's enclave is refused: {e}")));
+    }
+    let label_measurement =
+        migrate::Measurement::from_bytes(&measurement.0).map_err(|e| abort(e.to_string()))?;
+    let keys: Option<HsmKeys> = match agent.with_hsm(|hsm| {
+        let label = hsm.create_migration_key(&label_measurement)?;
+        let spki = hsm.public_key(&label)?;
+        Ok(HsmKeys { label, spki, bulk: None })
+    }) {
+        Ok(k) => k,
+        Err(e) => return Err(abort(e.to_string())),
+    };
+    let mode = if keys.is_some() { "hsm" } else { "baseline" };
+    let prepared_ms = ms(started);
+    let wrap_spki = keys.as_ref().map_or_else(|| destination.spki_der.clone(), |k| k.spki.clone());
+    let frozen = Instant::now();
+    let out = ask(inner, name, crate::tenant::CALL_TIMEOUT, |reply| Command::MoveOut {
+        wrap_spki,
+        oaep: agent.oaep(),
+        destination_spki: destination.spki_der.clone(),
+        reply,
+    });
+    let (package, evidence) = match out {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) | Err(e) => {
+            delete_keys(agent, keys.as_ref());
+            return Err(abort(format!("export: {e}")));
+        }
+    };
+    let package_len = package.len();
+    let body = json!({
+        "mode": mode,
+        "package": hex(&package),
+        "evidence": hex(&evidence),
+        "hsm_key": keys.as_ref().map(|k| k.label.to_string()),
+    })
+    .to_string();
+    let arrived = client
+        .request("POST", &format!("/v1/migrate/incoming/{name}/package"), body.as_bytes(), "application/json")
+        .and_then(crate::client::Reply::json);
+    if let Err(e) = arrived {
+        // The destination did not take it: we serve on (rekeying: the export capped the
+        // outbound counters), and the one-time key goes, so the package never opens.
+        let _ = inner.lock().get(name).map(|h| h.send(Command::MoveAbort));
+        delete_keys(agent, keys.as_ref());
+        return Err(abort(format!("the destination refused the package: {e}")));
+    }
+    let tops = ask(inner, name, crate::tenant::CALL_TIMEOUT, Command::MoveStop).unwrap_or_default();
+    let handover_ms = ms(frozen);
+    let body = json!({ "tops": tops }).to_string();
+    let committed = client.request(
+        "POST",
+        &format!("/v1/migrate/incoming/{name}/commit"),
+        body.as_bytes(),
+        "application/json",
+    );
+    if let Some(h) = inner.remove_moved(name) {
+        h.stop();
+    }
+    delete_keys(agent, keys.as_ref());
+    (inner.log)(&format!(
+        "tenant {name}: moved to {to} ({mode}): package {package_len} bytes, frozen {handover_ms} ms, total {} ms",
+        ms(started)
+    ));
+    Ok(json!({
+        "tenant": name,
+        "to": to,
+        "mode": mode,
+        "package_bytes": package_len,
+        "prepare_ms": prepared_ms,
+        "frozen_ms": handover_ms,
+        "total_ms": ms(started),
+        "windows_raised": committed.is_ok(),
+    }))
+}
+
+fn delete_keys(agent: &Agent, keys: Option<&HsmKeys>) {
+    if let Some(k) = keys {
+        let _ = agent.with_hsm(|hsm| hsm.delete_key(&k.label));
+    }
+}
+
+#[derive(Deserialize)]
+struct Incoming {
+    name: String,
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct Package {
+    mode: String,
+    package: String,
+    evidence: String,
+    hsm_key: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Commit {
+    tops: Vec<(u32, u64)>,
+}
+
+fn body_json<'a, T: Deserialize<'a>>(body: &'a [u8], what: &str) -> Result<T> {
+    serde_json::from_slice(body).map_err(|e| bad(what, &format!("JSON body: {e}")))
+}
+
+/// The destination side: an arriving tenant's enclave and key.
+pub(crate) fn incoming(inner: &Inner, body: &[u8]) -> Result<Json> {
+    let req: Incoming = body_json(body, "incoming")?;
+    let text = format!("name = {}\n{}", toml::Value::String(req.name.clone()), req.text);
+    let t = TenantConfig::parse_one(&text, &inner.dir, inner.settings.enclave)?;
+    let (spki, evidence) = inner.add_arrival(t)?;
+    Ok(json!({"spki": hex(&spki), "evidence": hex(&evidence)}))
+}
+
+/// The destination side: checks the source's evidence, has the HSM rewrap the data key to
+/// our enclave's key, and lands the tenant.
+pub(crate) fn package(inner: &Inner, name: &str, body: &[u8]) -> Result<Json> {
+    let agent = inner.agent.as_ref().ok_or_else(|| bad("", "no [migrate] section"))?;
+    let req: Package = body_json(body, "package")?;
+    let bytes = unhex(&req.package).ok_or_else(|| bad("package", "hex"))?;
+    let evidence = unhex(&req.evidence).ok_or_else(|| bad("evidence", "hex"))?;
+    let (tenant, destination) = inner.arrival(name)?;
+    let refuse = |why: String| {
+        inner.drop_arrival(name);
+        Error::Migration(why)
+    };
+    // The source: some peer's platform signed it, for this tenant, our measurement, and
+    // this very package to this very key.
+    let rd = source_report_data(tenant, &bytes, &destination.spki_der);
+    let verified = agent
+        .settings
+        .peers
+        .values()
+        .find_map(|p| verify_software_evidence(&evidence, &p.platform_key, &rd).ok())
+        .ok_or_else(|| {
+            refuse("the source's evidence verifies under no configured peer's platform key".into())
+        })?;
+    let package = MigrationPackage::from_bytes(bytes).map_err(|e| refuse(format!("package: {e}")))?;
+    if verified.tenant != TenantId(tenant) || verified.measurement != package.measurement() {
+        return Err(refuse("the source's evidence is for another tenant or measurement".into()));
+    }
+    let wrapped = match (req.mode.as_str(), req.hsm_key) {
+        ("baseline", None) => package.wrapped_data_key().to_vec(),
+        ("hsm", Some(label)) => {
+            let label: KeyLabel = label.parse().map_err(|e: migrate::MigrateError| refuse(e.to_string()))?;
+            let m = measurement_label(&verified.measurement).map_err(|e| refuse(e.to_string()))?;
+            agent
+                .with_hsm(|hsm| hsm.rewrap(&label, package.wrapped_data_key(), &destination.spki_der, &m))
+                .map_err(|e| refuse(e.to_string()))?
+                .ok_or_else(|| {
+                    refuse("the package needs an HSM and this host has none ([migrate.hsm])".into())
+                })?
+        }
+        (m, _) => return Err(refuse(format!("mode {m} with the wrong keys"))),
+    };
+    let tun = ask(inner, name, crate::tenant::CALL_TIMEOUT, |reply| Command::Arrive {
+        package: package.into_bytes(),
+        wrapped,
+        reply,
+    })
+    .and_then(|r| r)
+    .map_err(|e| refuse(format!("import: {e}")))?;
+    (inner.log)(&format!("tenant {name}: arrived by a live move, serving on {tun}"));
+    Ok(json!({"tenant": name, "tun": tun}))
+}
+
+fn measurement_label(m: &Measurement) -> migrate::Result<migrate::Measurement> {
+    migrate::Measurement::from_bytes(&m.0)
+}
+
+/// The destination side: the source stopped; its last numbers count as seen here.
+pub(crate) fn commit(inner: &Inner, name: &str, body: &[u8]) -> Result<Json> {
+    let req: Commit = body_json(body, "commit")?;
+    let raised = ask(inner, name, crate::tenant::CALL_TIMEOUT, |r| Command::RaiseWindows(req.tops, r))?;
+    inner.keep_arrival(name)?;
+    Ok(json!({"tenant": name, "windows_raised": raised}))
+}
+
+/// The destination side: the source gave up; the arriving tenant goes.
+pub(crate) fn abort(inner: &Inner, name: &str) -> Json {
+    inner.drop_arrival(name);
+    json!({"tenant": name, "aborted": true})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<MigrateSettings> {
+        let v: toml::Value = toml::from_str(text).unwrap();
+        MigrateSettings::from_toml(v, Path::new("/srv"))
+    }
+
+    #[test]
+    fn the_migrate_table_is_checked_and_names_the_field() {
+        let s = parse(
+            "hsm = { token_label = \"t\", pin_file = \"pin\", oaep = \"sha1\" }\n\
+             [peers.b]\nurl = \"http://198.18.13.2:9440\"\ntoken_file = \"b.token\"\nplatform_key = \"04ab\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.token, PathBuf::from("/srv/migrate.token"));
+        let h = s.hsm.unwrap();
+        assert_eq!(
+            (h.oaep, h.pin, h.audit),
+            (migrate::OaepHash::Sha1, PathBuf::from("/srv/pin"), PathBuf::from("/srv/migrate-audit.jsonl"))
+        );
+        assert_eq!(s.peers["b"].platform_key, vec![0x04, 0xab]);
+        for (text, field) in [
+            ("hsm = { token_label = \"t\", pin_file = \"p\", oaep = \"md5\" }", "migrate.hsm.oaep"),
+            ("[peers.b]\nurl = \"x\"\ntoken_file = \"t\"\nplatform_key = \"04\"", "migrate.peers.b.url"),
+            (
+                "[peers.b]\nurl = \"http://198.18.0.1:1\"\ntoken_file = \"t\"\nplatform_key = \"zz\"",
+                "migrate.peers.b.platform_key",
+            ),
+            ("tokn = \"x\"", "migrate"),
+        ] {
+            match parse(text) {
+                Err(Error::Config { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_source_evidence_binds_tenant_package_and_destination_key() {
+        let base = source_report_data(1, b"package", b"spki");
+        assert_ne!(base, source_report_data(2, b"package", b"spki"));
+        assert_ne!(base, source_report_data(1, b"packagf", b"spki"));
+        assert_ne!(base, source_report_data(1, b"package", b"spkj"));
+        assert_eq!(base, source_report_data(1, b"package", b"spki"));
+    }
+}
