@@ -36,7 +36,7 @@
 //! handle, `u8` kind, `u16` length, encoding (PSK or PKCS#8); `u32` count of IKE SAs, each
 //! `u32` old handle, `u8` role, `u16` PRF, cipher ID, key bits, integrity ID, `u64` SPIi,
 //! SPIr, `u8` flags (1: SK_d resident, 2: SK_p* resident, 4: SK_d sealed), `u64` seal counter
-//! of SK_d, then SK_ai, SK_ar, SK_ei, SK_er, [SK_d], [SK_pi, SK_pr], each after a `u8`
+//! of SK_d, then SK_ai, SK_ar, SK_ei, SK_er, \[SK_d\], \[SK_pi, SK_pr\], each after a `u8`
 //! length; `u32` count of ESP SA directions, each `u32` old handle, `u32` SPI, `u8`
 //! direction (0 outbound, 1 inbound: the destination applies its own measured inbound mode,
 //! which is the source's, the measurements being equal), `u8` ESN, `u16` cipher ID, key
@@ -78,6 +78,10 @@ pub const MIN_RSA_BITS: usize = 2048;
 pub const MAX_RSA_BITS: usize = 4096;
 /// Longest untrusted state a package carries (bounds the enclave's allocation).
 pub const MAX_UNTRUSTED_STATE: usize = 1 << 30;
+/// Longest package a process enclave stages for an import: the untrusted state's limit plus
+/// room for the trusted state, which the tables bound (65,535 entries each; a secret's
+/// encoding is a few KiB at most, an SA's a few hundred bytes: well under 512 MiB in all).
+pub const MAX_PACKAGE_LEN: usize = MAX_UNTRUSTED_STATE + (512 << 20);
 
 /// The reasons of [`crate::Error::Migration`].
 pub mod why {
@@ -101,10 +105,16 @@ pub mod why {
     pub const WRAP_KEY: &str = "wrapping key is not an acceptable RSA public key";
     /// An outbound ESP SA was already exported once; rekey it before migrating again.
     pub const ALREADY_EXPORTED: &str = "outbound ESP SA already exported";
-    /// The untrusted state is larger than [`super::MAX_UNTRUSTED_STATE`].
+    /// The untrusted state is larger than [`super::MAX_UNTRUSTED_STATE`] (or, announced to
+    /// a process enclave, a package larger than [`super::MAX_PACKAGE_LEN`] or than it can
+    /// allocate).
     pub const TOO_LARGE: &str = "untrusted state too large";
     /// The enclave's tables cannot take the package's state.
     pub const NO_ROOM: &str = "not enough room for the package's state";
+    /// A chunked export or import of the process backend went out of sequence: a piece at
+    /// another offset than the next, past the announced total, without a start, or a finish
+    /// of the other kind or before the untrusted state was complete.
+    pub const CHUNK_SEQUENCE: &str = "chunked migration call out of sequence";
 }
 
 /// The RSA-OAEP hash (and MGF1 hash) of the data key's wrapping; it must be the HSM's.

@@ -8,8 +8,11 @@
 
 use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, Measurement, SoftwareAttestation};
 use cloister_enclave::migration::{
-    verify_destination, why, MigrationPackage, OaepHash, PACKAGE_HEADER_LEN, SEQ_MARGIN,
+    verify_destination, why, MigrationPackage, OaepHash, MAX_PACKAGE_LEN, MAX_UNTRUSTED_STATE,
+    PACKAGE_HEADER_LEN, SEQ_MARGIN,
 };
+use cloister_enclave::process::codec::{op, Writer, STAGED_HELD, STAGED_INLINE};
+use cloister_enclave::process::layout::MAX_CALL_AREA;
 use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
@@ -112,6 +115,17 @@ fn auth(e: &mut dyn Enclave, ike: IkeSaHandle, psk: SecretHandle) -> Vec<u8> {
     out[..n].to_vec()
 }
 
+/// Whether any 16 bytes of `secret` appear in `hay`. Two bytes are looked up first: the
+/// chunked tests scan packages of tens of MiB in a debug build.
+fn leaks(hay: &[u8], secret: &[u8]) -> bool {
+    let mut first = vec![false; 1 << 16];
+    let two = |w: &[u8]| usize::from(u16::from_le_bytes([w[0], w[1]]));
+    for p in secret.windows(16) {
+        first[two(p)] = true;
+    }
+    hay.windows(16).any(|w| first[two(w)] && secret.windows(16).any(|p| p == w))
+}
+
 fn new_handle<T: Copy + PartialEq>(pairs: &[(T, T)], old: T) -> T {
     pairs.iter().find(|(o, _)| *o == old).map(|(_, n)| *n).expect("handle restored")
 }
@@ -137,7 +151,7 @@ fn migrate(
     let expected = measurement_of(src, src_pk);
     verify_destination(&key, dst_pk, &expected, TenantId(tenant)).unwrap();
     let package = src.export_state(&key.spki_der, OaepHash::Sha256, untrusted).unwrap();
-    assert!(!package.as_bytes().windows(16).any(|w| PSK.windows(16).any(|p| p == w)), "PSK in the clear");
+    assert!(!leaks(package.as_bytes(), PSK), "PSK in the clear");
     // It crosses the untrusted side as bytes.
     let package = MigrationPackage::from_bytes(package.into_bytes()).unwrap();
     assert_eq!((package.tenant(), package.measurement()), (TenantId(tenant), expected));
@@ -300,4 +314,228 @@ fn nothing_secret_in_debug_output() {
     let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
     let text = format!("{package:?} {restored:?} {dst:?}");
     assert!(!text.contains("TOPSECRET") && !text.contains("OPAQUE-GATEWAY-STATE"), "{text}");
+}
+
+// ---- process backend: packages larger than the call area, in chunks ----------------------
+
+/// `n` bytes of untrusted state that no two offsets of a chunk share by accident.
+fn big_state(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i ^ (i >> 8) ^ (i >> 16)) as u8).collect()
+}
+
+#[test]
+fn process_state_many_call_areas_long_moves_in_chunks() {
+    let (mut src, src_pk) = process(11);
+    let (mut dst, dst_pk) = process(11);
+    let call_len = src.geometry().call_len as usize;
+    assert_eq!(call_len, 128 << 10, "the default call area");
+    let untrusted = big_state(1 << 20);
+    migrate(&mut src, &src_pk, &mut dst, &dst_pk, 11, &untrusted);
+}
+
+#[test]
+fn process_package_above_the_largest_call_area_moves_in_chunks() {
+    let (mut src, src_pk) = process(12);
+    let (mut dst, dst_pk) = process(12);
+    let untrusted = big_state(MAX_CALL_AREA as usize + (4 << 20));
+    let t = std::time::Instant::now();
+    migrate(&mut src, &src_pk, &mut dst, &dst_pk, 12, &untrusted);
+    eprintln!("{} MiB of untrusted state moved in {:?}", untrusted.len() >> 20, t.elapsed());
+}
+
+/// The migration at the inline backend's own limit (1 GiB of untrusted state): minutes and
+/// several GiB of memory in a debug build, so run by hand
+/// (`cargo test --release -p cloister-enclave --test migration -- --ignored`).
+#[test]
+#[ignore = "a GiB of state: run by hand, in release"]
+fn process_state_at_the_untrusted_state_limit_moves_in_chunks() {
+    let (mut src, src_pk) = process(13);
+    let (mut dst, dst_pk) = process(13);
+    let untrusted = big_state(MAX_UNTRUSTED_STATE);
+    let t = std::time::Instant::now();
+    migrate(&mut src, &src_pk, &mut dst, &dst_pk, 13, &untrusted);
+    eprintln!("{} MiB of untrusted state moved in {:?}", untrusted.len() >> 20, t.elapsed());
+}
+
+/// A process source holding one PSK (so it may export again and again) and a process
+/// destination of the same measurement.
+fn process_psk_pair(tenant: u32) -> (ProcessEnclave, ProcessEnclave) {
+    let (mut src, _) = process(tenant);
+    let blob =
+        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(tenant), SecretKind::PreSharedKey, PSK)
+            .unwrap();
+    src.provision_secret(&blob).unwrap();
+    let (dst, _) = process(tenant);
+    (src, dst)
+}
+
+/// A fresh destination key at `dst` and a package of `untrusted` for it from `src`.
+fn package_for(src: &mut ProcessEnclave, dst: &mut ProcessEnclave, untrusted: &[u8]) -> MigrationPackage {
+    let key = dst.migration_destination_key(2048).unwrap();
+    src.export_state(&key.spki_der, OaepHash::Sha1, untrusted).unwrap()
+}
+
+fn raw(e: &mut ProcessEnclave, opcode: u16, f: impl FnOnce(&mut Writer)) -> Result<Vec<u8>> {
+    let mut w = Writer::new();
+    f(&mut w);
+    e.raw_call(opcode, &w.buf)
+}
+
+/// Streams `bytes` in as a chunked import announced as `total` bytes long, then finishes it.
+fn raw_import(e: &mut ProcessEnclave, total: usize, bytes: &[u8], wrapped: &[u8]) -> Result<()> {
+    raw(e, op::IMPORT_BEGIN, |w| {
+        w.usize(total);
+    })?;
+    for (i, piece) in bytes.chunks(100_000).enumerate() {
+        raw(e, op::STAGE_CHUNK, |w| {
+            w.usize(i * 100_000).bytes(piece);
+        })?;
+    }
+    raw(e, op::IMPORT_FINISH, |w| {
+        w.bytes(wrapped);
+    })
+    .map(|_| ())
+}
+
+#[test]
+fn chunked_imports_refuse_cut_and_tampered_packages_as_inline_does() {
+    let (mut src, mut dst) = process_psk_pair(14);
+    let untrusted = big_state(300 << 10);
+    let package = package_for(&mut src, &mut dst, &untrusted);
+    let bytes = package.as_bytes().to_vec();
+    assert!(bytes.len() > dst.geometry().call_len as usize, "a chunked import");
+    let wrapped = package.wrapped_data_key();
+
+    // Cut: announced as cut (the header then says more is to come), or stopped before the
+    // announced end. Both before the destination key is spent, as inline.
+    let cut = &bytes[..bytes.len() - 1000];
+    assert_eq!(MigrationPackage::from_bytes(cut.to_vec()).map(|_| ()), refusal(why::TRUNCATED));
+    assert_eq!(raw_import(&mut dst, cut.len(), cut, wrapped), refusal(why::TRUNCATED));
+    assert_eq!(raw_import(&mut dst, bytes.len(), cut, wrapped), refusal(why::TRUNCATED));
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert_eq!(raw_import(&mut dst, longer.len(), &longer, wrapped), refusal(why::MALFORMED));
+    // The key is still there: the genuine package imports, all of it.
+    let restored = dst.import_state(&package, wrapped).unwrap();
+    assert_eq!(restored.untrusted_state, untrusted);
+    assert_eq!(restored.secrets.len(), 1);
+
+    // Tampered: the wrapped key, a body byte in a later chunk, the tag; each spends the key.
+    for at in [PACKAGE_HEADER_LEN + 3, 200 << 10, bytes.len() - 1] {
+        let package = package_for(&mut src, &mut dst, &untrusted);
+        let mut b = package.as_bytes().to_vec();
+        b[at] ^= 0x40;
+        let tampered = MigrationPackage::from_bytes(b).unwrap();
+        let r = dst.import_state(&tampered, tampered.wrapped_data_key()).map(|_| ());
+        let want = if at < PACKAGE_HEADER_LEN + 256 { why::KEY_UNWRAP } else { why::NO_DECRYPT };
+        assert_eq!(r, refusal(want), "flipped byte {at}");
+        assert_eq!(
+            dst.import_state(&package, package.wrapped_data_key()).map(|_| ()),
+            refusal(why::NO_DESTINATION_KEY)
+        );
+    }
+    // Nothing of the refused imports was installed: the first import's secret only.
+    assert_eq!(dst.secret_kind(restored.secrets[0].1), Ok(SecretKind::PreSharedKey));
+    assert!(dst.counters().error(ErrorKind::BlobRejected) >= 3);
+}
+
+#[test]
+fn chunked_calls_out_of_sequence_are_refused_and_leave_the_source_as_it_was() {
+    let tenant = 15;
+    let (mut src, _) = process(tenant);
+    let (mut peer, _) = inline(tenant, b"peer");
+    let t = tunnel(&mut src, &mut peer, tenant);
+    let (mut dst, _) = process(tenant);
+    let seq = |r: Result<Vec<u8>>| assert_eq!(r.map(|_| ()), refusal(why::CHUNK_SEQUENCE));
+    let begin = |e: &mut ProcessEnclave, opcode, n: usize| {
+        raw(e, opcode, |w| {
+            w.usize(n);
+        })
+    };
+    let chunk = |e: &mut ProcessEnclave, off: usize, n: usize| {
+        raw(e, op::STAGE_CHUNK, |w| {
+            w.usize(off).bytes(&vec![7; n]);
+        })
+    };
+
+    // A piece with nothing started; a piece at the wrong offset (which also ends the
+    // transfer: the next piece, even at 0, has nothing to join); one past the total.
+    seq(chunk(&mut src, 0, 10));
+    begin(&mut src, op::EXPORT_BEGIN, 1000).unwrap();
+    seq(chunk(&mut src, 10, 10));
+    seq(chunk(&mut src, 0, 10));
+    begin(&mut src, op::EXPORT_BEGIN, 100).unwrap();
+    chunk(&mut src, 0, 60).unwrap();
+    seq(chunk(&mut src, 60, 60));
+    // A finish before the total, or of the other kind.
+    begin(&mut src, op::EXPORT_BEGIN, 100).unwrap();
+    chunk(&mut src, 0, 50).unwrap();
+    seq(raw(&mut src, op::EXPORT_FINISH, |w| {
+        w.bytes(b"spki").u8(OaepHash::Sha1.code());
+    }));
+    begin(&mut src, op::EXPORT_BEGIN, 100).unwrap();
+    chunk(&mut src, 0, 100).unwrap();
+    seq(raw(&mut src, op::IMPORT_FINISH, |w| {
+        w.bytes(&[0; 256]);
+    }));
+    // Nothing staged to read back; limits announced up front.
+    seq(raw(&mut src, op::RESULT_CHUNK, |w| {
+        w.usize(0).u32(1000);
+    }));
+    assert_eq!(
+        begin(&mut src, op::EXPORT_BEGIN, MAX_UNTRUSTED_STATE + 1).map(|_| ()),
+        refusal(why::TOO_LARGE)
+    );
+    assert_eq!(begin(&mut dst, op::IMPORT_BEGIN, MAX_PACKAGE_LEN + 1).map(|_| ()), refusal(why::TOO_LARGE));
+    // Arguments that do not decode are the transport's refusal, as for every call.
+    assert!(matches!(src.raw_call(op::STAGE_CHUNK, &[1, 2, 3]), Err(Error::Process(_))));
+
+    // A failed chunked export (a key that is not RSA) leaves the source as it was.
+    let untrusted = big_state(1 << 20);
+    assert_eq!(
+        src.export_state(b"not a key", OaepHash::Sha1, &untrusted).map(|_| ()),
+        refusal(why::WRAP_KEY)
+    );
+    // A start discards a stale transfer: this one is never finished, the next one works.
+    begin(&mut src, op::EXPORT_BEGIN, 1 << 20).unwrap();
+    chunk(&mut src, 0, 1000).unwrap();
+    let key = dst.migration_destination_key(2048).unwrap();
+    let package = src.export_state(&key.spki_der, OaepHash::Sha256, &untrusted).unwrap();
+    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    assert_eq!(restored.untrusted_state, untrusted);
+    let out = new_handle(&restored.esp_sas, t.sa.outbound);
+    assert_eq!(send(&mut dst, out, 3 + SEQ_MARGIN + 1, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
+
+    // A held answer is read in order only; out of order, it is gone.
+    let (mut src, mut dst) = process_psk_pair(tenant);
+    let key = dst.migration_destination_key(2048).unwrap();
+    begin(&mut src, op::EXPORT_BEGIN, untrusted.len()).unwrap();
+    for (i, piece) in untrusted.chunks(100_000).enumerate() {
+        raw(&mut src, op::STAGE_CHUNK, |w| {
+            w.usize(i * 100_000).bytes(piece);
+        })
+        .unwrap();
+    }
+    let held = raw(&mut src, op::EXPORT_FINISH, |w| {
+        w.bytes(&key.spki_der).u8(OaepHash::Sha1.code());
+    })
+    .unwrap();
+    assert_eq!(held[0], STAGED_HELD);
+    let len = u64::from_le_bytes(held[1..9].try_into().unwrap()) as usize;
+    assert!(len > untrusted.len());
+    seq(raw(&mut src, op::RESULT_CHUNK, |w| {
+        w.usize(1000).u32(1000);
+    }));
+    seq(raw(&mut src, op::RESULT_CHUNK, |w| {
+        w.usize(0).u32(1000);
+    }));
+    // Small enough for the call area: answered inline by the same finish.
+    begin(&mut src, op::EXPORT_BEGIN, 10).unwrap();
+    chunk(&mut src, 0, 10).unwrap();
+    let inline_answer = raw(&mut src, op::EXPORT_FINISH, |w| {
+        w.bytes(&key.spki_der).u8(OaepHash::Sha1.code());
+    })
+    .unwrap();
+    assert_eq!(inline_answer[0], STAGED_INLINE);
+    assert!(src.check().is_ok() && dst.check().is_ok(), "no refusal hurt either enclave process");
 }

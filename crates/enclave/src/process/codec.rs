@@ -77,7 +77,26 @@ pub mod op {
     pub const MIGRATION_DESTINATION_KEY: u16 = 27;
     /// [`crate::Enclave::import_state`].
     pub const IMPORT_STATE: u16 = 28;
+    /// Chunked export, first call: `u64` length of the untrusted state to come.
+    pub const EXPORT_BEGIN: u16 = 29;
+    /// Chunked export or import: `u64` offset, then the next piece of the staged argument.
+    pub const STAGE_CHUNK: u16 = 30;
+    /// Chunked export, last call: wrapping key and OAEP code; exports the staged state.
+    pub const EXPORT_FINISH: u16 = 31;
+    /// Chunked import, first call: `u64` length of the package to come.
+    pub const IMPORT_BEGIN: u16 = 32;
+    /// Chunked import, last call: the wrapped data key; imports the staged package.
+    pub const IMPORT_FINISH: u16 = 33;
+    /// A staged result: `u64` offset and `u32` most bytes wanted; answers the next piece.
+    pub const RESULT_CHUNK: u16 = 34;
 }
+
+/// How [`op::EXPORT_STATE`], [`op::IMPORT_STATE`], [`op::EXPORT_FINISH`] and
+/// [`op::IMPORT_FINISH`] answer: `u8` [`STAGED_INLINE`] and the bytes, or `u8`
+/// [`STAGED_HELD`] and a `u64` length to read back with [`op::RESULT_CHUNK`].
+pub const STAGED_INLINE: u8 = 0;
+/// See [`STAGED_INLINE`].
+pub const STAGED_HELD: u8 = 1;
 
 /// A buffer does not decode: too short, a bad tag, or bytes left over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,13 +17,13 @@ use super::layout::{
 };
 use super::ring::{Consumer, Producer};
 use super::shm::SharedMem;
+use super::staging::{self, Staging};
 use super::validate::{self, RejectCounters, RejectReason};
 use super::ProcessError;
 use crate::api::esp::{EspDescriptor, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, SecretHandle};
 use crate::api::ike::SealedBlob;
 use crate::api::Enclave;
-use crate::migration::{MigrationPackage, OaepHash};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
@@ -137,6 +137,8 @@ pub struct Server {
     /// The batch's status entries, written to the status table in one go.
     out: Vec<u8>,
     args: Vec<u8>,
+    /// Migration arguments and results larger than the call area, between calls.
+    staging: Staging,
 }
 
 impl Server {
@@ -164,6 +166,7 @@ impl Server {
             status: Vec::with_capacity(n),
             out: vec![0; n * STATUS_BYTES],
             args: Vec::new(),
+            staging: Staging::default(),
         })
     }
 
@@ -361,7 +364,9 @@ impl Server {
         }
         let mut out = Writer::new();
         let args = core::mem::take(&mut self.args);
-        let r = dispatch(enclave, c.opcode, &args, &mut out, call_len as usize);
+        let staged =
+            staging::dispatch(&mut self.staging, enclave, c.opcode, &args, &mut out, c.res_cap as usize);
+        let r = staged.unwrap_or_else(|| dispatch(enclave, c.opcode, &args, &mut out, call_len as usize));
         self.args = args;
         let status = match r {
             Err(reason) => {
@@ -462,7 +467,8 @@ fn check_descriptors(
 }
 
 /// Decodes a call's arguments, runs it, encodes its result. `Err` is a transport refusal
-/// (unknown opcode, undecodable arguments); `Ok(Err(_))` the trusted core's refusal.
+/// (unknown opcode, undecodable arguments); `Ok(Err(_))` the trusted core's refusal. Export
+/// and import are [`staging::dispatch`]'s: they keep state between calls.
 pub fn dispatch<E: Enclave + ?Sized>(
     e: &mut E,
     opcode: u16,
@@ -521,27 +527,10 @@ pub fn dispatch<E: Enclave + ?Sized>(
                 w.u32(h.0);
             })
         }
-        op::EXPORT_STATE => {
-            let spki = r.bytes()?;
-            let oaep = OaepHash::from_code(r.u8()?).ok_or(RejectReason::BadArguments)?;
-            let untrusted = r.bytes()?;
-            r.finish()?;
-            e.export_state(spki, oaep, untrusted).map(|p| {
-                w.bytes(p.as_bytes());
-            })
-        }
         op::MIGRATION_DESTINATION_KEY => {
             let bits = r.usize()?;
             r.finish()?;
             e.migration_destination_key(bits).map(|k| codec::put_destination_key(w, &k))
-        }
-        op::IMPORT_STATE => {
-            // A package that does not parse is the trusted core's refusal, not the
-            // transport's: it is typed and counted like one.
-            let package = MigrationPackage::from_bytes(r.bytes()?.to_vec());
-            let wrapped = r.bytes()?;
-            r.finish()?;
-            package.and_then(|p| e.import_state(&p, wrapped)).map(|m| codec::put_restore(w, &m))
         }
         op::SECRET_KIND => {
             let h = SecretHandle(r.u32()?);

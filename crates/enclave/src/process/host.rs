@@ -8,7 +8,7 @@
 //! [`ProcessError::Died`] until [`ProcessEnclave::restart`].
 #![allow(unsafe_code)]
 
-use super::codec::{self, op, Malformed, Reader, Writer};
+use super::codec::{self, op, Malformed, Reader, Writer, STAGED_HELD, STAGED_INLINE};
 use super::desc::{self, BatchDescriptor, CallDescriptor, CallStatus, Completion, KIND_BATCH, KIND_CALL};
 use super::doorbell::{self, Doorbell};
 use super::guest::{config, GuestArgs};
@@ -32,7 +32,7 @@ use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::api::Enclave;
 use crate::attest::Evidence;
 use crate::error::{Error, Result};
-use crate::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
+use crate::migration::{why, DestinationKey, MigrationPackage, MigrationRestore, OaepHash, MAX_PACKAGE_LEN};
 use crate::provision::ProvisioningOffer;
 use core::ops::Range;
 use std::ffi::OsString;
@@ -548,14 +548,25 @@ impl Host {
 
     /// One call: arguments into the call area, one slot, one completion, result out.
     fn call(&mut self, opcode: u16, args: &[u8]) -> Result<&[u8]> {
+        self.call_parts(opcode, &[args])
+    }
+
+    /// [`Self::call`] with arguments in parts, written one after the other: a chunk goes
+    /// straight from the caller's buffer into the call area.
+    fn call_parts(&mut self, opcode: u16, parts: &[&[u8]]) -> Result<&[u8]> {
         self.alive()?;
         self.idle()?;
         let call_len = self.layout.geometry.call_len;
-        let arg_len = u32::try_from(args.len())
-            .ok()
+        let total = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.len()));
+        let arg_len = total
+            .and_then(|n| u32::try_from(n).ok())
             .filter(|&l| l <= call_len)
             .ok_or(ProcessError::Codec { why: "arguments larger than the call area" })?;
-        self.shm.write_from(self.layout.call, args);
+        let mut at = self.layout.call;
+        for p in parts {
+            self.shm.write_from(at, p);
+            at += p.len();
+        }
         let cookie = self.next_cookie;
         self.next_cookie = self.next_cookie.wrapping_add(1);
         let d = CallDescriptor { opcode, arg_off: 0, arg_len, res_off: 0, res_cap: call_len };
@@ -588,6 +599,62 @@ impl Host {
             .into()),
             None => Err(ProcessError::Protocol { why: "unknown call status" }.into()),
         }
+    }
+
+    /// Streams `data` into the enclave process's staging ([`super::staging`]): `begin` with
+    /// its length, then pieces as large as the call area takes.
+    fn stage_in(&mut self, begin: u16, data: &[u8]) -> Result<()> {
+        let mut w = Writer::new();
+        w.usize(data.len());
+        decode(self.call(begin, &w.buf)?, |_| Ok(()))?;
+        // A piece follows its offset (8 bytes) and length (4 bytes).
+        let piece = (self.layout.geometry.call_len as usize).saturating_sub(12).max(1);
+        let mut offset = 0usize;
+        for p in data.chunks(piece) {
+            let mut head = Writer::new();
+            head.usize(offset).u32(len_u32(p.len()));
+            decode(self.call_parts(op::STAGE_CHUNK, &[&head.buf, p])?, |_| Ok(()))?;
+            offset += p.len();
+        }
+        Ok(())
+    }
+
+    /// Makes a call whose answer may be staged: the bytes inline, or their length and then
+    /// [`op::RESULT_CHUNK`] calls until all of them are read.
+    fn staged_result(&mut self, opcode: u16, args: &[u8]) -> Result<Vec<u8>> {
+        let (inline, total) = decode(self.call(opcode, args)?, |r| match r.u8()? {
+            STAGED_INLINE => Ok((Some(r.bytes()?.to_vec()), 0)),
+            STAGED_HELD => Ok((None, r.usize()?)),
+            _ => Err(Malformed),
+        })?;
+        if let Some(bytes) = inline {
+            return Ok(bytes);
+        }
+        // No answer is longer than a package, whatever the enclave process says.
+        if total > MAX_PACKAGE_LEN {
+            return Err(bad_result(Malformed));
+        }
+        let mut out = Vec::new();
+        out.try_reserve_exact(total).map_err(|_| Error::Migration { why: why::TOO_LARGE })?;
+        let max = len_u32((self.layout.geometry.call_len as usize).saturating_sub(4));
+        while out.len() < total {
+            let mut w = Writer::new();
+            w.usize(out.len()).u32(max);
+            let mut r = Reader::new(self.call(op::RESULT_CHUNK, &w.buf)?);
+            let piece = r.bytes().map_err(bad_result)?;
+            r.finish().map_err(bad_result)?;
+            // An empty piece would never end; a long one would not be this answer.
+            if piece.is_empty() || piece.len() > total - out.len() {
+                return Err(ProcessError::Protocol { why: "staged result piece out of sequence" }.into());
+            }
+            out.extend_from_slice(piece);
+        }
+        Ok(out)
+    }
+
+    /// Whether arguments of `len` bytes fit one call.
+    fn fits(&self, len: usize) -> bool {
+        len <= self.layout.geometry.call_len as usize
     }
 
     fn esp_batch(
@@ -960,6 +1027,13 @@ impl ProcessEnclave {
             && h.shm.write_from(r.start + offset, bytes)
     }
 
+    /// Makes one call with raw arguments and returns its raw result: for tests that play a
+    /// hostile gateway (chunked migration calls out of sequence, say).
+    #[doc(hidden)]
+    pub fn raw_call(&mut self, opcode: u16, args: &[u8]) -> Result<Vec<u8>> {
+        self.host().call(opcode, args).map(<[u8]>::to_vec)
+    }
+
     fn call(&mut self, opcode: u16, w: &Writer) -> Result<Vec<u8>> {
         self.host().call(opcode, &w.buf).map(<[u8]>::to_vec)
     }
@@ -1043,10 +1117,17 @@ impl Enclave for ProcessEnclave {
         oaep: OaepHash,
         untrusted_state: &[u8],
     ) -> Result<MigrationPackage> {
+        let h = self.host();
         let mut w = Writer::new();
-        w.bytes(wrap_spki).u8(oaep.code()).bytes(untrusted_state);
-        let res = self.call(op::EXPORT_STATE, &w)?;
-        let bytes = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
+        w.bytes(wrap_spki).u8(oaep.code());
+        let bytes = if h.fits(w.buf.len().saturating_add(4).saturating_add(untrusted_state.len())) {
+            w.bytes(untrusted_state);
+            h.staged_result(op::EXPORT_STATE, &w.buf)?
+        } else {
+            // Streamed into the enclave process, then the same export runs on it there.
+            h.stage_in(op::EXPORT_BEGIN, untrusted_state)?;
+            h.staged_result(op::EXPORT_FINISH, &w.buf)?
+        };
         // The guest's answer is parsed like any package from elsewhere.
         MigrationPackage::from_bytes(bytes)
     }
@@ -1063,9 +1144,18 @@ impl Enclave for ProcessEnclave {
         package: &MigrationPackage,
         wrapped_data_key: &[u8],
     ) -> Result<MigrationRestore> {
+        let h = self.host();
         let mut w = Writer::new();
-        w.bytes(package.as_bytes()).bytes(wrapped_data_key);
-        let res = self.call(op::IMPORT_STATE, &w)?;
+        w.bytes(wrapped_data_key);
+        let single = package.as_bytes().len().saturating_add(4).saturating_add(w.buf.len());
+        let res = if h.fits(single) {
+            let mut w = Writer::new();
+            w.bytes(package.as_bytes()).bytes(wrapped_data_key);
+            h.staged_result(op::IMPORT_STATE, &w.buf)?
+        } else {
+            h.stage_in(op::IMPORT_BEGIN, package.as_bytes())?;
+            h.staged_result(op::IMPORT_FINISH, &w.buf)?
+        };
         decode(&res, codec::get_restore)
     }
 

@@ -110,6 +110,7 @@ pub mod host;
 pub mod layout;
 pub mod ring;
 pub mod shm;
+pub mod staging;
 pub mod validate;
 
 #[cfg(any(test, fuzzing))]
