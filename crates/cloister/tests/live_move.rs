@@ -419,6 +419,24 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
             assert!(v.success && v.stdout.contains("chain intact"), "{}{}", v.stdout, v.stderr);
         }
     }
+    // The moved IKE SA keeps working for what needs SK_d at the destination: a child rekey
+    // and an IKE rekey, both asked by the peer.
+    for what in ["--child", "--ike"] {
+        let name = if what == "--child" { "net" } else { "gw" };
+        let before = bed.peer_sas();
+        let out = bed
+            .site
+            .exec(&["swanctl", "--rekey", what, name, "--uri", &uri], Duration::from_secs(20))
+            .unwrap();
+        assert!(out.success, "swanctl --rekey {what}: {}{}", out.stdout, out.stderr);
+        let rekeyed = testnet::wait_until("the rekey at the destination", Duration::from_secs(15), || {
+            let now = bed.peer_sas();
+            (if what == "--child" { now.1 != before.1 } else { now.0 != before.0 }) && !now.0.is_empty()
+        });
+        assert!(rekeyed.is_ok(), "rekey {what} after the move: {:?}\n{}", bed.peer_sas(), bed.logs());
+        let (n, out) = bed.ping(10, "0.05");
+        assert_eq!(n, 10, "pings after the {what} rekey: {out}\n{}", bed.logs());
+    }
     // Another move back would need the child SAs rekeyed first (the enclave refuses a second
     // export of the same outbound SA); that is the package format's rule, tested there.
 }

@@ -273,6 +273,11 @@ impl Enclave for InlineEnclave {
         self.core.counted(r)
     }
 
+    fn ike_sa_unseal_sk_d(&mut self, ike: IkeSaHandle, sealed_sk_d: &SealedBlob) -> Result<()> {
+        let r = self.core.ike_sa_unseal_sk_d(ike, sealed_sk_d);
+        self.core.counted(r)
+    }
+
     fn esp_batch(
         &mut self,
         packets: &mut [u8],

@@ -64,6 +64,12 @@ impl<E: Enclave + 'static> Gateway<E> {
     /// case): try again a moment later.
     pub fn freeze(&mut self, now: Instant) -> Result<Vec<u8>> {
         let carried = self.engine.export_sas(now).map_err(Error::Ike)?;
+        // The destination's enclave cannot open this host's SK_d blobs: SK_d travels in
+        // the package and is sealed anew there.
+        if let Err(e) = self.engine.unseal_for_move() {
+            let _ = self.engine.reseal();
+            return Err(Error::Ike(e));
+        }
         let esp = self
             .dp
             .read(|sad, _| {
@@ -105,6 +111,9 @@ impl<E: Enclave + 'static> Gateway<E> {
     /// it would run dry.
     pub fn thaw(&mut self, now: Instant, capped: bool) {
         self.frozen = false;
+        if let Err(e) = self.engine.reseal() {
+            (self.log)(&format!("move: sealing SK_d again after the aborted move: {e}"));
+        }
         if !capped {
             (self.log)("move: aborted before the export; IKE resumed");
             return;

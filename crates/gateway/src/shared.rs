@@ -148,6 +148,9 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
         self.lock().ike_sa_delete(ike)
     }
+    fn ike_sa_unseal_sk_d(&mut self, ike: IkeSaHandle, sealed_sk_d: &SealedBlob) -> Result<()> {
+        self.lock().ike_sa_unseal_sk_d(ike, sealed_sk_d)
+    }
     fn esp_batch(
         &mut self,
         packets: &mut [u8],

@@ -338,6 +338,27 @@ impl<E: Enclave> Endpoint<E> {
         self.half_open
     }
 
+    /// Before a move to another host: every established SA's SK_d resident in the enclave
+    /// again, so that the enclave's export carries it (its blob opens only here). Returns
+    /// how many. [`Self::reseal`] undoes it if the move does not happen.
+    pub fn unseal_for_move(&mut self) -> Result<usize> {
+        let mut n = 0;
+        for sa in self.sas.values() {
+            n += usize::from(sa.unseal_sk_d(&mut self.enclave)?);
+        }
+        Ok(n)
+    }
+
+    /// Seals every resident SK_d again (after [`Self::unseal_for_move`] when the move did
+    /// not happen); returns how many.
+    pub fn reseal(&mut self) -> Result<usize> {
+        let mut n = 0;
+        for sa in self.sas.values_mut() {
+            n += usize::from(sa.reseal(&mut self.enclave)?);
+        }
+        Ok(n)
+    }
+
     /// Every established IKE SA as data, for a live move to another endpoint
     /// ([`Self::import_sas`]). Refused with [`Error::MoveBusy`] while any of them has a
     /// request outstanding, queued or deferred, a rekey or rekey collision in progress, or
@@ -418,6 +439,11 @@ impl<E: Enclave> Endpoint<E> {
                 return clash("an enclave handle of it is another SA's too");
             }
             new.push(sa);
+        }
+        // SK_d came in the package (the source unsealed it, [`Self::unseal_for_move`]):
+        // sealed here under this enclave's key, or no child could be made on these SAs.
+        for sa in &mut new {
+            sa.reseal(&mut self.enclave)?;
         }
         let mut out = Vec::with_capacity(new.len());
         for sa in new {

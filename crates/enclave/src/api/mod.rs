@@ -220,6 +220,14 @@ pub trait Enclave: Send {
     /// outbound ESP SA restored from a snapshot could reuse sequence numbers (AEAD IVs).
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle>;
 
+    /// Makes a cleared-and-sealed IKE SA's SK_d resident again from `sealed_sk_d`, so that
+    /// [`Self::export_state`] carries it (another host's enclave cannot open this one's
+    /// blobs); the destination seals it anew with [`Self::clear_and_seal`].
+    fn ike_sa_unseal_sk_d(&mut self, ike: IkeSaHandle, sealed_sk_d: &SealedBlob) -> Result<()> {
+        let _ = (ike, sealed_sk_d);
+        Err(crate::Error::Unsupported { what: "SK_d unsealing on this backend", value: 0 })
+    }
+
     /// Forgets an IKE SA; its sealed blob can no longer be used.
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()>;
 

@@ -89,6 +89,8 @@ pub mod op {
     pub const IMPORT_FINISH: u16 = 33;
     /// A staged result: `u64` offset and `u32` most bytes wanted; answers the next piece.
     pub const RESULT_CHUNK: u16 = 34;
+    /// [`crate::Enclave::ike_sa_unseal_sk_d`].
+    pub const IKE_SA_UNSEAL_SK_D: u16 = 35;
 }
 
 /// How [`op::EXPORT_STATE`], [`op::IMPORT_STATE`], [`op::EXPORT_FINISH`] and

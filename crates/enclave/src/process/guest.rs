@@ -659,6 +659,12 @@ pub fn dispatch<E: Enclave + ?Sized>(
             r.finish()?;
             e.ike_sa_delete(ike)
         }
+        op::IKE_SA_UNSEAL_SK_D => {
+            let ike = codec::get_ike(&mut r)?;
+            let blob = SealedBlob(r.bytes()?.to_vec());
+            r.finish()?;
+            e.ike_sa_unseal_sk_d(ike, &blob)
+        }
         op::ESP_SA_DELETE => {
             let sa = EspSaHandle(r.u32()?);
             r.finish()?;

@@ -1338,6 +1338,14 @@ impl Enclave for ProcessEnclave {
         decode(&res, |_| Ok(()))
     }
 
+    fn ike_sa_unseal_sk_d(&mut self, ike: IkeSaHandle, sealed_sk_d: &SealedBlob) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        w.bytes(&sealed_sk_d.0);
+        let res = self.call(op::IKE_SA_UNSEAL_SK_D, &w)?;
+        decode(&res, |_| Ok(()))
+    }
+
     fn esp_batch(
         &mut self,
         packets: &mut [u8],

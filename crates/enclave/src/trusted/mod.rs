@@ -305,6 +305,25 @@ impl TrustedCore {
         f(sa, sk_d.as_slice())
     }
 
+    /// Makes a cleared-and-sealed IKE SA's SK_d resident again from its blob (before a
+    /// move: the destination's sealing key differs, so the blob would not open there; the
+    /// export then carries SK_d and the destination seals it anew).
+    pub(crate) fn ike_sa_unseal_sk_d(&mut self, ike: IkeSaHandle, sealed: &SealedBlob) -> Result<()> {
+        let sa = self.ike.get(ike.0)?;
+        if sa.sk_d.is_some() {
+            return Ok(());
+        }
+        let expected = sa.sealed_counter.ok_or(Error::KeyCleared { what: "SK_d" })?;
+        let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
+        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, self.trusted_min, &sealed.0)?;
+        let sa = self.ike.get_mut(ike.0)?;
+        sa.sk_d = Some(Box::new(sk_d));
+        // Resident now: the blob is no longer what this SA's SK_d is, and a package
+        // carrying both would be refused as inconsistent.
+        sa.sealed_counter = None;
+        Ok(())
+    }
+
     pub(crate) fn ike_sa_rekey(
         &mut self,
         old: IkeSaHandle,

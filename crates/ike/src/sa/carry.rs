@@ -602,3 +602,31 @@ impl IkeSa {
         }))
     }
 }
+
+impl IkeSa {
+    /// Before a move: an established SA's SK_d resident in the enclave again, from its
+    /// blob, so that the export carries it. Whether the SA is established.
+    pub(crate) fn unseal_sk_d<E: enclave::Enclave>(&self, enclave: &mut E) -> Result<bool, Error> {
+        let State::Established(s) = &self.state else { return Ok(false) };
+        enclave.ike_sa_unseal_sk_d(s.ike, &s.sealed_sk_d)?;
+        Ok(true)
+    }
+
+    /// Seals a resident SK_d anew, with a fresh state blob: after a move, under this
+    /// enclave's key (the carried blobs open only on the source's host); after a move that
+    /// did not happen, to clear SK_d out of trusted memory again. Whether it did: an SA
+    /// whose SK_d is already sealed (moved between enclaves sharing a sealing key) keeps
+    /// its blobs.
+    pub(crate) fn reseal<E: enclave::Enclave>(&mut self, enclave: &mut E) -> Result<bool, Error> {
+        let State::Established(s) = &mut self.state else { return Ok(false) };
+        match enclave.clear_and_seal(s.ike) {
+            Ok(blob) => {
+                s.sealed_sk_d = blob;
+                s.sealed_state = enclave.ike_sa_seal_state(s.ike)?;
+                Ok(true)
+            }
+            Err(enclave::Error::AlreadySealed) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
