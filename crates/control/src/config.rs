@@ -13,6 +13,9 @@
 //! cas = "http://198.18.0.9:9450"   # optional: tenants from a `cloister cas` as well
 //! cas_token = "cas.token"         # this gateway's token there
 //!
+//! [migrate]                       # optional: live moves (docs/migration.md)
+//! peers.b = { url = "http://198.18.13.2:9440", token_file = "b.token", platform_key = "04..." }
+//!
 //! [tenants.acme]
 //! id = 1
 //! initiate = ["site"]             # connections this side starts (and restarts)

@@ -233,7 +233,7 @@ impl TenantHandle {
     }
 
     /// Starts the thread of a tenant arriving by a live move: its enclave starts and makes
-    /// the destination key returned here; [`Command::Arrive`] brings the package.
+    /// the destination key returned here; the `Arrive` command brings the package.
     pub fn spawn_arrival<L: Launcher>(
         config: TenantConfig,
         launcher: Arc<L>,
