@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 mod common;
 
-use common::{start_charon, CHARON, CLOISTER, GW_ID, PSK, SITE_ID};
+use common::{longest_gap, ping_replies, start_charon, CHARON, CLOISTER, GW_ID, PSK, SITE_ID};
 use testnet::{Netns, Process, Veth};
 
 const SITE_OUTER: &str = "198.18.10.1";
@@ -270,7 +270,7 @@ impl Bed {
                 Duration::from_secs(120),
             )
             .unwrap();
-        (replies(&out.stdout), out.stdout)
+        (ping_replies(&out.stdout), out.stdout)
     }
 
     /// charon's SAs as (IKE SPIs, child SPIs), from `swanctl --list-sas`.
@@ -293,25 +293,6 @@ impl Bed {
         }
         (ike, child)
     }
-}
-
-fn replies(ping: &str) -> u32 {
-    ping.lines()
-        .find(|l| l.contains("received"))
-        .and_then(|l| l.split(", ").nth(1))
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The longest time between consecutive replies of `ping -D` output.
-fn longest_gap(output: &str) -> Duration {
-    let times: Vec<f64> = output
-        .lines()
-        .filter(|l| l.contains("bytes from"))
-        .filter_map(|l| l.strip_prefix('[')?.split(']').next()?.parse().ok())
-        .collect();
-    Duration::from_secs_f64(times.windows(2).map(|w| w[1] - w[0]).fold(0.0f64, f64::max).max(0.0))
 }
 
 #[test]
@@ -393,8 +374,8 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     let switched = t0.elapsed();
     let pings = pinger.join().unwrap();
     assert!(moved.success, "move: {}{}\n{}", moved.stdout, moved.stderr, bed.logs());
-    let received = replies(&pings);
-    let gap = longest_gap(&pings);
+    let received = ping_replies(&pings);
+    let (gap, _) = longest_gap(&pings);
     eprintln!(
         "live move: {} | CLI {cli_time:?}, route switched at {switched:?} | 800 pings at 100/s: {received} answered, {} lost, longest gap {gap:?}",
         moved.stdout.trim(),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 mod common;
 
-use common::{start_charon, CHARON, CLOISTER, GW_ID, PSK};
+use common::{longest_gap, ping_replies, start_charon, CHARON, CLOISTER, GW_ID, PSK};
 use testnet::{Netns, Process, Veth};
 
 const SITE_INNER: &str = "198.19.1.1";
@@ -168,15 +168,7 @@ impl Site {
                 Duration::from_secs(120),
             )
             .unwrap();
-        let received = out
-            .stdout
-            .lines()
-            .find(|l| l.contains("received"))
-            .and_then(|l| l.split(", ").nth(1))
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        (count, received, out.stdout)
+        (count, ping_replies(&out.stdout), out.stdout)
     }
 }
 
@@ -206,18 +198,6 @@ fn background_ping(site: &Netns, count: u32) -> std::thread::JoinHandle<String> 
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     })
-}
-
-/// The longest time between two consecutive replies of `ping -D` output (the outage), and
-/// the number of replies.
-fn longest_gap(output: &str) -> (Duration, usize) {
-    let times: Vec<f64> = output
-        .lines()
-        .filter(|l| l.contains("bytes from"))
-        .filter_map(|l| l.strip_prefix('[')?.split(']').next()?.parse().ok())
-        .collect();
-    let gap = times.windows(2).map(|w| w[1] - w[0]).fold(0.0f64, f64::max);
-    (Duration::from_secs_f64(gap.max(0.0)), times.len())
 }
 
 /// A UDP datagram from a cloud side to 198.19.1.1:7777; the answering site's name.

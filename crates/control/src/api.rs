@@ -125,7 +125,11 @@ fn tenant<'a>(
 }
 
 /// Calls a tenant's thread without holding the tenants' lock while it answers.
-fn call<T>(inner: &Inner, name: &str, make: impl FnOnce(std::sync::mpsc::Sender<T>) -> Command) -> Result<T> {
+pub(crate) fn call<T>(
+    inner: &Inner,
+    name: &str,
+    make: impl FnOnce(std::sync::mpsc::Sender<T>) -> Command,
+) -> Result<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let g = tenant(inner, name)?;

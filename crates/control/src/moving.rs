@@ -39,6 +39,7 @@ use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use zeroize::Zeroizing;
 
+use crate::api::call;
 use crate::client::Client;
 use crate::config::TenantConfig;
 use crate::error::{Error, Result};
@@ -239,23 +240,6 @@ fn ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Calls a tenant's thread (as the API does) and waits `timeout`.
-fn ask<T>(
-    inner: &Inner,
-    name: &str,
-    timeout: std::time::Duration,
-    make: impl FnOnce(std::sync::mpsc::Sender<T>) -> Command,
-) -> Result<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    {
-        let g = inner.lock();
-        let h = g.get(name).ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
-        h.send(make(tx))?;
-    }
-    rx.recv_timeout(timeout)
-        .map_err(|_| Error::NotRunning { tenant: name.to_owned(), why: "no answer from its thread".into() })
-}
-
 /// The source side: moves running tenant `name` to peer `to`. Until the destination has
 /// taken the package, any failure leaves the tenant serving here.
 pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
@@ -275,10 +259,7 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
     let client = Client::with_token_file(&peer.url, &peer.token)?;
     // Our enclave's measurement: the destination must run the same.
     let nonce = [0u8; 64];
-    let own = ask(inner, name, crate::tenant::CALL_TIMEOUT, |reply| Command::Evidence {
-        report_data: nonce,
-        reply,
-    })??;
+    let own = call(inner, name, |reply| Command::Evidence { report_data: nonce, reply })??;
     let measurement = verify_software_evidence(&own, inner.platform.public_key(), &nonce)
         .map_err(|e| Error::Migration(format!("our own evidence: {e}")))?
         .measurement;
@@ -311,7 +292,7 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
     let prepared_ms = ms(started);
     let wrap_spki = keys.as_ref().map_or_else(|| destination.spki_der.clone(), |k| k.spki.clone());
     let frozen = Instant::now();
-    let out = ask(inner, name, crate::tenant::CALL_TIMEOUT, |reply| Command::MoveOut {
+    let out = call(inner, name, |reply| Command::MoveOut {
         wrap_spki,
         oaep: agent.oaep(),
         destination_spki: destination.spki_der.clone(),
@@ -342,7 +323,7 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
         delete_keys(agent, keys.as_ref());
         return Err(abort(format!("the destination refused the package: {e}")));
     }
-    let tops = ask(inner, name, crate::tenant::CALL_TIMEOUT, Command::MoveStop).unwrap_or_default();
+    let tops = call(inner, name, Command::MoveStop).unwrap_or_default();
     let handover_ms = ms(frozen);
     let body = json!({ "tops": tops }).to_string();
     let committed = client.request(
@@ -450,13 +431,9 @@ pub(crate) fn package(inner: &Inner, name: &str, body: &[u8]) -> Result<Json> {
         }
         (m, _) => return Err(refuse(format!("mode {m} with the wrong keys"))),
     };
-    let tun = ask(inner, name, crate::tenant::CALL_TIMEOUT, |reply| Command::Arrive {
-        package: package.into_bytes(),
-        wrapped,
-        reply,
-    })
-    .and_then(|r| r)
-    .map_err(|e| refuse(format!("import: {e}")))?;
+    let tun = call(inner, name, |reply| Command::Arrive { package: package.into_bytes(), wrapped, reply })
+        .and_then(|r| r)
+        .map_err(|e| refuse(format!("import: {e}")))?;
     (inner.log)(&format!("tenant {name}: arrived by a live move, serving on {tun}"));
     Ok(json!({"tenant": name, "tun": tun}))
 }
@@ -468,7 +445,7 @@ fn measurement_label(m: &Measurement) -> migrate::Result<migrate::Measurement> {
 /// The destination side: the source stopped; its last numbers count as seen here.
 pub(crate) fn commit(inner: &Inner, name: &str, body: &[u8]) -> Result<Json> {
     let req: Commit = body_json(body, "commit")?;
-    let raised = ask(inner, name, crate::tenant::CALL_TIMEOUT, |r| Command::RaiseWindows(req.tops, r))?;
+    let raised = call(inner, name, |r| Command::RaiseWindows(req.tops, r))?;
     inner.keep_arrival(name)?;
     Ok(json!({"tenant": name, "windows_raised": raised}))
 }

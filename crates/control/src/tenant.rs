@@ -211,25 +211,7 @@ impl TenantHandle {
         store: Arc<dyn Store>,
         log: Log,
     ) -> Result<Self> {
-        let (tx, rx) = mpsc::channel();
-        let status = Arc::new(Mutex::new(Status { state: "starting", ..Status::default() }));
-        let runner = Runner {
-            config: config.clone(),
-            launcher,
-            store,
-            log,
-            status: Arc::clone(&status),
-            keep: BTreeMap::new(),
-            last_initiate: BTreeMap::new(),
-        };
-        let thread = std::thread::Builder::new()
-            .name(format!("tenant-{}", config.name))
-            .spawn(move || runner.run(&rx))
-            .map_err(|e| Error::Io {
-                what: format!("starting tenant {}'s thread", config.name),
-                why: e.to_string(),
-            })?;
-        Ok(Self { config, tx, status, thread: Some(thread) })
+        Self::start_thread(config, launcher, store, log, "starting", |runner, rx| runner.run(rx))
     }
 
     /// Starts the thread of a tenant arriving by a live move: its enclave starts and makes
@@ -240,9 +222,28 @@ impl TenantHandle {
         store: Arc<dyn Store>,
         log: Log,
     ) -> Result<(Self, DestinationKey)> {
-        let (tx, rx) = mpsc::channel();
         let (key_tx, key_rx) = mpsc::channel();
-        let status = Arc::new(Mutex::new(Status { state: "arriving", ..Status::default() }));
+        let handle = Self::start_thread(config, launcher, store, log, "arriving", move |runner, rx| {
+            runner.arrive(rx, &key_tx);
+        })?;
+        let key = key_rx.recv_timeout(CALL_TIMEOUT * 3).map_err(|_| Error::NotRunning {
+            tenant: handle.config.name.clone(),
+            why: "its enclave made no destination key in time".into(),
+        })??;
+        Ok((handle, key))
+    }
+
+    /// The thread of a tenant in `state`, running `body` with its runner and commands.
+    fn start_thread<L: Launcher>(
+        config: TenantConfig,
+        launcher: Arc<L>,
+        store: Arc<dyn Store>,
+        log: Log,
+        state: &'static str,
+        body: impl FnOnce(Runner<L>, &Receiver<Command>) + Send + 'static,
+    ) -> Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let status = Arc::new(Mutex::new(Status { state, ..Status::default() }));
         let runner = Runner {
             config: config.clone(),
             launcher,
@@ -254,17 +255,12 @@ impl TenantHandle {
         };
         let thread = std::thread::Builder::new()
             .name(format!("tenant-{}", config.name))
-            .spawn(move || runner.arrive(&rx, &key_tx))
+            .spawn(move || body(runner, &rx))
             .map_err(|e| Error::Io {
                 what: format!("starting tenant {}'s thread", config.name),
                 why: e.to_string(),
             })?;
-        let handle = Self { config, tx, status, thread: Some(thread) };
-        let key = key_rx.recv_timeout(CALL_TIMEOUT * 3).map_err(|_| Error::NotRunning {
-            tenant: handle.config.name.clone(),
-            why: "its enclave made no destination key in time".into(),
-        })??;
-        Ok((handle, key))
+        Ok(Self { config, tx, status, thread: Some(thread) })
     }
 
     /// The tenant's state.

@@ -111,3 +111,28 @@ pub(crate) fn start_charon(ns: &testnet::Netns, log_keys: bool) -> testnet::Proc
         .unwrap();
     charon
 }
+
+/// How many replies `ping`'s summary line counts.
+#[allow(dead_code)] // not every test binary pings
+pub(crate) fn ping_replies(output: &str) -> u32 {
+    output
+        .lines()
+        .find(|l| l.contains("received"))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The longest time between two consecutive replies of `ping -D` output (the outage), and
+/// the number of replies.
+#[allow(dead_code)] // not every test binary pings
+pub(crate) fn longest_gap(output: &str) -> (std::time::Duration, usize) {
+    let times: Vec<f64> = output
+        .lines()
+        .filter(|l| l.contains("bytes from"))
+        .filter_map(|l| l.strip_prefix('[')?.split(']').next()?.parse().ok())
+        .collect();
+    let gap = times.windows(2).map(|w| w[1] - w[0]).fold(0.0f64, f64::max);
+    (std::time::Duration::from_secs_f64(gap.max(0.0)), times.len())
+}
