@@ -137,6 +137,21 @@ impl Enclave for InlineEnclave {
         self.core.counted(r)
     }
 
+    fn seal_secret(&mut self, secret: SecretHandle) -> Result<SealedBlob> {
+        let r = self.core.seal_secret(secret);
+        self.core.counted(r)
+    }
+
+    fn export_secrets(
+        &mut self,
+        wrap_spki: &[u8],
+        oaep: OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<MigrationPackage> {
+        let r = self.core.export_secrets(wrap_spki, oaep, untrusted_state);
+        self.core.counted(r)
+    }
+
     fn export_state(
         &mut self,
         wrap_spki: &[u8],

@@ -53,6 +53,13 @@
 //! that range until the destination takes over); the destination starts above the cap. An
 //! outbound SA exported once is not exported again (two destinations would overlap): rekey
 //! it first. The untrusted state cannot move this: the enclave carries the numbers itself.
+//!
+//! **Backup packages.** [`crate::Enclave::export_secrets`] writes a package of this same
+//! format whose state has zero IKE SAs and zero ESP SAs: the seal counter, every secret and
+//! the untrusted state. Carrying no SA, it caps nothing and is allowed after an export: the
+//! tenant keeps serving, and SAs restored from a stale copy would repeat AEAD IVs.
+//! [`crate::Enclave::import_state`] restores it like any package (recovery of a tenant on a
+//! fresh host); [`crate::Enclave::seal_secret`] then seals its secrets for that host.
 
 use crate::api::handle::{EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use crate::attest::{self, Evidence, Measurement};

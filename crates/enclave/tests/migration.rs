@@ -316,6 +316,114 @@ fn nothing_secret_in_debug_output() {
     assert!(!text.contains("TOPSECRET") && !text.contains("OPAQUE-GATEWAY-STATE"), "{text}");
 }
 
+// ---- backups: secrets only, for recovery on a fresh host ---------------------------------
+
+/// A backup of a serving source, before and after a move: `dsts` (two fresh instances of
+/// the tenant) get the secrets and no SA, and the source's SAs are as if no backup was made.
+fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untrusted: &[u8]) {
+    let [first, second] = dsts;
+    let (mut peer, _) = inline(tenant, b"peer");
+    let t = tunnel(src, &mut peer, tenant);
+    for seq in 1..=3 {
+        assert_eq!(send(src, t.sa.outbound, seq, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
+    }
+    let src_auth = auth(src, t.ike, t.psk);
+
+    let key = first.migration_destination_key(2048).unwrap();
+    let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, untrusted).unwrap();
+    assert!(!leaks(package.as_bytes(), PSK), "PSK in the clear");
+    let package = MigrationPackage::from_bytes(package.into_bytes()).unwrap();
+    assert_eq!(package.tenant(), TenantId(tenant));
+    let restored = first.import_state(&package, package.wrapped_data_key()).unwrap();
+    assert_eq!(restored.untrusted_state, untrusted);
+    assert_eq!((restored.secrets.len(), restored.ike_sas.len(), restored.esp_sas.len()), (1, 0, 0));
+    assert_eq!(first.memory_report().esp_sas + first.memory_report().ike_sas, 0);
+    let psk = new_handle(&restored.secrets, t.psk);
+    assert_eq!(first.secret_kind(psk), Ok(SecretKind::PreSharedKey));
+
+    // The restored PSK is the tenant's: over one IKE SA it computes the same AUTH as the PSK
+    // provisioned afresh.
+    let (mut peer2, _) = inline(tenant, b"peer");
+    let t2 = tunnel(first, &mut peer2, tenant);
+    let fresh = auth(first, t2.ike, t2.psk);
+    assert_eq!(auth(first, t2.ike, psk), fresh, "the same PSK as the provisioned one");
+    // Sealed on the new host, it comes back on that host's next instance.
+    let sealed = first.seal_secret(psk).unwrap();
+    let back = second.unseal_secret(&sealed).unwrap();
+    assert_eq!(second.secret_kind(back), Ok(SecretKind::PreSharedKey));
+
+    // The source was not capped: it sends far past where a move's cap would have stopped it.
+    let past_cap = 3 + SEQ_MARGIN + 10;
+    assert_eq!(send(src, t.sa.outbound, past_cap, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
+    assert_eq!(auth(src, t.ike, t.psk), src_auth);
+
+    // A move still works after a backup, and a backup after a move: neither changes the cap.
+    let key = second.migration_destination_key(2048).unwrap();
+    let moved = src.export_state(&key.spki_der, OaepHash::Sha256, b"").unwrap();
+    let key = second.migration_destination_key(2048).unwrap();
+    let again = src.export_secrets(&key.spki_der, OaepHash::Sha1, untrusted).unwrap();
+    let cap = past_cap + SEQ_MARGIN;
+    assert_eq!(send(src, t.sa.outbound, cap, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
+    assert_eq!(send(src, t.sa.outbound, cap + 1, &mut peer, t.peer_sa.inbound), EspStatus::SeqExhausted);
+    let restored = second.import_state(&again, again.wrapped_data_key()).unwrap();
+    assert_eq!((restored.secrets.len(), restored.ike_sas.len(), restored.esp_sas.len()), (1, 0, 0));
+    // The move's package went to a key the backup's replaced: it no longer opens there.
+    assert_eq!(
+        second.import_state(&moved, moved.wrapped_data_key()).map(|_| ()),
+        refusal(why::NO_DESTINATION_KEY)
+    );
+}
+
+#[test]
+fn inline_backup_carries_secrets_only_and_leaves_the_source_serving() {
+    let (mut src, _) = inline(21, CODE);
+    let (mut first, _) = inline(21, CODE);
+    let (mut second, _) = inline(21, CODE);
+    backup(&mut src, [&mut first, &mut second], 21, b"OPAQUE tenant configuration");
+    // Another tenant cannot import it.
+    let (mut other, _) = inline(22, CODE);
+    let key = other.migration_destination_key(2048).unwrap();
+    let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, b"").unwrap();
+    assert_eq!(
+        other.import_state(&package, package.wrapped_data_key()).map(|_| ()),
+        refusal(why::WRONG_TENANT)
+    );
+    assert_eq!(src.export_secrets(b"not a key", OaepHash::Sha1, b"").map(|_| ()), refusal(why::WRAP_KEY));
+    let text = format!("{package:?} {src:?}");
+    assert!(!text.contains("TOPSECRET"), "{text}");
+}
+
+#[test]
+fn process_backup_carries_secrets_only_and_leaves_the_source_serving() {
+    let (mut src, _) = process(23);
+    let (mut first, _) = process(23);
+    let (mut second, _) = process(23);
+    backup(&mut src, [&mut first, &mut second], 23, b"tenant configuration text");
+}
+
+#[test]
+fn process_backup_is_one_call_whose_answer_may_be_held() {
+    let (mut src, mut dst) = process_psk_pair(24);
+    let call_len = src.geometry().call_len as usize;
+    let key = dst.migration_destination_key(2048).unwrap();
+    // The largest untrusted state one call takes: its package outgrows the call area and
+    // is read back in pieces.
+    let most = call_len - (4 + key.spki_der.len() + 1 + 4);
+    let untrusted = big_state(most);
+    let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, &untrusted).unwrap();
+    assert!(package.as_bytes().len() > call_len, "a held answer");
+    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    assert_eq!(restored.untrusted_state, untrusted);
+    assert_eq!(dst.secret_kind(restored.secrets[0].1), Ok(SecretKind::PreSharedKey));
+    // One byte more has no chunked form: refused before anything crosses.
+    let over = big_state(most + 1);
+    assert_eq!(
+        src.export_secrets(&key.spki_der, OaepHash::Sha256, &over).map(|_| ()),
+        refusal(why::TOO_LARGE)
+    );
+    assert!(src.check().is_ok() && dst.check().is_ok());
+}
+
 // ---- process backend: packages larger than the call area, in chunks ----------------------
 
 /// `n` bytes of untrusted state that no two offsets of a chunk share by accident.

@@ -208,7 +208,9 @@ fn ike_calls_cross_and_refusals_keep_their_type() {
     assert_eq!(v.tenant, TenantId(5));
 
     // Typed refusals cross unchanged: a handle of another instance, a deleted one.
-    let foreign = IkeSaHandle(t.ike_i.0);
+    // Another instance's handle: ours with another instance tag (two instances' random tags
+    // coincide once in 256, so a real one from `i` would make this test flaky).
+    let foreign = IkeSaHandle(t.ike_p.0 ^ 0x0100_0000);
     let e = p.ike_sa_delete(foreign).unwrap_err();
     assert!(matches!(e, Error::ForeignHandle { .. } | Error::UnknownHandle { .. }), "{e:?}");
     p.esp_sa_delete(t.p.outbound).unwrap();
@@ -241,7 +243,8 @@ fn forged_ring_contents_are_refused_counted_and_never_crash_the_child() {
         EspDescriptor::encrypt(t.p.outbound, u32::MAX, u32::MAX, 1).encode(),
         EspDescriptor::encrypt(t.p.outbound, 0, 8, 1).encode(),
         bad_op.encode(),
-        EspDescriptor::encrypt(t.i.outbound, 2048, 64, 1).encode(),
+        // Another instance's handle (ours with another instance tag; see above).
+        EspDescriptor::encrypt(EspSaHandle(t.p.outbound.0 ^ 0x0100_0000), 2048, 64, 1).encode(),
         reserved,
         EspDescriptor::encrypt(t.p.outbound, 2048 + 32, 64, 1).encode(),
     ];
@@ -573,6 +576,36 @@ fn attested_provisioning_crosses_the_boundary_and_survives_a_restart() {
     let mut forged = sealed.clone();
     forged.0[60] ^= 1;
     assert_eq!(a.unseal_secret(&forged), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
+}
+
+#[test]
+fn a_held_secret_sealed_over_the_rings_survives_a_restart() {
+    let (mut a, pk) = start_process(1);
+    let psk = b"restored PSK over the rings: 77d0e3b5";
+    let kind = SecretKind::PreSharedKey;
+    let wrapped = wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(1), kind, psk).unwrap();
+    let h = a.provision_secret(&wrapped).unwrap();
+    let sealed = a.seal_secret(h).unwrap();
+    let later = a.seal_secret(h).unwrap();
+    assert!(later.counter() > sealed.counter());
+    // Refusals cross typed: a deleted handle.
+    a.delete_secret(h).unwrap();
+    assert!(matches!(a.seal_secret(h), Err(Error::UnknownHandle { .. })));
+
+    a.restart(config(1), &pk).unwrap();
+    let back = a.unseal_secret(&sealed).unwrap();
+    assert_eq!(a.secret_kind(back), Ok(kind));
+    // The tenant's PSK: an inline peer holding it verifies the AUTH computed with it.
+    let mut peer = start_inline(1);
+    let t = tunnel(&mut a, &mut peer);
+    let peer_psk = peer.provision_secret(&wrapped).unwrap();
+    let input = AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[5; 32], id_body: b"id" };
+    let mut auth = [0u8; 64];
+    let (method, n) = a.auth_compute(t.ike_p, back, AuthSpec::SharedKey, &input, &mut auth).unwrap();
+    let v = peer.auth_verify(t.ike_i, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
+    assert_eq!(v.map(|v| v.method), Ok(AuthMethod::SharedKey));
+    let (mut b, _) = start_process(2);
+    assert_eq!(b.unseal_secret(&sealed), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
 }
 
 #[test]

@@ -68,6 +68,17 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
         self.lock().unseal_secret(sealed)
     }
+    fn seal_secret(&mut self, secret: SecretHandle) -> Result<SealedBlob> {
+        self.lock().seal_secret(secret)
+    }
+    fn export_secrets(
+        &mut self,
+        wrap_spki: &[u8],
+        oaep: enclave::migration::OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<enclave::migration::MigrationPackage> {
+        self.lock().export_secrets(wrap_spki, oaep, untrusted_state)
+    }
     fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {
         self.lock().secret_kind(secret)
     }

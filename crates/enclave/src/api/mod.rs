@@ -78,6 +78,35 @@ pub trait Enclave: Send {
         Err(crate::Error::Unsupported { what: "attested provisioning on this backend", value: 0 })
     }
 
+    /// Seals a secret this instance holds (e.g. one [`Self::import_state`] restored from a
+    /// backup package) under this instance's root, as [`Self::provision_attested`] seals a
+    /// new one (kind 3, [`crate::seal_format`]): store it; [`Self::unseal_secret`] on a later
+    /// instance of this tenant and root brings the secret back. The secret stays here.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn seal_secret(&mut self, secret: SecretHandle) -> Result<SealedBlob> {
+        let _ = secret;
+        Err(crate::Error::Unsupported { what: "secret sealing on this backend", value: 0 })
+    }
+
+    /// Backup, source side ([`crate::migration`], "Backup packages"): a package in the
+    /// format of [`Self::export_state`], importable by [`Self::import_state`], that carries
+    /// the seal counter, every secret and `untrusted_state` but no IKE or ESP SA. Leaves
+    /// every SA as it is (no sequence number cap) and works whether or not this instance
+    /// exported its state before: the tenant keeps serving, and restoring stale SAs would
+    /// repeat AEAD IVs.
+    ///
+    /// The default refuses: backends implement it, and wrappers must forward it.
+    fn export_secrets(
+        &mut self,
+        wrap_spki: &[u8],
+        oaep: OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<MigrationPackage> {
+        let _ = (wrap_spki, oaep, untrusted_state);
+        Err(crate::Error::Unsupported { what: "secret backup on this backend", value: 0 })
+    }
+
     /// Migration, source side ([`crate::migration`]): serialises every secret and SA this
     /// instance holds, with `untrusted_state` (opaque here, but encrypted and authenticated
     /// with the rest), into a package under a fresh AES-256-GCM data key, wrapped with

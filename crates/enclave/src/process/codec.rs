@@ -91,11 +91,16 @@ pub mod op {
     pub const RESULT_CHUNK: u16 = 34;
     /// [`crate::Enclave::ike_sa_unseal_sk_d`].
     pub const IKE_SA_UNSEAL_SK_D: u16 = 35;
+    /// [`crate::Enclave::seal_secret`].
+    pub const SEAL_SECRET: u16 = 36;
+    /// [`crate::Enclave::export_secrets`]: single call only (a backup's untrusted state
+    /// must fit the call area); answers as [`EXPORT_STATE`] does.
+    pub const EXPORT_SECRETS: u16 = 37;
 }
 
-/// How [`op::EXPORT_STATE`], [`op::IMPORT_STATE`], [`op::EXPORT_FINISH`] and
-/// [`op::IMPORT_FINISH`] answer: `u8` [`STAGED_INLINE`] and the bytes, or `u8`
-/// [`STAGED_HELD`] and a `u64` length to read back with [`op::RESULT_CHUNK`].
+/// How [`op::EXPORT_STATE`], [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`],
+/// [`op::EXPORT_FINISH`] and [`op::IMPORT_FINISH`] answer: `u8` [`STAGED_INLINE`] and the
+/// bytes, or `u8` [`STAGED_HELD`] and a `u64` length to read back with [`op::RESULT_CHUNK`].
 pub const STAGED_INLINE: u8 = 0;
 /// See [`STAGED_INLINE`].
 pub const STAGED_HELD: u8 = 1;

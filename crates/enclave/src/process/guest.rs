@@ -527,6 +527,13 @@ pub fn dispatch<E: Enclave + ?Sized>(
                 w.u32(h.0);
             })
         }
+        op::SEAL_SECRET => {
+            let h = SecretHandle(r.u32()?);
+            r.finish()?;
+            e.seal_secret(h).map(|b| {
+                w.bytes(&b.0);
+            })
+        }
         op::MIGRATION_DESTINATION_KEY => {
             let bits = r.usize()?;
             r.finish()?;
@@ -1417,6 +1424,40 @@ mod tests {
             }
         }
         let reasons: Vec<_> = done[3..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
+        assert_eq!(reasons, [Some(RejectReason::BadArguments); 4]);
+    }
+
+    #[test]
+    fn backup_calls_are_decoded_strictly() {
+        let mut r = rig(32);
+        let mut export = Writer::new();
+        export.bytes(b"spki").u8(crate::migration::OaepHash::Sha256.code()).bytes(b"config");
+        let mut bad_oaep = export.buf.clone();
+        bad_oaep[4 + 4] = 9;
+        let mut trailing = export.buf.clone();
+        trailing.push(0);
+        let mut done = Vec::new();
+        // One call at a time: every call's arguments sit at the start of the call area.
+        for (cookie, opcode, args) in [
+            (1, op::SEAL_SECRET, &[1, 0, 0, 0x42][..]),
+            (2, op::EXPORT_SECRETS, &export.buf[..]),
+            (3, op::SEAL_SECRET, &[1, 0, 0, 0x42, 0][..]),
+            (4, op::SEAL_SECRET, &[1, 0][..]),
+            (5, op::EXPORT_SECRETS, &bad_oaep[..]),
+            (6, op::EXPORT_SECRETS, &trailing[..]),
+        ] {
+            done.extend(r.run(&[call_slot(cookie, opcode, args, &r, 4096)]));
+            if cookie <= 2 {
+                // Well-formed calls reach the (mock) enclave, whose refusal crosses encoded.
+                let c = done.last().unwrap();
+                assert_eq!(c.status, CallStatus::Refused as u8, "call {cookie}");
+                let mut res = vec![0u8; c.result_len as usize];
+                r.shm.read_into(r.layout.call, &mut res);
+                let e = codec::get_error(&mut Reader::new(&res));
+                assert!(matches!(e, Ok(crate::Error::Unsupported { .. })), "{e:?}");
+            }
+        }
+        let reasons: Vec<_> = done[2..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
         assert_eq!(reasons, [Some(RejectReason::BadArguments); 4]);
     }
 

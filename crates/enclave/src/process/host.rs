@@ -1132,6 +1132,32 @@ impl Enclave for ProcessEnclave {
         MigrationPackage::from_bytes(bytes)
     }
 
+    fn seal_secret(&mut self, secret: SecretHandle) -> Result<SealedBlob> {
+        let mut w = Writer::new();
+        w.u32(secret.0);
+        let res = self.call(op::SEAL_SECRET, &w)?;
+        decode(&res, |r| r.bytes().map(|b| SealedBlob(b.to_vec())))
+    }
+
+    fn export_secrets(
+        &mut self,
+        wrap_spki: &[u8],
+        oaep: OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<MigrationPackage> {
+        let h = self.host();
+        let mut w = Writer::new();
+        w.bytes(wrap_spki).u8(oaep.code());
+        // No chunked form: a backup's untrusted state (configuration text) is small, and
+        // one call keeps the staging protocol to the move it was made for.
+        if !h.fits(w.buf.len().saturating_add(4).saturating_add(untrusted_state.len())) {
+            return Err(Error::Migration { why: why::TOO_LARGE });
+        }
+        w.bytes(untrusted_state);
+        let bytes = h.staged_result(op::EXPORT_SECRETS, &w.buf)?;
+        MigrationPackage::from_bytes(bytes)
+    }
+
     fn migration_destination_key(&mut self, bits: usize) -> Result<DestinationKey> {
         let mut w = Writer::new();
         w.usize(bits);

@@ -15,6 +15,8 @@
 //! The single calls [`op::EXPORT_STATE`] and [`op::IMPORT_STATE`] stay for what fits, and
 //! answer like the finish calls, so that an export whose package outgrows the call area (the
 //! trusted state alone can) is never lost after it has capped the source's sequence numbers.
+//! A backup ([`op::EXPORT_SECRETS`]) is a single call only, answered the same way: its
+//! untrusted state must fit the call area.
 //!
 //! Staging is bounded ([`MAX_UNTRUSTED_STATE`] for an export, [`MAX_PACKAGE_LEN`] for an
 //! import), reserved once at the start so it never reallocates (no stray copies), and holds
@@ -170,17 +172,14 @@ impl Staging {
         Ok(())
     }
 
-    fn export<E: Enclave + ?Sized>(
+    /// Answers an export's package (ciphertext: nothing to scrub).
+    fn export(
         &mut self,
-        e: &mut E,
-        spki: &[u8],
-        oaep: OaepHash,
-        untrusted: &[u8],
+        package: crate::Result<MigrationPackage>,
         w: &mut Writer,
         res_cap: usize,
     ) -> crate::Result<()> {
-        let package = e.export_state(spki, oaep, untrusted)?;
-        self.answer(w, StageBuf { bytes: package.into_bytes(), scrub: false }, res_cap);
+        self.answer(w, StageBuf { bytes: package?.into_bytes(), scrub: false }, res_cap);
         Ok(())
     }
 
@@ -214,8 +213,9 @@ impl StageBuf {
 }
 
 /// The opcodes [`dispatch`] runs.
-const STAGED_OPS: [u16; 8] = [
+const STAGED_OPS: [u16; 9] = [
     op::EXPORT_STATE,
+    op::EXPORT_SECRETS,
     op::IMPORT_STATE,
     op::EXPORT_BEGIN,
     op::STAGE_CHUNK,
@@ -225,8 +225,8 @@ const STAGED_OPS: [u16; 8] = [
     op::RESULT_CHUNK,
 ];
 
-/// Runs the migration calls that may be staged: [`op::EXPORT_STATE`], [`op::IMPORT_STATE`]
-/// and the chunked ones. `None` for any other opcode; otherwise as
+/// Runs the migration calls that may be staged: [`op::EXPORT_STATE`],
+/// [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`] and the chunked ones. `None` for any other opcode; otherwise as
 /// [`super::guest::dispatch`]: `Err` is a transport refusal (arguments that do not decode),
 /// `Ok(Err(_))` a refusal of the call, typed.
 pub fn dispatch<E: Enclave + ?Sized>(
@@ -251,13 +251,17 @@ fn run<E: Enclave + ?Sized>(
     let mut r = Reader::new(args);
     let oaep = |r: &mut Reader<'_>| OaepHash::from_code(r.u8()?).ok_or(RejectReason::BadArguments);
     Ok(match opcode {
-        op::EXPORT_STATE => {
+        op::EXPORT_STATE | op::EXPORT_SECRETS => {
             let spki = r.bytes()?;
             let oaep = oaep(&mut r)?;
             let untrusted = r.bytes()?;
             r.finish()?;
             s.discard();
-            s.export(e, spki, oaep, untrusted, w, res_cap)
+            if opcode == op::EXPORT_STATE {
+                s.export(e.export_state(spki, oaep, untrusted), w, res_cap)
+            } else {
+                s.export(e.export_secrets(spki, oaep, untrusted), w, res_cap)
+            }
         }
         op::IMPORT_STATE => {
             // A package that does not parse is the trusted core's refusal, not the
@@ -286,7 +290,7 @@ fn run<E: Enclave + ?Sized>(
             let oaep = oaep(&mut r)?;
             r.finish()?;
             match s.take(Purpose::Export, why::CHUNK_SEQUENCE) {
-                Ok(inb) => s.export(e, spki, oaep, &inb.buf.bytes, w, res_cap),
+                Ok(inb) => s.export(e.export_state(spki, oaep, &inb.buf.bytes), w, res_cap),
                 Err(err) => Err(err),
             }
         }
@@ -442,6 +446,20 @@ mod tests {
         let mut w = Writer::new();
         s.answer(&mut w, StageBuf { bytes: vec![9; 10], scrub: false }, CAP);
         assert_eq!((w.buf[0], s.held()), (STAGED_INLINE, 0), "small answers go inline");
+    }
+
+    #[test]
+    fn a_backup_is_one_staged_call_that_discards_a_transfer_in_progress() {
+        let mut s = Staging::default();
+        begin(&mut s, op::EXPORT_BEGIN, 20).unwrap();
+        chunk(&mut s, 0, 10).unwrap();
+        let backup = call(&mut s, op::EXPORT_SECRETS, |w| {
+            w.bytes(b"spki").u8(OaepHash::Sha256.code()).bytes(b"config");
+        });
+        // It reached the trusted core (the mock cannot back up), and nothing is kept.
+        assert!(matches!(backup, Err(Error::Unsupported { .. })), "{backup:?}");
+        assert_eq!(s.held(), 0);
+        assert_eq!(chunk(&mut s, 10, 10), refusal(why::CHUNK_SEQUENCE));
     }
 
     #[test]

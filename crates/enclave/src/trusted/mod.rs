@@ -245,6 +245,26 @@ impl TrustedCore {
         Ok(SecretHandle(handle))
     }
 
+    /// Seals a secret held here as a tenant secret, as [`Self::provision_attested_at`] seals
+    /// a new one, so that [`Self::unseal_secret`] of a later instance brings it back.
+    pub(crate) fn seal_secret(&mut self, h: SecretHandle) -> Result<SealedBlob> {
+        let secret = self.secrets.get(h.0)?;
+        let kind = secret.kind();
+        // `unseal_secret` refuses this kind: a blob of it would never open again.
+        if kind == SecretKind::EspSaKeys {
+            return Err(Error::WrongSecretKind { handle: h.0, what: "sealing as a tenant secret" });
+        }
+        let counter = self.next_seal_counter()?;
+        let encoding = secret.encoding();
+        let mut body = Zeroizing::new(Vec::with_capacity(1 + encoding.len()));
+        body.push(kind.code());
+        body.extend_from_slice(encoding);
+        let blob = seal::seal_tenant_secret(&self.root, &self.rng, self.tenant, counter, &body)?;
+        drop(body);
+        self.seal_counter = counter;
+        Ok(SealedBlob(blob))
+    }
+
     /// Offers outstanding (tests).
     #[cfg(test)]
     pub(crate) fn outstanding_offers(&self) -> usize {
@@ -536,11 +556,36 @@ impl TrustedCore {
         hash: OaepHash,
         untrusted: &[u8],
     ) -> Result<MigrationPackage> {
+        self.export(ExportScope::State, wrap_spki, hash, untrusted)
+    }
+
+    /// Exports the seal counter and the secrets only (a backup package), leaving every SA
+    /// as it is.
+    pub(crate) fn export_secrets(
+        &mut self,
+        wrap_spki: &[u8],
+        hash: OaepHash,
+        untrusted: &[u8],
+    ) -> Result<MigrationPackage> {
+        self.export(ExportScope::Secrets, wrap_spki, hash, untrusted)
+    }
+
+    /// The package of [`Self::export_state`] or [`Self::export_secrets`], per `scope`.
+    fn export(
+        &mut self,
+        scope: ExportScope,
+        wrap_spki: &[u8],
+        hash: OaepHash,
+        untrusted: &[u8],
+    ) -> Result<MigrationPackage> {
         if untrusted.len() > MAX_UNTRUSTED_STATE {
             return Err(Error::Migration { why: mwhy::TOO_LARGE });
         }
-        // Refused before anything is made: a second destination would share the range.
-        if self.esp.entries().any(|sa| sa.direction() == Direction::Outbound && sa.seq_limited()) {
+        let with_sas = scope == ExportScope::State;
+        // Refused before anything is made: a second destination would share the range. A
+        // backup carries no outbound SA, so it shares nothing and is never refused for this.
+        if with_sas && self.esp.entries().any(|sa| sa.direction() == Direction::Outbound && sa.seq_limited())
+        {
             return Err(Error::Migration { why: mwhy::ALREADY_EXPORTED });
         }
         let measurement = self.attestation.measurement();
@@ -553,29 +598,37 @@ impl TrustedCore {
         for (h, secret) in self.secrets.iter() {
             w.u32(h).u8(secret.kind().code()).blob16(secret.encoding())?;
         }
-        w.count(self.ike.live())?;
-        for (h, sa) in self.ike.iter() {
-            encode_ike_sa(&mut w, h, sa)?;
-        }
-        w.count(self.esp.live())?;
-        for (h, sa) in self.esp.iter() {
-            let keys = sa.raw_keys()?;
-            let suite = sa.suite();
-            let outbound = sa.direction() == Direction::Outbound;
-            let floor = if outbound { sa.last_seq().saturating_add(SEQ_MARGIN) } else { 0 };
-            w.u32(h).u32(sa.spi()).u8(u8::from(!outbound)).u8(u8::from(sa.esn()));
-            w.u16(suite.cipher.id()).u16(ike_keys::cipher_key_bits(suite.cipher));
-            w.u16(suite.integ.map_or(0, |i| i.id())).u64(floor);
-            w.key(keys.enc.as_slice())?.key(keys.integ.as_slice())?;
+        if with_sas {
+            w.count(self.ike.live())?;
+            for (h, sa) in self.ike.iter() {
+                encode_ike_sa(&mut w, h, sa)?;
+            }
+            w.count(self.esp.live())?;
+            for (h, sa) in self.esp.iter() {
+                let keys = sa.raw_keys()?;
+                let suite = sa.suite();
+                let outbound = sa.direction() == Direction::Outbound;
+                let floor = if outbound { sa.last_seq().saturating_add(SEQ_MARGIN) } else { 0 };
+                w.u32(h).u32(sa.spi()).u8(u8::from(!outbound)).u8(u8::from(sa.esn()));
+                w.u16(suite.cipher.id()).u16(ike_keys::cipher_key_bits(suite.cipher));
+                w.u16(suite.integ.map_or(0, |i| i.id())).u64(floor);
+                w.key(keys.enc.as_slice())?.key(keys.integ.as_slice())?;
+            }
+        } else {
+            // A backup is restored while this instance may still be sending: an SA in it
+            // would come back with sequence numbers (AEAD IVs) already used.
+            w.count(0)?.count(0)?;
         }
         w.u64(untrusted.len() as u64);
         w.0.extend_from_slice(untrusted);
         let package = package.seal(&data_key)?;
         drop(data_key);
         // Only once the package exists: a failed export leaves the source as it was.
-        for sa in self.esp.entries_mut() {
-            if sa.direction() == Direction::Outbound {
-                sa.limit_seq(sa.last_seq().saturating_add(SEQ_MARGIN));
+        if with_sas {
+            for sa in self.esp.entries_mut() {
+                if sa.direction() == Direction::Outbound {
+                    sa.limit_seq(sa.last_seq().saturating_add(SEQ_MARGIN));
+                }
             }
         }
         Ok(package)
@@ -745,6 +798,15 @@ impl TrustedCore {
             integrity: sa.exported.integ.as_slice().to_vec(),
         })
     }
+}
+
+/// What an export carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExportScope {
+    /// Everything, for a move: secrets, IKE SAs, ESP SAs (whose outbound sides get capped).
+    State,
+    /// The seal counter and the secrets, for a backup: no SA.
+    Secrets,
 }
 
 /// Role, PRF, suite, SPIs, seal state and keys of one IKE SA (format: [`crate::migration`]).

@@ -380,6 +380,69 @@ mod tests {
     }
 
     #[test]
+    fn a_held_secret_sealed_here_comes_back_on_a_later_instance_of_its_tenant_only() {
+        let p = platform();
+        let psk = b"TOPSECRET restored tenant PSK: 31c4aa07";
+        let wrapped = crate::provision::wrap_secret(
+            &ProvisioningKey::from_bytes(ROOT),
+            TenantId(7),
+            SecretKind::PreSharedKey,
+            psk,
+        )
+        .unwrap();
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            &rng,
+        )
+        .unwrap();
+        let ecdsa = crate::provision::wrap_secret(
+            &ProvisioningKey::from_bytes(ROOT),
+            TenantId(7),
+            SecretKind::EcdsaP256PrivateKey,
+            pkcs8.as_ref(),
+        )
+        .unwrap();
+        let mut c = core(&p, 7);
+        let h = c.provision_secret(&wrapped).unwrap();
+        let k = c.provision_secret(&ecdsa).unwrap();
+        let blob = c.seal_secret(h).unwrap();
+        let key_blob = c.seal_secret(k).unwrap();
+        // The blob of `provision_attested`, from the same instance-wide counter.
+        assert_eq!(blob.0[5], crate::trusted::seal::SEAL_KIND_TENANT_SECRET);
+        assert!(key_blob.counter() > blob.counter(), "a fresh counter per blob");
+        assert!(!blob.0.windows(16).any(|w| psk.windows(16).any(|s| s == w)), "PSK in the clear");
+        // The secret stays usable here.
+        assert_eq!(c.secret_kind(h), Ok(SecretKind::PreSharedKey));
+
+        let mut later = core(&p, 7);
+        let back = later.unseal_secret(&blob).unwrap();
+        let key_back = later.unseal_secret(&key_blob).unwrap();
+        assert_eq!(later.secret_kind(key_back), Ok(SecretKind::EcdsaP256PrivateKey));
+        let legacy = later.provision_secret(&wrapped).unwrap();
+        let auths = psk_auths(&mut later, &[back, legacy]);
+        assert_eq!(auths[0], auths[1], "the same PSK");
+        // The later instance's own blobs never reuse a counter of the earlier one.
+        let again = later.seal_secret(back).unwrap();
+        assert!(again.counter() > key_blob.counter());
+
+        assert_eq!(
+            refusal(core(&p, 8).unseal_secret(&blob)),
+            Error::SealedBlob { reason: BlobRejection::Forged }
+        );
+        // Deleted or never issued handles: the table's refusals, and no counter spent.
+        c.delete_secret(h).unwrap();
+        let e = refusal(c.seal_secret(h));
+        assert!(matches!(e, Error::UnknownHandle { .. }), "{e:?}");
+        let never = SecretHandle(k.0 ^ 0x0100);
+        assert!(matches!(refusal(c.seal_secret(never)), Error::UnknownHandle { .. }));
+        let next = c.seal_secret(k).unwrap();
+        assert_eq!(next.counter(), key_blob.counter().map(|n| n + 1));
+        let text = format!("{e:?} {e} {c:?} {later:?} {blob:?}");
+        assert!(!text.contains("TOPSECRET"), "{text}");
+    }
+
+    #[test]
     fn sealed_blobs_of_other_kinds_or_forged_ones_are_refused_by_unseal_secret() {
         let p = platform();
         let mut c = core(&p, 7);
