@@ -205,49 +205,80 @@ impl Bed {
             assert!(out.success, "{}", out.stderr);
             h.ns.write_file("platform.pub", out.stdout.trim()).unwrap();
         }
-        let key = |h: &Host| std::fs::read_to_string(h.ns.dir().join("platform.pub")).unwrap();
         for (h, other) in [(&self.a, &self.b), (&self.b, &self.a)] {
-            let mut text = format!(
-                "[service]\nstate = \"state.redb\"\napi = \"{}:9440\"\napi_token = \"api.token\"\n\n[migrate]\ntoken = \"migrate.token\"\n",
-                h.api_addr
-            );
-            if self.hsm.is_some() {
-                let pin = h.ns.write_file("hsm.pin", &format!("{HSM_USER_PIN}\n")).unwrap();
-                common::set_mode(&pin, 0o600);
-                text.push_str(
-                    "hsm = { token_label = \"cloister-test\", pin_file = \"hsm.pin\", oaep = \"sha1\", audit = \"migrate-audit.jsonl\" }\n",
-                );
-            }
-            text.push_str(&format!(
-                "[migrate.peers.{}]\nurl = \"{}\"\ntoken_file = \"{}\"\nplatform_key = \"{}\"\n",
-                other.name,
-                other.api(),
-                other.ns.dir().join("migrate.token").display(),
-                key(other)
-            ));
-            // A peer whose platform key is not its own: a move there must be refused.
-            text.push_str(&format!(
-                "[migrate.peers.liar]\nurl = \"{}\"\ntoken_file = \"{}\"\nplatform_key = \"{}\"\n",
-                other.api(),
-                other.ns.dir().join("migrate.token").display(),
-                key(h)
-            ));
-            if h.name == "a" {
-                text.push_str(&tenant_conf());
-            }
+            let text = self.service_text(h, other, h.name == "a");
             h.ns.write_file("service.toml", &text).unwrap();
         }
-        let env: Vec<(&str, String)> =
-            self.hsm.iter().map(|c| ("SOFTHSM2_CONF", c.display().to_string())).collect();
+        let hsm = self.hsm.clone();
         for h in [&mut self.a, &mut self.b] {
-            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let conf = h.conf();
-            let mut p =
-                h.ns.spawn_env("serve", &[CLOISTER, "serve", "--config", conf.to_str().unwrap()], &env)
-                    .unwrap();
-            p.wait_for_log("service: api", Duration::from_secs(30)).unwrap();
-            h.serve = Some(p);
+            Self::serve(h, hsm.as_deref());
         }
+    }
+
+    /// Host `h`'s service file: `[migrate]` naming `other` with its key, and the tenant when
+    /// `with_tenant`.
+    fn service_text(&self, h: &Host, other: &Host, with_tenant: bool) -> String {
+        let key = |h: &Host| std::fs::read_to_string(h.ns.dir().join("platform.pub")).unwrap();
+        let mut text = format!(
+            "[service]\nstate = \"state.redb\"\napi = \"{}:9440\"\napi_token = \"api.token\"\n\n[migrate]\ntoken = \"migrate.token\"\n",
+            h.api_addr
+        );
+        if self.hsm.is_some() {
+            let pin = h.ns.write_file("hsm.pin", &format!("{HSM_USER_PIN}\n")).unwrap();
+            common::set_mode(&pin, 0o600);
+            text.push_str(
+                "hsm = { token_label = \"cloister-test\", pin_file = \"hsm.pin\", oaep = \"sha1\", audit = \"migrate-audit.jsonl\" }\n",
+            );
+        }
+        text.push_str(&format!(
+            "[migrate.peers.{}]\nurl = \"{}\"\ntoken_file = \"{}\"\nplatform_key = \"{}\"\n",
+            other.name,
+            other.api(),
+            other.ns.dir().join("migrate.token").display(),
+            key(other)
+        ));
+        // A peer whose platform key is not its own: a move there must be refused.
+        text.push_str(&format!(
+            "[migrate.peers.liar]\nurl = \"{}\"\ntoken_file = \"{}\"\nplatform_key = \"{}\"\n",
+            other.api(),
+            other.ns.dir().join("migrate.token").display(),
+            key(h)
+        ));
+        if with_tenant {
+            text.push_str(&tenant_conf());
+        }
+        text
+    }
+
+    /// Starts `cloister serve` on host `h` and waits for its API.
+    fn serve(h: &mut Host, hsm: Option<&Path>) {
+        let conf_env = hsm.map(|c| c.display().to_string());
+        let env: Vec<(&str, &str)> = conf_env.iter().map(|c| ("SOFTHSM2_CONF", c.as_str())).collect();
+        let conf = h.conf();
+        let mut p =
+            h.ns.spawn_env("serve", &[CLOISTER, "serve", "--config", conf.to_str().unwrap()], &env).unwrap();
+        p.wait_for_log("service: api", Duration::from_secs(30)).unwrap();
+        h.serve = Some(p);
+    }
+
+    /// Brings the site's tunnel up (again): charon forgets SAs of a gateway that is gone (as
+    /// its dead peer detection would, later) and initiates until a ping answers.
+    fn tunnel_up(&self, what: &str) -> Result<Duration, String> {
+        let uri = format!("unix://{}", self.site.dir().join("charon.vici").display());
+        let _ = self.site.exec(
+            &["swanctl", "--terminate", "--ike", "gw", "--force", "--uri", &uri],
+            Duration::from_secs(10),
+        );
+        let t0 = Instant::now();
+        testnet::wait_until(what, Duration::from_secs(40), || {
+            let _ = self.site.exec(
+                &["swanctl", "--initiate", "--child", "net", "--uri", &uri, "--timeout", "5"],
+                Duration::from_secs(10),
+            );
+            self.ping(1, "0.2").0 == 1
+        })
+        .map(|()| t0.elapsed())
+        .map_err(|e| format!("{e}\n{}", self.logs()))
     }
 
     fn logs(&self) -> String {
@@ -297,7 +328,7 @@ impl Bed {
 
 #[test]
 fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas() {
-    let Some(bed) = Bed::start() else { return };
+    let Some(mut bed) = Bed::start() else { return };
     // The tenant's PSK reaches host a's enclave by attestation only.
     let platform = std::fs::read_to_string(bed.a.ns.dir().join("platform.pub")).unwrap();
     let m = bed.a.cli(&["measure", "--tenant-id", "1"]);
@@ -320,14 +351,9 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     ]);
     assert!(out.success, "provision: {}{}\n{}", out.stdout, out.stderr, bed.logs());
     let uri = format!("unix://{}", bed.site.dir().join("charon.vici").display());
-    let up = testnet::wait_until("the tunnel via host a", Duration::from_secs(40), || {
-        let _ = bed.site.exec(
-            &["swanctl", "--initiate", "--child", "net", "--uri", &uri, "--timeout", "5"],
-            Duration::from_secs(10),
-        );
-        bed.ping(1, "0.2").0 == 1
-    });
-    assert!(up.is_ok(), "no tunnel\n{}", bed.logs());
+    if let Err(e) = bed.tunnel_up("the tunnel via host a") {
+        panic!("no tunnel: {e}");
+    }
     let before = bed.peer_sas();
     assert!(!before.0.is_empty() && before.1.len() >= 2, "charon's SAs: {before:?}");
 
@@ -420,4 +446,110 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     }
     // Another move back would need the child SAs rekeyed first (the enclave refuses a second
     // export of the same outbound SA); that is the package format's rule, tested there.
+    if bed.hsm.is_some() {
+        disaster_recovery(&mut bed);
+    }
+}
+
+/// Disaster recovery: host b backs the tenant up, then dies; host a, started afresh with an
+/// empty store and no tenant configured, restores the tenant from the backup with the
+/// security officer's PIN, serves the site again (new SAs: a backup carries none), and
+/// keeps the restored secret across its own restart.
+fn disaster_recovery(bed: &mut Bed) {
+    let backup = bed.site.dir().join("acme.backup.json");
+    let out = bed.b.cli(&["migrate", "backup", "acme", "--out", backup.to_str().unwrap()]);
+    assert!(out.success, "backup: {}{}\n{}", out.stdout, out.stderr, bed.logs());
+    let doc = std::fs::read_to_string(&backup).unwrap();
+    let psk_hex: String = PSK.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(!doc.contains(PSK) && !doc.contains(&psk_hex), "the backup shows the PSK");
+    let again = bed.b.cli(&["migrate", "backup", "acme", "--out", backup.to_str().unwrap()]);
+    assert!(!again.success && again.stderr.contains("never overwrites"), "{}", again.stderr);
+    let (n, _) = bed.ping(5, "0.1");
+    assert_eq!(n, 5, "the tenant stopped serving after its backup\n{}", bed.logs());
+
+    // The disaster: host b's service and enclaves are killed, its store is lost with it.
+    let b = bed.b.serve.take().unwrap();
+    b.signal(9).unwrap();
+    drop(b);
+    // Host a, rebuilt: an empty store and no tenant in its file.
+    drop(bed.a.serve.take());
+    std::fs::remove_file(bed.a.ns.dir().join("state.redb")).unwrap();
+    let text = bed.service_text(&bed.a, &bed.b, false);
+    bed.a.ns.write_file("service.toml", &text).unwrap();
+    let hsm = bed.hsm.clone();
+    Bed::serve(&mut bed.a, hsm.as_deref());
+    bed.site.ip(&["route", "replace", &format!("{VIP}/32"), "via", bed.a.wan]).unwrap();
+
+    // Refusals first: each leaves nothing running.
+    let wrong_pin = bed.site.write_file("so.wrong", "not-the-officer\n").unwrap();
+    let so_pin = bed.site.write_file("so.pin", "cloister-so-test\n").unwrap();
+    let refused = bed.a.cli(&[
+        "migrate",
+        "restore",
+        backup.to_str().unwrap(),
+        "--officer-pin-file",
+        wrong_pin.to_str().unwrap(),
+    ]);
+    assert!(!refused.success && refused.stderr.contains("PIN"), "wrong officer PIN: {}", refused.stderr);
+    let tampered = bed.site.dir().join("acme.tampered.json");
+    let mut v: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    let mut package = v["package"].as_str().unwrap().to_owned();
+    let last = if package.ends_with('0') { "1" } else { "0" };
+    package.replace_range(package.len() - 1.., last);
+    v["package"] = serde_json::Value::String(package);
+    std::fs::write(&tampered, v.to_string()).unwrap();
+    let refused2 = bed.a.cli(&[
+        "migrate",
+        "restore",
+        tampered.to_str().unwrap(),
+        "--officer-pin-file",
+        so_pin.to_str().unwrap(),
+    ]);
+    assert!(!refused2.success && refused2.stderr.contains("evidence"), "tampered: {}", refused2.stderr);
+    let listed = bed.a.cli(&["tenants"]);
+    assert!(!listed.stdout.contains("acme"), "a refused restore left acme: {}", listed.stdout);
+
+    let t0 = Instant::now();
+    let restored = bed.a.cli(&[
+        "migrate",
+        "restore",
+        backup.to_str().unwrap(),
+        "--officer-pin-file",
+        so_pin.to_str().unwrap(),
+    ]);
+    let restore_time = t0.elapsed();
+    assert!(restored.success, "restore: {}{}\n{}", restored.stdout, restored.stderr, bed.logs());
+    let up = bed.tunnel_up("the tunnel via the restored tenant").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "disaster recovery: {} | CLI {restore_time:?}, tunnel up again {up:?} after the restore",
+        restored.stdout.trim()
+    );
+    let (n, out) = bed.ping(10, "0.05");
+    assert_eq!(n, 10, "pings through the restored tenant: {out}\n{}", bed.logs());
+
+    // The restored secret was sealed into host a's store: a restart brings it back.
+    drop(bed.a.serve.take());
+    Bed::serve(&mut bed.a, hsm.as_deref());
+    let listed = testnet::wait_until("acme running again", Duration::from_secs(20), || {
+        let l = bed.a.cli(&["tenants"]);
+        l.stdout.contains("acme") && l.stdout.contains("running") && l.stdout.contains("psk:sealed")
+    });
+    assert!(listed.is_ok(), "after a restart: {}\n{}", bed.a.cli(&["tenants"]).stdout, bed.logs());
+    bed.tunnel_up("the tunnel after host a's restart").unwrap_or_else(|e| panic!("{e}"));
+
+    // The officer's steps, the failure and the rewrap are in the audit log, chain intact.
+    let audit = bed.a.ns.dir().join("migrate-audit.jsonl");
+    let v = bed.a.cli(&["migrate", "audit", "verify", audit.to_str().unwrap()]);
+    assert!(v.success && v.stdout.contains("chain intact"), "{}{}", v.stdout, v.stderr);
+    let log = std::fs::read_to_string(&audit).unwrap();
+    for op in ["authorize-backup-restore", "revoke-backup-restore", "rewrap"] {
+        assert!(log.contains(&format!("\"op\":\"{op}\"")), "audit log lacks {op}");
+    }
+    // The wrong officer PIN is there as a failed authorization.
+    assert!(
+        log.lines().any(
+            |l| l.contains("\"op\":\"authorize-backup-restore\"") && l.contains("\"outcome\":\"failed\"")
+        ),
+        "no failed authorization in the audit log"
+    );
 }

@@ -15,6 +15,8 @@
 //! POST   /v1/tenants/{t}/secrets/{s}/offer     a provisioning offer (evidence, enclave key)
 //! PUT    /v1/tenants/{t}/secrets/{s}           an envelope sealed to an offer
 //! POST   /v1/tenants/{t}/move                  live-move a tenant to a peer (body: {"to": PEER})
+//! POST   /v1/tenants/{t}/backup                a backup of the tenant's secrets (HSM backup key)
+//! POST   /v1/restore                           restore a tenant from a backup (officer's PIN)
 //! GET    /metrics                              Prometheus text format
 //! ```
 //!
@@ -46,6 +48,8 @@ use crate::tenant::Command;
 
 /// The largest request body (a tenant's configuration, an envelope).
 const MAX_BODY: u64 = 64 * 1024;
+/// The largest restore request (a backup: configuration, secrets, evidence, all in hex).
+const MAX_RESTORE_BODY: u64 = 4 << 20;
 
 /// The API's thread.
 pub(crate) struct ApiServer(HttpServer);
@@ -88,7 +92,13 @@ fn handle(inner: &Inner, mut req: Request) {
         UNAUTHORIZED.fetch_add(1, Ordering::Relaxed);
         return respond_error(req, 401, "a valid bearer token is required");
     }
-    let limit = if agent_route { crate::moving::MAX_PACKAGE_BODY } else { MAX_BODY };
+    let limit = if agent_route {
+        crate::moving::MAX_PACKAGE_BODY
+    } else if req.url() == "/v1/restore" {
+        MAX_RESTORE_BODY
+    } else {
+        MAX_BODY
+    };
     let Some(body) = read_body(&mut req, limit) else {
         return respond_error(req, 413, "request body too large or unreadable");
     };
@@ -276,6 +286,8 @@ fn route(inner: &Inner, method: &Method, parts: &[&str], query: &str, body: &[u8
             })?;
             ok(crate::moving::move_out(inner, name, &to.to)?)
         }
+        (Method::Post, ["v1", "tenants", name, "backup"]) => ok(crate::moving::backup(inner, name)?),
+        (Method::Post, ["v1", "restore"]) => ok(crate::moving::restore(inner, body)?),
         (Method::Post, ["v1", "migrate", "incoming"]) => ok(crate::moving::incoming(inner, body)?),
         (Method::Post, ["v1", "migrate", "incoming", name, "package"]) => {
             ok(crate::moving::package(inner, name, body)?)
@@ -322,6 +334,8 @@ mod openapi {
             "/v1/tenants/{tenant}/secrets/{secret}/offer:",
             "/v1/tenants/{tenant}/secrets/{secret}:",
             "/v1/tenants/{tenant}/move:",
+            "/v1/tenants/{tenant}/backup:",
+            "/v1/restore:",
             "/v1/migrate/incoming:",
             "/v1/migrate/incoming/{tenant}/package:",
             "/v1/migrate/incoming/{tenant}/commit:",

@@ -49,6 +49,10 @@ use crate::tenant::Command;
 
 /// Domain of the source's evidence (report data) over a package.
 const SOURCE_DOMAIN: &[u8] = b"cloister-migration-source-v1";
+/// Domain of the enclave's evidence over a backup package.
+const BACKUP_DOMAIN: &[u8] = b"cloister-backup-v1";
+/// The backup file's format name.
+pub(crate) const BACKUP_FORMAT: &str = "cloister-backup-v1";
 /// The largest package the destination takes in one request.
 pub(crate) const MAX_PACKAGE_BODY: u64 = 256 << 20;
 
@@ -229,6 +233,19 @@ pub(crate) fn source_report_data(tenant: u32, package: &[u8], destination_spki: 
     out
 }
 
+/// The backing-up enclave's report data: its evidence binds the package to the backup key
+/// it is wrapped for.
+pub(crate) fn backup_report_data(tenant: u32, package: &[u8], label: &str) -> [u8; 64] {
+    let mut c = ring::digest::Context::new(&ring::digest::SHA512);
+    c.update(BACKUP_DOMAIN);
+    c.update(&tenant.to_be_bytes());
+    c.update(ring::digest::digest(&ring::digest::SHA256, package).as_ref());
+    c.update(label.as_bytes());
+    let mut out = [0u8; 64];
+    out.copy_from_slice(c.finish().as_ref());
+    out
+}
+
 fn field(v: &Json, name: &str) -> Result<Vec<u8>> {
     v.get(name)
         .and_then(Json::as_str)
@@ -258,11 +275,7 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
     let started = Instant::now();
     let client = Client::with_token_file(&peer.url, &peer.token)?;
     // Our enclave's measurement: the destination must run the same.
-    let nonce = [0u8; 64];
-    let own = call(inner, name, |reply| Command::Evidence { report_data: nonce, reply })??;
-    let measurement = verify_software_evidence(&own, inner.platform.public_key(), &nonce)
-        .map_err(|e| Error::Migration(format!("our own evidence: {e}")))?
-        .measurement;
+    let measurement = own_measurement(inner, name)?;
     let body = json!({"name": config.name, "text": config.text}).to_string();
     let reply =
         client.request("POST", "/v1/migrate/incoming", body.as_bytes(), "application/json")?.json()?;
@@ -350,6 +363,190 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
         "total_ms": ms(started),
         "windows_raised": committed.is_ok(),
     }))
+}
+
+/// Our enclave's measurement for tenant `name`, from its own evidence.
+fn own_measurement(inner: &Inner, name: &str) -> Result<Measurement> {
+    let nonce = [0u8; 64];
+    let own = call(inner, name, |reply| Command::Evidence { report_data: nonce, reply })??;
+    Ok(verify_software_evidence(&own, inner.platform.public_key(), &nonce)
+        .map_err(|e| Error::Migration(format!("our own evidence: {e}")))?
+        .measurement)
+}
+
+/// A backup of running tenant `name` (TEEnder §3.5.2): its secrets in a package whose data
+/// key is wrapped to today's backup key for its measurement (made in the HSM, encrypt-only,
+/// on first use), with its configuration and the enclave's evidence. Nothing in it opens
+/// without the HSM and a security officer's step; the tenant serves on.
+pub(crate) fn backup(inner: &Inner, name: &str) -> Result<Json> {
+    let agent =
+        inner.agent.as_ref().ok_or_else(|| bad("", "no [migrate] section: backups need [migrate.hsm]"))?;
+    if agent.settings.hsm.is_none() {
+        return Err(bad("hsm", "backups need an HSM ([migrate.hsm]): its backup key is what opens them"));
+    }
+    let config = inner
+        .lock()
+        .get(name)
+        .map(|h| h.config.clone())
+        .ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
+    let measurement = own_measurement(inner, name)?;
+    let m = measurement_label(&measurement).map_err(hsm_error)?;
+    let (label, spki) = agent
+        .with_hsm(|hsm| {
+            let date = migrate::BackupDate::today();
+            let label = match hsm.create_backup_key(&m, date) {
+                Ok(l) => l,
+                // Today's key for this measurement exists: backups of the day share it.
+                Err(migrate::MigrateError::KeyExists { label }) => label,
+                Err(e) => return Err(e),
+            };
+            let spki = hsm.public_key(&label)?;
+            Ok((label, spki))
+        })?
+        .ok_or_else(|| Error::Internal { what: "HSM not configured".into() })?;
+    let label = label.to_string();
+    let (package, evidence) = call(inner, name, |reply| Command::Backup {
+        wrap_spki: spki,
+        oaep: agent.oaep(),
+        label: label.clone(),
+        reply,
+    })??;
+    let created =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    (inner.log)(&format!("tenant {name}: backup made ({} bytes) for key {label}", package.len()));
+    Ok(json!({
+        "format": BACKUP_FORMAT,
+        "tenant": name,
+        "tenant_id": config.id,
+        "config": config.text,
+        "created_unix": created,
+        "backup_key": label,
+        "platform_key": hex(inner.platform.public_key()),
+        "package": hex(&package),
+        "evidence": hex(&evidence),
+    }))
+}
+
+#[derive(Deserialize)]
+struct Backup {
+    format: String,
+    tenant: String,
+    tenant_id: u32,
+    config: String,
+    backup_key: String,
+    package: String,
+    evidence: String,
+}
+
+#[derive(Deserialize)]
+struct Restore {
+    backup: Backup,
+    officer_pin: String,
+}
+
+/// Disaster recovery onto this host: checks a backup's evidence (made by an enclave of a
+/// configured peer's platform or this one's, for this package and key), starts the tenant's
+/// enclave with a fresh destination key, and has the security officer let the backup key
+/// rewrap the data key to that key alone, withdrawn again whatever the outcome. The tenant
+/// then runs on its restored secrets, sealed anew into this host's store; its peers set up
+/// new SAs (a backup carries none).
+pub(crate) fn restore(inner: &Inner, body: &[u8]) -> Result<Json> {
+    let started = Instant::now();
+    let agent =
+        inner.agent.as_ref().ok_or_else(|| bad("", "no [migrate] section: restores need [migrate.hsm]"))?;
+    if agent.settings.hsm.is_none() {
+        return Err(bad("hsm", "restores need the HSM that holds the backup key ([migrate.hsm])"));
+    }
+    let req: Restore = body_json(body, "restore")?;
+    let officer_pin = Zeroizing::new(req.officer_pin);
+    let b = req.backup;
+    if b.format != BACKUP_FORMAT {
+        return Err(Error::Migration(format!(
+            "backup format {:?} (this build reads {BACKUP_FORMAT})",
+            b.format
+        )));
+    }
+    if officer_pin.is_empty() {
+        return Err(Error::Migration("a restore needs the security officer's PIN".into()));
+    }
+    let bytes = unhex(&b.package).ok_or_else(|| bad("package", "hex"))?;
+    let evidence = unhex(&b.evidence).ok_or_else(|| bad("evidence", "hex"))?;
+    let label: KeyLabel = b.backup_key.parse().map_err(hsm_error)?;
+    if !label.is_backup() {
+        return Err(Error::Migration(format!("{label} is not a backup key")));
+    }
+    let rd = backup_report_data(b.tenant_id, &bytes, &b.backup_key);
+    let verified = agent
+        .settings
+        .peers
+        .values()
+        .map(|p| p.platform_key.as_slice())
+        .chain([inner.platform.public_key()])
+        .find_map(|key| verify_software_evidence(&evidence, key, &rd).ok())
+        .ok_or_else(|| {
+            Error::Migration(
+                "the backup's evidence verifies under no configured peer's platform key nor ours: \
+                 tampered, or made by an unknown host"
+                    .into(),
+            )
+        })?;
+    let package =
+        MigrationPackage::from_bytes(bytes).map_err(|e| Error::Migration(format!("package: {e}")))?;
+    if verified.tenant != TenantId(b.tenant_id)
+        || package.tenant() != TenantId(b.tenant_id)
+        || verified.measurement != package.measurement()
+    {
+        return Err(Error::Migration("the backup's evidence is for another tenant or measurement".into()));
+    }
+    let m = measurement_label(&verified.measurement).map_err(hsm_error)?;
+    if label.measurement() != &m {
+        return Err(Error::Migration(format!("backup key {label} is for another measurement")));
+    }
+    let text = format!("name = {}\n{}", toml::Value::String(b.tenant.clone()), b.config);
+    let t = TenantConfig::parse_one(&text, &inner.dir, inner.settings.enclave)?;
+    if t.id != b.tenant_id {
+        return Err(Error::Migration("the backup's configuration names another tenant id".into()));
+    }
+    let name = t.name.clone();
+    inner.add_arrival(t)?;
+    let refuse = |why: String| {
+        inner.drop_arrival(&name);
+        Error::Migration(why)
+    };
+    let (_, destination) = inner.arrival(&name).map_err(|e| refuse(e.to_string()))?;
+    // Our own fresh enclave, checked as a source checks a destination: the officer's
+    // trust goes to this key only if it is that enclave's.
+    verify_destination(
+        &destination,
+        inner.platform.public_key(),
+        &verified.measurement,
+        TenantId(b.tenant_id),
+    )
+    .map_err(|e| refuse(format!("this host's enclave: {e}")))?;
+    let officer = Pin::new(officer_pin.as_str());
+    let spki = destination.spki_der.clone();
+    let wrapped = agent
+        .with_hsm(|hsm| {
+            hsm.authorize_backup_restore(&label, &officer, &spki, &m)?;
+            let rewrapped = hsm.rewrap(&label, package.wrapped_data_key(), &spki, &m);
+            // Encrypt-only again, and the destination key untrusted, whatever happened.
+            let revoked = hsm.revoke_backup_restore(&label, &officer, &spki);
+            let rewrapped = rewrapped?;
+            revoked?;
+            Ok(rewrapped)
+        })
+        .map_err(|e| refuse(e.to_string()))?
+        .ok_or_else(|| refuse("HSM not configured".into()))?;
+    drop(officer);
+    let tun = call(inner, &name, |reply| Command::Arrive { package: package.into_bytes(), wrapped, reply })
+        .and_then(|r| r)
+        .map_err(|e| refuse(format!("import: {e}")))?;
+    inner.keep_arrival(&name).map_err(|e| refuse(format!("keeping the tenant's configuration: {e}")))?;
+    (inner.log)(&format!(
+        "tenant {name}: restored from backup {label} in {} ms, serving on {tun}",
+        ms(started)
+    ));
+    Ok(json!({"tenant": name, "tun": tun, "backup_key": label.to_string(), "restore_ms": ms(started)}))
 }
 
 fn delete_keys(agent: &Agent, keys: Option<&HsmKeys>) {

@@ -507,15 +507,15 @@ impl Inner {
         Ok(())
     }
 
-    /// A tenant moved away: out of the running set, its stored configuration removed, and
+    /// A tenant moved away: out of the running set, every record of it removed from the
+    /// store (configuration, and the secrets sealed here: the destination sealed its own
+    /// copies, and no key is left behind on a host that no longer serves the tenant), and
     /// not started here again by a reload.
     pub(crate) fn remove_moved(&self, name: &str) -> Option<TenantHandle> {
         locked(&self.moved).insert(name.to_owned());
         let h = self.lock().remove(name)?;
-        if !self.file_tenants().contains(name) {
-            if let Ok(k) = Key::new(h.config.id, Kind::Config, TENANT_RECORD) {
-                let _ = self.store.remove(&k);
-            }
+        if let Err(e) = self.store.apply(&[Write::RemoveTenant(h.config.id)]) {
+            (self.log)(&format!("tenant {name}: moved, but its records stay in the store: {e}"));
         }
         Some(h)
     }

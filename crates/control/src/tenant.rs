@@ -77,6 +77,15 @@ pub(crate) enum Command {
     },
     /// The move did not happen: take up IKE again.
     MoveAbort,
+    /// Export the tenant's secrets (no SA) as a backup package, the data key wrapped to
+    /// `wrap_spki` (a backup key's); the reply is the package and the enclave's evidence
+    /// binding it to the backup key `label`.
+    Backup {
+        wrap_spki: Vec<u8>,
+        oaep: enclave::migration::OaepHash,
+        label: String,
+        reply: Sender<Result<(Vec<u8>, Vec<u8>)>>,
+    },
     /// The destination took over: stop, answering with the inbound windows' tops.
     MoveStop(Sender<Vec<(u32, u64)>>),
     /// A moved tenant's package for this (arriving) tenant's enclave.
@@ -483,6 +492,7 @@ impl<L: Launcher> Runner<L> {
             Box::new(move |l| log(&format!("{prefix}{l}"))),
         )
         .map_err(|e| failed(e.to_string()))?;
+        self.keep_secrets(&gw)?;
         self.set(|s| {
             s.enclave_pid = pid;
             s.secrets = gw.secrets();
@@ -522,6 +532,45 @@ impl<L: Launcher> Runner<L> {
         let rd = crate::moving::source_report_data(self.config.id, package.as_bytes(), destination_spki);
         let evidence = enc.lock().evidence(&rd).map_err(|e| failed(format!("evidence: {e}")))?;
         Ok((package.into_bytes(), evidence.bytes))
+    }
+
+    /// A backup package of the tenant's secrets and the enclave's evidence over it; the
+    /// tenant serves on untouched (no freeze, no counter capped).
+    fn backup(
+        &self,
+        gw: &Gateway<L::E>,
+        wrap_spki: &[u8],
+        oaep: enclave::migration::OaepHash,
+        label: &str,
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
+        let state = gw.backup_state().map_err(|e| failed(e.to_string()))?;
+        let enc = gw.enclave();
+        let package =
+            enc.lock().export_secrets(wrap_spki, oaep, &state).map_err(|e| failed(format!("backup: {e}")))?;
+        let rd = crate::moving::backup_report_data(self.config.id, package.as_bytes(), label);
+        let evidence = enc.lock().evidence(&rd).map_err(|e| failed(format!("evidence: {e}")))?;
+        self.log(&format!("backup package made ({} bytes, key {label})", package.as_bytes().len()));
+        Ok((package.into_bytes(), evidence.bytes))
+    }
+
+    /// Seals every secret an import brought under this host's platform root and stores it,
+    /// so that the tenant survives an enclave restart or a service restart here. Refused as
+    /// a whole if one cannot be kept: an arrival is not confirmed while a key would be lost.
+    fn keep_secrets(&self, gw: &Gateway<L::E>) -> Result<()> {
+        let enc = gw.enclave();
+        let mut writes = Vec::new();
+        for (name, handle) in gw.secret_handles() {
+            let sealed = enc.lock().seal_secret(handle).map_err(|e| Error::Tenant {
+                tenant: self.config.name.clone(),
+                why: format!("sealing secret {name}: {e}"),
+            })?;
+            writes.push(Write::Put(self.key(Kind::Sealed, secret_record(&name))?, Value::Sealed(sealed)));
+        }
+        let n = writes.len();
+        self.store.apply(&writes)?;
+        self.log(&format!("{n} secret(s) sealed for this host's store"));
+        Ok(())
     }
 
     /// The running tenant's loop, until it is stopped or moves away.
@@ -694,6 +743,9 @@ impl<L: Launcher> Runner<L> {
             }
             Command::MoveOut { wrap_spki, oaep, destination_spki, reply } => {
                 let _ = reply.send(self.move_out(gw, &wrap_spki, oaep, &destination_spki));
+            }
+            Command::Backup { wrap_spki, oaep, label, reply } => {
+                let _ = reply.send(self.backup(gw, &wrap_spki, oaep, &label));
             }
             Command::MoveAbort => {
                 if gw.is_frozen() {

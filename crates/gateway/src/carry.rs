@@ -101,6 +101,27 @@ impl<E: Enclave + 'static> Gateway<E> {
         Ok(bytes)
     }
 
+    /// The untrusted state of a backup ([`enclave::Enclave::export_secrets`]): the secret
+    /// names only. A backup carries no SA: restored from a snapshot, an outbound SA would
+    /// send sequence numbers (AEAD IVs) the live one already used, so a restored tenant's
+    /// peers set up new SAs. [`Self::start_moved`] reads it like a move's state.
+    pub fn backup_state(&self) -> Result<Vec<u8>> {
+        let state = Carried {
+            version: VERSION,
+            secrets: self.secrets.iter().map(|(n, h)| (n.clone(), h.0)).collect(),
+            ike: Vec::new(),
+            identities: Vec::new(),
+            esp: Vec::new(),
+        };
+        serde_json::to_vec(&state).map_err(|e| moved(format!("encoding the backup state: {e}")))
+    }
+
+    /// The secrets the enclave holds, by configured name (to seal them for this host's
+    /// store after an import: the source's sealed copies do not open here).
+    pub fn secret_handles(&self) -> Vec<(String, enclave::SecretHandle)> {
+        self.secrets.iter().map(|(n, h)| (n.clone(), *h)).collect()
+    }
+
     /// Whether IKE is frozen for a move.
     pub fn is_frozen(&self) -> bool {
         self.frozen

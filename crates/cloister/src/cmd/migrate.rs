@@ -1,4 +1,5 @@
-//! `cloister migrate`: live moves of tenants between hosts, and the HSM audit log's check.
+//! `cloister migrate`: live moves of tenants between hosts, backups and disaster recovery,
+//! and the HSM audit log's check.
 
 use std::path::PathBuf;
 
@@ -20,6 +21,27 @@ enum What {
         /// The destination, as named in this host's `[migrate.peers]`.
         #[arg(long)]
         to: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Back up a running tenant's secrets and configuration to FILE (a new file, mode 0600),
+    /// wrapped to the HSM's backup key: only a restore with the security officer opens it.
+    Backup {
+        /// The tenant.
+        tenant: String,
+        /// Where the backup document goes (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Restore a tenant from a backup document on this host (disaster recovery).
+    Restore {
+        /// The backup document (`cloister migrate backup`).
+        file: PathBuf,
+        /// File holding the HSM security officer's PIN (else it is read from standard input).
+        #[arg(long)]
+        officer_pin_file: Option<PathBuf>,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -52,6 +74,42 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        What::Backup { tenant, out, api } => {
+            let v = api
+                .client()?
+                .request("POST", &format!("/v1/tenants/{tenant}/backup"), b"", "application/json")?
+                .json()?;
+            let text = serde_json::to_string_pretty(&v)?;
+            write_new(&out, text.as_bytes())?;
+            println!(
+                "backup of {tenant} written to {} (key {}, package {} bytes)",
+                out.display(),
+                v["backup_key"].as_str().unwrap_or("?"),
+                v["package"].as_str().map_or(0, |p| p.len() / 2)
+            );
+            Ok(())
+        }
+        What::Restore { file, officer_pin_file, api } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+            let backup: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{} is not a backup document: {e}", file.display()))?;
+            let pin = officer_pin(officer_pin_file.as_deref())?;
+            let body = zeroize::Zeroizing::new(
+                serde_json::json!({ "backup": backup, "officer_pin": pin.as_str() }).to_string(),
+            );
+            let v =
+                api.client()?.request("POST", "/v1/restore", body.as_bytes(), "application/json")?.json()?;
+            println!(
+                "restored {} from {} (key {}) in {} ms, serving on {}",
+                v["tenant"].as_str().unwrap_or("?"),
+                file.display(),
+                v["backup_key"].as_str().unwrap_or("?"),
+                v["restore_ms"],
+                v["tun"].as_str().unwrap_or("?")
+            );
+            Ok(())
+        }
         What::Audit { file, .. } => {
             let head = migrate::verify(&file)?;
             let hash: String = head.hash.iter().map(|b| format!("{b:02x}")).collect();
@@ -59,4 +117,35 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Writes a new file readable by its owner only; an existing file is never overwritten.
+fn write_new(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("{}: {e} (a backup never overwrites a file)", path.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+/// The security officer's PIN, from its file or one line of standard input.
+fn officer_pin(file: Option<&std::path::Path>) -> anyhow::Result<zeroize::Zeroizing<String>> {
+    let raw = zeroize::Zeroizing::new(match file {
+        Some(f) => std::fs::read_to_string(f).map_err(|e| anyhow::anyhow!("reading {}: {e}", f.display()))?,
+        None => {
+            eprint!("security officer PIN: ");
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line
+        }
+    });
+    let pin = zeroize::Zeroizing::new(raw.trim().to_owned());
+    anyhow::ensure!(!pin.is_empty(), "no security officer PIN given");
+    Ok(pin)
 }
