@@ -366,6 +366,42 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     assert_eq!(n, 5, "the tenant stopped serving after a refused move\n{}", bed.logs());
     assert_eq!(bed.peer_sas(), before, "the refused move changed the peer's SAs");
 
+    // A destination that fails after the export: its HSM refuses it (a wrong user PIN
+    // there), so it cannot take the package. The source serves on and rekeys its children
+    // at once (the export capped their outbound counters); the one-time key is deleted.
+    let before = if bed.hsm.is_some() {
+        let pin = bed.b.ns.dir().join("hsm.pin");
+        std::fs::write(&pin, "not-the-user-pin\n").unwrap();
+        let failed = bed.a.cli(&["migrate", "tenant", "acme", "--to", "b"]);
+        std::fs::write(&pin, format!("{HSM_USER_PIN}\n")).unwrap();
+        assert!(!failed.success, "a move to a destination whose HSM refused went through\n{}", bed.logs());
+        assert!(
+            failed.stderr.contains("refused the package") && failed.stderr.contains("PIN"),
+            "{}",
+            failed.stderr
+        );
+        let rekeyed = testnet::wait_until("the source's child rekey", Duration::from_secs(15), || {
+            let now = bed.peer_sas();
+            now.0 == before.0 && now.1.len() >= 2 && now.1.iter().all(|spi| !before.1.contains(spi))
+        });
+        assert!(rekeyed.is_ok(), "children after the failed move: {:?}\n{}", bed.peer_sas(), bed.logs());
+        let (n, out) = bed.ping(10, "0.05");
+        assert_eq!(n, 10, "the tenant stopped serving after a failed move: {out}\n{}", bed.logs());
+        let on_b = bed.b.cli(&["tenants"]);
+        assert!(!on_b.stdout.contains("acme"), "host b kept the failed arrival: {}", on_b.stdout);
+        let audit = std::fs::read_to_string(bed.b.ns.dir().join("migrate-audit.jsonl")).unwrap();
+        assert!(
+            audit.lines().any(|l| l.contains("\"op\":\"open\"") && l.contains("\"outcome\":\"failed\"")),
+            "host b's audit log lacks the refused login"
+        );
+        // The rekeyed children's predecessors go (their capped counters with them) before
+        // the real move: the enclave exports an outbound SA once only.
+        std::thread::sleep(Duration::from_secs(3));
+        bed.peer_sas()
+    } else {
+        before
+    };
+
     // The move, under 100 pings a second.
     let site_name = bed.site.name().to_owned();
     let pinger = std::thread::spawn(move || {
