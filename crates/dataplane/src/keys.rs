@@ -4,7 +4,7 @@
 //! here prints, stores or returns them. Production static SAs carry blobs the tenant wrapped
 //! for its enclave (`cloister secret wrap --kind esp`), which [`install_wrapped`] hands to
 //! the enclave unopened, whatever the backend; raw keys in a file are a test and debugging
-//! aid ([`install_raw`], `static-keys` feature only).
+//! aid (`install_raw`, `static-keys` feature only).
 
 use enclave::attest::{CodeIdentity, SoftwareAttestation};
 use enclave::{
@@ -48,7 +48,7 @@ fn params(r: &KeyRequest<'_>) -> EspSaParams {
 }
 
 /// Installs one SA from its wrapped keys (every build, every backend): the blob goes to the
-/// enclave unopened. Raw keys are refused here (see [`install_raw`]).
+/// enclave unopened. Raw keys are refused here (see `install_raw`).
 pub fn install_wrapped<E: Enclave + ?Sized>(
     e: &mut E,
     r: &KeyRequest<'_>,

@@ -1,6 +1,6 @@
 //! X.509 certificates (RFC 5280) for IKE_AUTH (RFC 7296 §3.6, §3.7): PEM and DER files,
-//! chain validation against configured CAs ([`chain`]), and matching IKE identities to a
-//! certificate's subject and subjectAltNames ([`name`]).
+//! chain validation against configured CAs (`chain.rs`), and matching IKE identities to a
+//! certificate's subject and subjectAltNames (`name.rs`).
 //!
 //! Certificates are public: nothing here touches a private key. The enclave makes and checks
 //! the AUTH signature; this module decides which public key that check uses, and whether to
