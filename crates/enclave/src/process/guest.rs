@@ -1291,6 +1291,29 @@ mod tests {
         assert!(r.statuses(0, 3).iter().chain(&r.statuses(32, 2)).all(|s| s.0 == EspStatus::Ok));
     }
 
+    /// Runs `calls` one at a time (every call's arguments sit at the start of the call area):
+    /// the first `well_formed` reach the (mock) enclave, whose refusal crosses encoded; the
+    /// transport refuses every other one as `BadArguments`.
+    fn calls_decode_strictly(r: &mut Rig, calls: &[(u64, u16, &[u8])], well_formed: usize) {
+        for (i, &(cookie, opcode, args)) in calls.iter().enumerate() {
+            let done = r.run(&[call_slot(cookie, opcode, args, r, 4096)]);
+            let c = done.last().unwrap();
+            if i < well_formed {
+                assert_eq!(c.status, CallStatus::Refused as u8, "call {cookie}");
+                let mut res = vec![0u8; c.result_len as usize];
+                r.shm.read_into(r.layout.call, &mut res);
+                let e = codec::get_error(&mut Reader::new(&res));
+                assert!(matches!(e, Ok(crate::Error::Unsupported { .. })), "call {cookie}: {e:?}");
+            } else {
+                assert_eq!(
+                    RejectReason::from_code(c.reject),
+                    Some(RejectReason::BadArguments),
+                    "call {cookie}"
+                );
+            }
+        }
+    }
+
     fn call_slot(cookie: u64, opcode: u16, args: &[u8], r: &Rig, res_cap: u32) -> [u8; REQUEST_SLOT] {
         r.shm.write_from(r.layout.call, args);
         encode_call(
@@ -1375,21 +1398,10 @@ mod tests {
         bad_flag[flag_at] = 2;
         let mut long_blob = good.clone();
         long_blob[..4].copy_from_slice(&1000u32.to_le_bytes());
-        // One call at a time: every call's arguments sit at the start of the call area.
-        let mut done = Vec::new();
-        for (cookie, args) in (1..).zip([&good, &trailing, &bad_flag, &long_blob]) {
-            done.extend(r.run(&[call_slot(cookie, op::ESP_SA_INSTALL_WRAPPED, args, &r, 4096)]));
-            if cookie == 1 {
-                // The well-formed call reaches the (mock) enclave, whose refusal crosses encoded.
-                assert_eq!(done[0].status, CallStatus::Refused as u8);
-                let mut res = vec![0u8; done[0].result_len as usize];
-                r.shm.read_into(r.layout.call, &mut res);
-                let e = codec::get_error(&mut Reader::new(&res));
-                assert!(matches!(e, Ok(crate::Error::Unsupported { .. })), "{e:?}");
-            }
-        }
-        let reasons: Vec<_> = done[1..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
-        assert_eq!(reasons, [Some(RejectReason::BadArguments); 3]);
+        let op = op::ESP_SA_INSTALL_WRAPPED;
+        let calls =
+            [(1, op, &good[..]), (2, op, &trailing[..]), (3, op, &bad_flag[..]), (4, op, &long_blob[..])];
+        calls_decode_strictly(&mut r, &calls, 1);
     }
 
     #[test]
@@ -1401,9 +1413,7 @@ mod tests {
         trailing.push(0);
         let mut long = env.buf.clone();
         long[..4].copy_from_slice(&1000u32.to_le_bytes());
-        let mut done = Vec::new();
-        // One call at a time: every call's arguments sit at the start of the call area.
-        for (cookie, opcode, args) in [
+        let calls = [
             (1, op::PROVISIONING_OFFER, &[][..]),
             (2, op::PROVISION_ATTESTED, &env.buf[..]),
             (3, op::UNSEAL_SECRET, &env.buf[..]),
@@ -1411,20 +1421,8 @@ mod tests {
             (5, op::PROVISION_ATTESTED, &trailing[..]),
             (6, op::UNSEAL_SECRET, &long[..]),
             (7, op::PROVISION_ATTESTED, &[1, 0][..]),
-        ] {
-            done.extend(r.run(&[call_slot(cookie, opcode, args, &r, 4096)]));
-            if cookie <= 3 {
-                // Well-formed calls reach the (mock) enclave, whose refusal crosses encoded.
-                let c = done.last().unwrap();
-                assert_eq!(c.status, CallStatus::Refused as u8, "call {cookie}");
-                let mut res = vec![0u8; c.result_len as usize];
-                r.shm.read_into(r.layout.call, &mut res);
-                let e = codec::get_error(&mut Reader::new(&res));
-                assert!(matches!(e, Ok(crate::Error::Unsupported { .. })), "{e:?}");
-            }
-        }
-        let reasons: Vec<_> = done[3..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
-        assert_eq!(reasons, [Some(RejectReason::BadArguments); 4]);
+        ];
+        calls_decode_strictly(&mut r, &calls, 3);
     }
 
     #[test]
@@ -1436,29 +1434,15 @@ mod tests {
         bad_oaep[4 + 4] = 9;
         let mut trailing = export.buf.clone();
         trailing.push(0);
-        let mut done = Vec::new();
-        // One call at a time: every call's arguments sit at the start of the call area.
-        for (cookie, opcode, args) in [
+        let calls = [
             (1, op::SEAL_SECRET, &[1, 0, 0, 0x42][..]),
             (2, op::EXPORT_SECRETS, &export.buf[..]),
             (3, op::SEAL_SECRET, &[1, 0, 0, 0x42, 0][..]),
             (4, op::SEAL_SECRET, &[1, 0][..]),
             (5, op::EXPORT_SECRETS, &bad_oaep[..]),
             (6, op::EXPORT_SECRETS, &trailing[..]),
-        ] {
-            done.extend(r.run(&[call_slot(cookie, opcode, args, &r, 4096)]));
-            if cookie <= 2 {
-                // Well-formed calls reach the (mock) enclave, whose refusal crosses encoded.
-                let c = done.last().unwrap();
-                assert_eq!(c.status, CallStatus::Refused as u8, "call {cookie}");
-                let mut res = vec![0u8; c.result_len as usize];
-                r.shm.read_into(r.layout.call, &mut res);
-                let e = codec::get_error(&mut Reader::new(&res));
-                assert!(matches!(e, Ok(crate::Error::Unsupported { .. })), "{e:?}");
-            }
-        }
-        let reasons: Vec<_> = done[2..].iter().map(|c| RejectReason::from_code(c.reject)).collect();
-        assert_eq!(reasons, [Some(RejectReason::BadArguments); 4]);
+        ];
+        calls_decode_strictly(&mut r, &calls, 2);
     }
 
     #[test]
