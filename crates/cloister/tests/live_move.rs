@@ -90,39 +90,6 @@ children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], e
     )
 }
 
-fn swanctl_conf() -> String {
-    format!(
-        r#"connections {{
-  gw {{
-    version = 2
-    local_addrs = {SITE_OUTER}
-    remote_addrs = {VIP}
-    proposals = aes256gcm16-prfsha256-ecp256
-    dpd_delay = 2s
-    local {{ auth = psk
-            id = {SITE_ID} }}
-    remote {{ auth = psk
-             id = {GW_ID} }}
-    children {{
-      net {{
-        local_ts = {SITE_INNER}/32
-        remote_ts = 198.19.2.0/24
-        esp_proposals = aes256gcm16
-        start_action = none
-        dpd_action = clear
-      }}
-    }}
-  }}
-}}
-secrets {{
-  ike-gw {{ id-a = {SITE_ID}
-           id-b = {GW_ID}
-           secret = "{PSK}" }}
-}}
-"#
-    )
-}
-
 struct Bed {
     site: Netns,
     _charon: Process,
@@ -163,7 +130,12 @@ impl Bed {
         b.ns.add_addr("agents", "198.18.13.2/24").unwrap();
         // The floating address starts at host a.
         site.add_route(&format!("{VIP}/32"), a.wan).unwrap();
-        let swanctl = site.write_file("swanctl/swanctl.conf", &swanctl_conf()).unwrap();
+        let swanctl = site
+            .write_file(
+                "swanctl/swanctl.conf",
+                &common::site_swanctl_conf(SITE_OUTER, VIP, SITE_ID, SITE_INNER, PSK),
+            )
+            .unwrap();
         let charon = start_charon(&site, false);
         let uri = format!("unix://{}", site.dir().join("charon.vici").display());
         let out = site

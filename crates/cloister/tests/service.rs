@@ -74,39 +74,8 @@ children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], e
 }
 
 fn swanctl_conf(t: &Tenant) -> String {
-    format!(
-        r#"connections {{
-  gw {{
-    version = 2
-    local_addrs = {net}.1
-    remote_addrs = {net}.2
-    proposals = aes256gcm16-prfsha256-ecp256
-    dpd_delay = 2s
-    local {{ auth = psk
-            id = {site_id} }}
-    remote {{ auth = psk
-             id = {GW_ID} }}
-    children {{
-      net {{
-        local_ts = {SITE_INNER}/32
-        remote_ts = 198.19.2.0/24
-        esp_proposals = aes256gcm16
-        start_action = none
-        dpd_action = clear
-      }}
-    }}
-  }}
-}}
-secrets {{
-  ike-gw {{ id-a = {site_id}
-           id-b = {GW_ID}
-           secret = "{psk}" }}
-}}
-"#,
-        net = t.net,
-        site_id = t.site_id,
-        psk = t.psk
-    )
+    let (local, remote) = (format!("{}.1", t.net), format!("{}.2", t.net));
+    common::site_swanctl_conf(&local, &remote, t.site_id, SITE_INNER, t.psk)
 }
 
 /// One tenant's on-premise site: a namespace with charon, and its cloud side.

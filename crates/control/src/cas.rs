@@ -50,7 +50,7 @@ use serde_json::{json, Value as Json};
 use tiny_http::{Method, Request};
 use zeroize::Zeroizing;
 
-use crate::config::{line_of, syntax, TenantConfig};
+use crate::config::{line_of, read_file, syntax, TenantConfig};
 use crate::error::{Error, Result};
 use crate::http::{bearer, read_body, respond, respond_error, same, HttpServer};
 use crate::platform::{hex, load_or_create_token, unhex};
@@ -158,9 +158,7 @@ fn config_error(text: &str, path: &[&str], why: impl Into<String>) -> Error {
 impl CasConfig {
     /// Reads and checks the file; token files are made on first use.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Io { what: format!("reading {}", path.display()), why: e.to_string() })?;
-        let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let (text, dir) = read_file(path)?;
         Self::parse(&text, &dir)
     }
 

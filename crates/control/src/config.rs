@@ -103,9 +103,7 @@ pub struct ServiceConfig {
 impl ServiceConfig {
     /// Reads and checks the file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Io { what: format!("reading {}", path.display()), why: e.to_string() })?;
-        let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let (text, dir) = read_file(path)?;
         Self::parse(&text, &dir)
     }
 
@@ -329,6 +327,13 @@ fn shown_name(s: &str) -> String {
 
 /// A syntax error's position, without the parser's excerpt of the file (a value could be
 /// a secret pasted in the wrong place).
+/// A configuration file's text, and the directory its relative paths are taken from.
+pub(crate) fn read_file(path: &Path) -> Result<(String, PathBuf)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Io { what: format!("reading {}", path.display()), why: e.to_string() })?;
+    Ok((text, path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)))
+}
+
 pub(crate) fn syntax(text: &str, e: &toml::de::Error) -> Error {
     let line = e.span().map(|s| text.get(..s.start).unwrap_or("").matches('\n').count() + 1);
     Error::Config { line, field: "file".into(), why: format!("not valid TOML: {}", redacted(e.message())) }

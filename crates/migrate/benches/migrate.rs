@@ -106,6 +106,35 @@ fn stat(mut v: Vec<f64>) -> Stat {
     Stat { median, min: v[0], max: v[n - 1] }
 }
 
+/// Times `one(flow, x)` `runs` times for every `x` in every mode, printing one result line
+/// per point (named by `label(mode, x)`), and returns each mode's points.
+fn sweep(
+    hsm: &Hsm,
+    xs: &[usize],
+    runs: usize,
+    label: impl Fn(Mode, usize) -> String,
+    mut one: impl FnMut(&Flow<'_>, usize) -> f64,
+) -> Vec<(Mode, Vec<(usize, Stat)>)> {
+    let mut out = Vec::new();
+    for mode in MODES {
+        let flow = Flow::new(mode, (mode != Mode::EnclaveOnly).then_some(hsm)).unwrap();
+        let mut points = Vec::new();
+        for &x in xs {
+            let s = stat((0..runs).map(|_| one(&flow, x)).collect());
+            println!(
+                "result {} median_s={:.4} min_s={:.4} max_s={:.4}",
+                label(mode, x),
+                s.median,
+                s.min,
+                s.max
+            );
+            points.push((x, s));
+        }
+        out.push((mode, points));
+    }
+    out
+}
+
 fn human(bytes: usize) -> String {
     match bytes {
         b if b >= 1 << 20 => format!("{}MB", b >> 20),
@@ -133,62 +162,36 @@ fn main() {
         "# migrate bench: {runs} runs, RSA-{bits} (OAEP-SHA-1, SoftHSM2), {cores} cores, inline enclaves"
     );
 
-    let mut by_size: Vec<(Mode, Vec<(usize, Stat)>)> = Vec::new();
     let mut keygen = Vec::new();
-    for mode in MODES {
-        let flow = Flow::new(mode, (mode != Mode::EnclaveOnly).then_some(&hsm)).unwrap();
-        let mut points = Vec::new();
-        for &size in &sizes {
-            let mut times = Vec::new();
-            for _ in 0..runs {
-                let mut p = prepare(&flow, &pk, size, bits, &mut keygen);
-                let t = Instant::now();
-                run(&flow, &mut p);
-                times.push(t.elapsed().as_secs_f64());
-            }
-            let s = stat(times);
-            println!(
-                "result size mode={} bytes={size} median_s={:.4} min_s={:.4} max_s={:.4}",
-                mode.name(),
-                s.median,
-                s.min,
-                s.max
-            );
-            points.push((size, s));
-        }
-        by_size.push((mode, points));
-    }
-
-    let mut by_conc: Vec<(Mode, Vec<(usize, Stat)>)> = Vec::new();
-    for mode in MODES {
-        let flow = Flow::new(mode, (mode != Mode::EnclaveOnly).then_some(&hsm)).unwrap();
-        let mut points = Vec::new();
-        for &n in &conc {
-            let mut times = Vec::new();
-            for _ in 0..runs {
-                let mut ps: Vec<Prepared> =
-                    (0..n).map(|_| prepare(&flow, &pk, conc_size, bits, &mut keygen)).collect();
-                let t = Instant::now();
-                std::thread::scope(|s| {
-                    for p in &mut ps {
-                        let flow = &flow;
-                        s.spawn(move || run(flow, p));
-                    }
-                });
-                times.push(t.elapsed().as_secs_f64());
-            }
-            let s = stat(times);
-            println!(
-                "result concurrency mode={} n={n} bytes_each={conc_size} median_s={:.4} min_s={:.4} max_s={:.4}",
-                mode.name(),
-                s.median,
-                s.min,
-                s.max
-            );
-            points.push((n, s));
-        }
-        by_conc.push((mode, points));
-    }
+    let by_size = sweep(
+        &hsm,
+        &sizes,
+        runs,
+        |mode, size| format!("size mode={} bytes={size}", mode.name()),
+        |flow, size| {
+            let mut p = prepare(flow, &pk, size, bits, &mut keygen);
+            let t = Instant::now();
+            run(flow, &mut p);
+            t.elapsed().as_secs_f64()
+        },
+    );
+    let by_conc = sweep(
+        &hsm,
+        &conc,
+        runs,
+        |mode, n| format!("concurrency mode={} n={n} bytes_each={conc_size}", mode.name()),
+        |flow, n| {
+            let mut ps: Vec<Prepared> =
+                (0..n).map(|_| prepare(flow, &pk, conc_size, bits, &mut keygen)).collect();
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                for p in &mut ps {
+                    s.spawn(move || run(flow, p));
+                }
+            });
+            t.elapsed().as_secs_f64()
+        },
+    );
 
     let kg = stat(keygen);
     println!(

@@ -136,3 +136,46 @@ pub(crate) fn longest_gap(output: &str) -> (std::time::Duration, usize) {
     let gap = times.windows(2).map(|w| w[1] - w[0]).fold(0.0f64, f64::max);
     (std::time::Duration::from_secs_f64(gap.max(0.0)), times.len())
 }
+
+/// swanctl.conf of a site's charon: one PSK connection `gw` from `local` to the gateway at
+/// `remote`, identity `site_id`, child `net` from `site_inner`/32 to the cloud's
+/// 198.19.2.0/24, started by the test (`swanctl --initiate`), DPD every 2 s.
+#[allow(dead_code)] // the service tests' sites only
+pub(crate) fn site_swanctl_conf(
+    local: &str,
+    remote: &str,
+    site_id: &str,
+    site_inner: &str,
+    psk: &str,
+) -> String {
+    format!(
+        r#"connections {{
+  gw {{
+    version = 2
+    local_addrs = {local}
+    remote_addrs = {remote}
+    proposals = aes256gcm16-prfsha256-ecp256
+    dpd_delay = 2s
+    local {{ auth = psk
+            id = {site_id} }}
+    remote {{ auth = psk
+             id = {GW_ID} }}
+    children {{
+      net {{
+        local_ts = {site_inner}/32
+        remote_ts = 198.19.2.0/24
+        esp_proposals = aes256gcm16
+        start_action = none
+        dpd_action = clear
+      }}
+    }}
+  }}
+}}
+secrets {{
+  ike-gw {{ id-a = {site_id}
+           id-b = {GW_ID}
+           secret = "{psk}" }}
+}}
+"#
+    )
+}
