@@ -138,6 +138,11 @@ pub struct Hsm {
     /// PKCS#11 login state is per token and process, not per session: the officer's step logs
     /// the user out and the SO in, so it takes this exclusively while operations share it.
     login: RwLock<()>,
+    /// A session held open between operations. A token logs the process out when its last
+    /// session closes, and each operation opens and closes its own, so without this one
+    /// every operation logged in again and paid the token's PIN check (SoftHSM2 derives a
+    /// key from the PIN each time): one migration alone took longer than two at once.
+    anchor: Mutex<Session>,
 }
 
 impl std::fmt::Debug for Hsm {
@@ -168,11 +173,14 @@ fn ck(err: CkError) -> MigrateError {
     MigrateError::from_pkcs11(err)
 }
 
-fn login(session: &Session, user: UserType, pin: &Pin) -> Result<()> {
+/// Logs `session` in as `user`; `Ok(true)` when this call logged in, `Ok(false)` when the
+/// process was logged in already.
+fn login(session: &Session, user: UserType, pin: &Pin) -> Result<bool> {
     match session.login(user, Some(&pin.0)) {
+        Ok(()) => Ok(true),
         // Login state is shared by all sessions of the process: another session may already
         // have logged in as the same user.
-        Ok(()) | Err(CkError::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => Ok(()),
+        Err(CkError::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => Ok(false),
         Err(err) => Err(login_error(err, user)),
     }
 }
@@ -212,7 +220,7 @@ impl Hsm {
         let result = Self::connect(&config, user_pin);
         let mut log = audit.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
-            Ok((ctx, slot, user_pin)) => {
+            Ok((ctx, slot, user_pin, anchor)) => {
                 log.append(Operation::Open, "", Ok(&format!("token {}", config.token_label)))?;
                 drop(log);
                 Ok(Self {
@@ -223,6 +231,7 @@ impl Hsm {
                     rsa_bits: config.rsa_bits,
                     audit,
                     login: RwLock::new(()),
+                    anchor: Mutex::new(anchor),
                 })
             }
             Err(err) => {
@@ -233,7 +242,7 @@ impl Hsm {
         }
     }
 
-    fn connect(config: &HsmConfig, user_pin: Pin) -> Result<(Pkcs11, Slot, Pin)> {
+    fn connect(config: &HsmConfig, user_pin: Pin) -> Result<(Pkcs11, Slot, Pin, Session)> {
         if !config.module.exists() {
             return Err(MigrateError::ModuleMissing { path: config.module.clone() });
         }
@@ -256,17 +265,23 @@ impl Hsm {
             }
         }
         let slot = found.ok_or_else(|| MigrateError::TokenNotFound { label: config.token_label.clone() })?;
+        // Read-write: an officer's step may log in beside it (no read-only session allowed).
         let session = ctx.open_rw_session(slot).map_err(ck)?;
         login(&session, UserType::User, &user_pin)?;
-        drop(session);
-        Ok((ctx, slot, user_pin))
+        Ok((ctx, slot, user_pin, session))
     }
 
     /// A read-write session logged in as user. Sessions are opened per operation: `Session`
     /// is neither `Send` nor `Sync`, and a fresh session survives an HSM restart in between.
     fn user_session(&self) -> Result<Session> {
         let session = self.ctx.open_rw_session(self.slot).map_err(ck)?;
-        login(&session, UserType::User, &self.user_pin)?;
+        if login(&session, UserType::User, &self.user_pin)? {
+            // Logged out in between (an officer's step, or the HSM lost the anchor's session
+            // in a restart): a fresh anchor keeps this login for the next operations.
+            if let Ok(anchor) = self.ctx.open_rw_session(self.slot) {
+                *self.anchor.lock().unwrap_or_else(PoisonError::into_inner) = anchor;
+            }
+        }
         Ok(session)
     }
 

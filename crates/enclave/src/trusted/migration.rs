@@ -21,7 +21,7 @@ use rsa::pkcs8::{DecodePublicKey, EncodePublicKey};
 use rsa::rand_core::OsRng;
 use rsa::traits::PublicKeyParts;
 use rsa::{Oaep, RsaPrivateKey, RsaPublicKey};
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 fn refused(why: &'static str) -> Error {
     Error::Migration { why }
@@ -183,6 +183,20 @@ pub(crate) fn open_package(
     Ok(buf)
 }
 
+/// The untrusted state that ends a decrypted package (from `start`), as a vector of its
+/// own: everything before it (the secrets) is zeroized, then the state moves to the front of
+/// the same buffer. Megabytes of untrusted state are neither copied to a new allocation nor
+/// zeroized a byte at a time, which is what made concurrent imports contend on page faults.
+pub(crate) fn untrusted_tail(mut state: Zeroizing<Vec<u8>>, start: usize) -> Result<Vec<u8>> {
+    state.get_mut(..start).ok_or(Error::Internal { what: "package state" })?.zeroize();
+    state.copy_within(start.., 0);
+    let n = state.len() - start;
+    state.truncate(n);
+    // Untrusted bytes only from here on (the prefix was zeroized before it was overwritten,
+    // and the spare capacity holds the state's own tail and the tag).
+    Ok(core::mem::take(&mut *state))
+}
+
 /// Appends big-endian fields to a state buffer.
 pub(crate) struct StateWriter<'a>(pub(crate) &'a mut Vec<u8>);
 
@@ -322,5 +336,19 @@ mod tests {
         let spki = small.to_public_key().to_public_key_der().unwrap();
         assert_eq!(wrap_data_key(spki.as_bytes(), OaepHash::Sha1, &[0; 32]), Err(refused(why::WRAP_KEY)));
         assert!(DestinationKeyPair::generate(1024).is_err());
+    }
+
+    #[test]
+    fn the_untrusted_tail_moves_out_whole_and_alone() {
+        // Long state after a short secret part, a short one after a long part, and none.
+        for (secret_len, state_len) in [(7usize, 4096usize), (300, 5), (40, 0)] {
+            let mut buf = vec![0xA5u8; secret_len];
+            buf.extend((0..state_len).map(|i| u8::try_from(i % 251).unwrap()));
+            buf.extend_from_slice(&[0x11; TAG_LEN]);
+            buf.truncate(secret_len + state_len);
+            let out = untrusted_tail(Zeroizing::new(buf), secret_len).unwrap();
+            assert_eq!(out, (0..state_len).map(|i| u8::try_from(i % 251).unwrap()).collect::<Vec<_>>());
+        }
+        assert!(untrusted_tail(Zeroizing::new(vec![1, 2, 3]), 4).is_err());
     }
 }

@@ -665,13 +665,13 @@ impl TrustedCore {
         let data_key = pair.unwrap(package.oaep_hash(), wrapped)?;
         let state = migration::open_package(package, &data_key)?;
         drop(data_key);
-        self.restore(&state)
+        self.restore(state)
     }
 
     /// Decodes a whole state first (every key checked as on its first install), then, if
     /// the tables have room for all of it, installs it: an import is all or nothing.
-    fn restore(&mut self, state: &[u8]) -> Result<MigrationRestore> {
-        let mut r = StateReader(state);
+    fn restore(&mut self, state: Zeroizing<Vec<u8>>) -> Result<MigrationRestore> {
+        let mut r = StateReader(&state);
         let seal_counter = r.u64()?;
         let malformed = || Error::Migration { why: mwhy::STATE_MALFORMED };
         let mut secrets = Vec::new();
@@ -716,12 +716,14 @@ impl TrustedCore {
             esps.push((old, sa));
         }
         let n = usize::try_from(r.u64()?).map_err(|_| malformed())?;
-        let untrusted_state = r.rest(n)?.to_vec();
+        let untrusted_start = state.len() - r.0.len();
+        r.rest(n)?;
         r.finish()?;
         if secrets.len() > self.secrets.room() || ikes.len() > self.ike.room() || esps.len() > self.esp.room()
         {
             return Err(Error::Migration { why: mwhy::NO_ROOM });
         }
+        let untrusted_state = migration::untrusted_tail(state, untrusted_start)?;
         let mut out = MigrationRestore { untrusted_state, ..MigrationRestore::default() };
         for (old, s) in secrets {
             out.secrets.push((SecretHandle(old), SecretHandle(self.secrets.insert(s)?)));
