@@ -434,6 +434,32 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
             assert!(v.success && v.stdout.contains("chain intact"), "{}{}", v.stdout, v.stderr);
         }
     }
+    // Host a's file still defines the tenant; a restart there must not start it beside b.
+    drop(bed.a.serve.take());
+    let hsm = bed.hsm.clone();
+    Bed::serve(&mut bed.a, hsm.as_deref());
+    assert!(bed.a.log().contains("tenant acme: moved away (to b"), "{}", bed.logs());
+    let on_a = bed.a.cli(&["tenants"]);
+    assert!(!on_a.stdout.contains("acme"), "host a started acme again after a restart: {}", on_a.stdout);
+
+    // Back to a and on to b again, with no rekey in between: each destination's SAs are its
+    // own (imported above the source's range), so each exports them like any other.
+    for (from, to) in [("b", "a"), ("a", "b")] {
+        let (src, dst) = if from == "a" { (&bed.a, &bed.b) } else { (&bed.b, &bed.a) };
+        let moved = src.cli(&["migrate", "tenant", "acme", "--to", to]);
+        assert!(moved.success, "move {from} -> {to}: {}{}\n{}", moved.stdout, moved.stderr, bed.logs());
+        bed.site.ip(&["route", "replace", &format!("{VIP}/32"), "via", dst.wan]).unwrap();
+        assert_eq!(
+            bed.peer_sas(),
+            before,
+            "the peer's SAs changed in the move {from} -> {to}\n{}",
+            bed.logs()
+        );
+        let (n, out) = bed.ping(10, "0.05");
+        assert_eq!(n, 10, "pings after the move {from} -> {to}: {out}\n{}", bed.logs());
+        eprintln!("live move {from} -> {to} again: {}", moved.stdout.trim());
+    }
+
     // The moved IKE SA keeps working for what needs SK_d at the destination: a child rekey
     // and an IKE rekey, both asked by the peer.
     for what in ["--child", "--ike"] {
@@ -452,8 +478,6 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
         let (n, out) = bed.ping(10, "0.05");
         assert_eq!(n, 10, "pings after the {what} rekey: {out}\n{}", bed.logs());
     }
-    // Another move back would need the child SAs rekeyed first (the enclave refuses a second
-    // export of the same outbound SA); that is the package format's rule, tested there.
     if bed.hsm.is_some() {
         disaster_recovery(&mut bed);
     }

@@ -345,7 +345,7 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
         body.as_bytes(),
         "application/json",
     );
-    if let Some(h) = inner.remove_moved(name) {
+    if let Some(h) = inner.remove_moved(name, to) {
         h.stop();
     }
     delete_keys(agent, keys.as_ref());

@@ -24,6 +24,10 @@ use enclave::migration::DestinationKey;
 
 /// The store record of a tenant added through the API.
 const TENANT_RECORD: &str = "tenant";
+/// The store record that says a tenant moved away from this host (where to, when). It
+/// outlives a restart, so a tenant that the file (or the CAS) still defines here is not
+/// started a second time beside the host that now serves it.
+const MOVED_RECORD: &str = "moved";
 
 /// What the service shares between its API thread and its owner.
 pub(crate) struct Inner {
@@ -188,6 +192,14 @@ impl Service {
             }
         }
         for (name, t) in all {
+            if let Some(mark) = inner.moved_mark(&t) {
+                (inner.log)(&format!(
+                    "tenant {name}: moved away ({mark}); not started here (move it back, or take it out of the \
+                     configuration and reload to forget the move)"
+                ));
+                locked(&inner.moved).insert(name);
+                continue;
+            }
             let h = (inner.spawn)(t)?;
             inner.lock().insert(name, h);
         }
@@ -355,7 +367,7 @@ impl Inner {
         let stored =
             released::stored(self.store.as_ref(), &self.dir, self.settings.enclave).unwrap_or_default();
         for l in &list {
-            if known.get(&l.name) == Some(&l.digest) {
+            if known.get(&l.name) == Some(&l.digest) || locked(&self.moved).contains(&l.name) {
                 continue;
             }
             if !known.contains_key(&l.name) && self.lock().contains_key(&l.name) {
@@ -492,30 +504,80 @@ impl Inner {
     }
 
     /// Keeps an arrived tenant: its configuration goes into the store, so this host starts
-    /// it again after a restart (its connections then set up anew).
+    /// it again after a restart (its connections then set up anew), and a mark of an earlier
+    /// move away from here is removed.
     pub(crate) fn keep_arrival(&self, name: &str) -> Result<()> {
         let t = self
             .lock()
             .get(name)
             .map(|h| h.config.clone())
             .ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
-        if self.file_tenants().contains(name) {
-            return Ok(());
+        let mut batch = vec![Write::Remove(Key::new(t.id, Kind::Metadata, MOVED_RECORD)?)];
+        if !self.file_tenants().contains(name) {
+            let text = format!("name = {}\n{}", toml::Value::String(t.name.clone()), t.text);
+            batch.push(Write::Put(Key::new(t.id, Kind::Config, TENANT_RECORD)?, Value::Config(text)));
         }
-        let text = format!("name = {}\n{}", toml::Value::String(t.name.clone()), t.text);
-        self.store.put(Key::new(t.id, Kind::Config, TENANT_RECORD)?, Value::Config(text))?;
+        self.store.apply(&batch)?;
         Ok(())
     }
 
-    /// A tenant moved away: out of the running set, every record of it removed from the
-    /// store (configuration, and the secrets sealed here: the destination sealed its own
+    /// Removes the stored marks of `name` having moved away (its definition left the file:
+    /// should it come back, it starts here again).
+    fn forget_move(&self, name: &str) {
+        let marks = match self.store.list(None, Kind::Metadata) {
+            Ok(all) => all,
+            Err(e) => {
+                (self.log)(&format!("tenant {name}: its move away stays marked: {e}"));
+                return;
+            }
+        };
+        let batch: Vec<Write> = marks
+            .into_iter()
+            .filter(|(k, v)| {
+                k.name == MOVED_RECORD
+                    && matches!(v, Value::Metadata(text) if serde_json::from_str::<serde_json::Value>(text)
+                        .is_ok_and(|m| m["tenant"].as_str() == Some(name)))
+            })
+            .map(|(k, _)| Write::Remove(k))
+            .collect();
+        match self.store.apply(&batch) {
+            Ok(()) => {
+                (self.log)(&format!("tenant {name}: out of the configuration; its move away is forgotten"))
+            }
+            Err(e) => (self.log)(&format!("tenant {name}: its move away stays marked: {e}")),
+        }
+    }
+
+    /// The stored mark of `t` having moved away from here, if it has (and the mark names it).
+    fn moved_mark(&self, t: &TenantConfig) -> Option<String> {
+        let key = Key::new(t.id, Kind::Metadata, MOVED_RECORD).ok()?;
+        let Ok(Some(Value::Metadata(text))) = self.store.get(&key) else { return None };
+        let mark: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (mark["tenant"].as_str() == Some(t.name.as_str())).then(|| {
+            format!(
+                "to {} at unix time {}",
+                mark["to"].as_str().unwrap_or("?"),
+                mark["at_unix"].as_u64().unwrap_or(0)
+            )
+        })
+    }
+
+    /// A tenant moved away to `to`: out of the running set, every record of it removed from
+    /// the store (configuration, and the secrets sealed here: the destination sealed its own
     /// copies, and no key is left behind on a host that no longer serves the tenant), and
-    /// not started here again by a reload.
-    pub(crate) fn remove_moved(&self, name: &str) -> Option<TenantHandle> {
+    /// not started here again, by a reload or after a restart (the store keeps a mark).
+    pub(crate) fn remove_moved(&self, name: &str, to: &str) -> Option<TenantHandle> {
         locked(&self.moved).insert(name.to_owned());
         let h = self.lock().remove(name)?;
-        if let Err(e) = self.store.apply(&[Write::RemoveTenant(h.config.id)]) {
-            (self.log)(&format!("tenant {name}: moved, but its records stay in the store: {e}"));
+        let id = h.config.id;
+        let at_unix =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mark = serde_json::json!({ "tenant": name, "to": to, "at_unix": at_unix }).to_string();
+        let written = Key::new(id, Kind::Metadata, MOVED_RECORD).map_err(Error::from).and_then(|k| {
+            Ok(self.store.apply(&[Write::RemoveTenant(id), Write::Put(k, Value::Metadata(mark))])?)
+        });
+        if let Err(e) = written {
+            (self.log)(&format!("tenant {name}: moved, but the store still holds it as it was: {e}"));
         }
         Some(h)
     }
@@ -540,6 +602,9 @@ impl Inner {
             if !config.tenants.contains_key(name) {
                 if let Some(h) = self.lock().remove(name) {
                     h.stop();
+                }
+                if locked(&self.moved).remove(name) {
+                    self.forget_move(name);
                 }
                 removed.push(name.clone());
             }
