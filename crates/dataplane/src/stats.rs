@@ -41,8 +41,13 @@ counted_enum! {
         TunRx => "tun_rx",
         /// TSO/USO super-packets among the TUN reads.
         TunRxSuper => "tun_rx_super",
-        /// Packets written to the TUN queue (decapsulated, ICMP errors).
+        /// Packets written to the TUN queue (decapsulated, ICMP errors), counted before
+        /// merging.
         TunTx => "tun_tx",
+        /// Super-packets among the TUN writes: runs of TCP segments merged into one (GRO).
+        TunTxSuper => "tun_tx_super",
+        /// TUN write syscalls (`TunTx` less what merging saved).
+        TunTxWrites => "tun_tx_writes",
         /// Datagrams received from the network (GRO bursts cut).
         NetRx => "net_rx",
         /// Datagrams or raw packets sent to the network.

@@ -9,7 +9,9 @@
 //!    send the ESP packets with `sendmmsg` (UDP GSO where accepted), write ICMP errors
 //!    back into the TUN queue;
 //! 2. inbound: for each socket, one `recvmmsg` (GRO bursts cut into datagrams), decapsulate
-//!    with one crossing per full batch, write the inner packets into the TUN queue;
+//!    with one crossing per full batch, write the inner packets into the TUN queue, runs of
+//!    one TCP flow's segments merged into super-packets where the queue takes TSO
+//!    ([`cio::gro`]);
 //! 3. when neither found work, `poll` all descriptors and the stop eventfd, at most
 //!    [`POLL_TIMEOUT`].
 //!
@@ -27,10 +29,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use cio::gro::Gro;
 use cio::gso::Segments;
 use cio::poll::{self, EventFd};
 use cio::raw_esp::RawEspSocket;
-use cio::tun::{TunQueue, MAX_READ};
+use cio::tun::{TunOffloads, TunQueue, MAX_READ};
 use cio::udp::UdpSocket;
 use cio::vnet::{VnetHeader, VNET_HDR_LEN};
 use cio::{Datagram, Outgoing, RecvBuffers};
@@ -102,6 +105,8 @@ pub(crate) struct Worker<E> {
     staging: Vec<u8>,
     pending: Option<PendingRead>,
     rx: RecvBuffers,
+    /// Merges decapsulated TCP segments for the TUN queue.
+    gro: Gro,
 }
 
 /// The TOS / traffic class byte of an outer IP header.
@@ -206,6 +211,7 @@ impl<E: Enclave> Worker<E> {
         io: WorkerIo,
         batch: usize,
         slot_len: usize,
+        tun_offloads: TunOffloads,
     ) -> Self {
         // Twice the batch: IPv4 fragments made on encapsulation go to the free slots.
         let capacity = batch * 2;
@@ -224,6 +230,7 @@ impl<E: Enclave> Worker<E> {
             staging: vec![0; MAX_READ],
             pending: None,
             rx,
+            gro: Gro::new(tun_offloads.tso4, tun_offloads.tso6),
         }
     }
 
@@ -368,6 +375,7 @@ impl<E: Enclave> Worker<E> {
                     Ok(()) => {
                         s.add(Counter::IcmpErrors, 1);
                         s.add(Counter::TunTx, 1);
+                        s.add(Counter::TunTxWrites, 1);
                     }
                     Err(_) => s.drop_io(IoDrop::TunWrite, 1),
                 },
@@ -412,7 +420,14 @@ impl<E: Enclave> Worker<E> {
         let Ok(mut batch) = Batch::new(area, self.slot_len, packets) else { return false };
         for d in self.rx.datagrams() {
             if batch.len() == batch.capacity() {
-                decapsulate(&mut self.esp, &self.shared, &self.stats, &self.io.tun, &mut batch);
+                decapsulate(
+                    &mut self.esp,
+                    &self.shared,
+                    &self.stats,
+                    &self.io.tun,
+                    &mut self.gro,
+                    &mut batch,
+                );
                 batch.clear();
             }
             self.stats.add(Counter::NetRx, 1);
@@ -424,17 +439,19 @@ impl<E: Enclave> Worker<E> {
                 self.stats.drop_io(reason, 1);
             }
         }
-        decapsulate(&mut self.esp, &self.shared, &self.stats, &self.io.tun, &mut batch);
+        decapsulate(&mut self.esp, &self.shared, &self.stats, &self.io.tun, &mut self.gro, &mut batch);
         true
     }
 }
 
-/// Decapsulates a batch and writes the inner packets into the TUN queue.
+/// Decapsulates a batch and writes the inner packets into the TUN queue, merging runs of
+/// TCP segments (every run is written before this returns: nothing waits for a later batch).
 fn decapsulate<E: Enclave>(
     esp: &mut esp::Worker,
     shared: &Shared<E>,
     s: &WorkerStats,
     tun: &TunQueue,
+    gro: &mut Gro,
     batch: &mut Batch<'_>,
 ) {
     if batch.is_empty() {
@@ -448,12 +465,22 @@ fn decapsulate<E: Enclave>(
     s.add(Counter::Crossings, u64::from(report.crossings));
     s.add(Counter::Decapsulated, u64::from(report.deliver));
     s.add(Counter::Keepalives, u64::from(report.keepalive));
+    let mut write = |header: &VnetHeader, packet: &[u8], segments: usize| {
+        let n = segments as u64;
+        match tun.write_with(header, packet) {
+            Ok(()) => {
+                s.add(Counter::TunTx, n);
+                s.add(Counter::TunTxWrites, 1);
+                if segments > 1 {
+                    s.add(Counter::TunTxSuper, 1);
+                }
+            }
+            Err(_) => s.drop_io(IoDrop::TunWrite, n),
+        }
+    };
     for (p, bytes) in batch.iter() {
         match p.action {
-            Action::Deliver { .. } => match tun.write(bytes) {
-                Ok(()) => s.add(Counter::TunTx, 1),
-                Err(_) => s.drop_io(IoDrop::TunWrite, 1),
-            },
+            Action::Deliver { .. } => gro.push(bytes, &mut write),
             Action::Ike { remote, local } => match &shared.ike {
                 Some(inbox) if inbox.push(remote, local, bytes) => s.add(Counter::IkeForwarded, 1),
                 _ => s.drop_io(IoDrop::Ike, 1),
@@ -461,6 +488,7 @@ fn decapsulate<E: Enclave>(
             _ => {}
         }
     }
+    gro.flush(&mut write);
     s.publish_esp_drops(esp.drops());
 }
 

@@ -353,6 +353,7 @@ fn iperf_run(cases: &[(Case, bool)], seconds: u32) {
             eprintln!("offloads: site {}, cloud {}", pair.site.offloads(), pair.cloud.offloads());
         }
         let tso = pair.site.offloads().tun.any_gso();
+        let pair_tun_offloads = pair.site.offloads().tun;
         let (to_cloud, to_site) = if inner_v6 { ("2001:db8:b::20", "ip6") } else { ("198.18.20.20", "ip4") };
         let up = iperf3(&net.site_host, &net.cloud_host, to_cloud, seconds, false);
         let down = iperf3(&net.site_host, &net.cloud_host, to_cloud, seconds, true);
@@ -365,6 +366,18 @@ fn iperf_run(cases: &[(Case, bool)], seconds: u32) {
                 site.get(Counter::TunRxSuper) > 0,
                 "{case}: TSO accepted but no super-packet read: {site}"
             );
+        }
+        // Both gateways received a bulk TCP flow (one each way): its segments go into their
+        // TUN queues merged, where the queue takes TSO for the inner family.
+        let offloads = pair_tun_offloads;
+        if if inner_v6 { offloads.tso6 } else { offloads.tso4 } {
+            for (who, s) in [("site", &site), ("cloud", &cloud)] {
+                assert!(s.get(Counter::TunTxSuper) > 0, "{case}: {who} merged no TCP segments: {s}");
+                assert!(
+                    s.get(Counter::TunTxWrites) < s.get(Counter::TunTx),
+                    "{case}: {who} wrote every packet alone: {s}"
+                );
+            }
         }
     }
 }

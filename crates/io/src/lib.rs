@@ -7,7 +7,9 @@
 //!   reported as [`tun::TunOffloads`];
 //! * [`vnet`] and [`gso`]: the virtio-net header, and pure functions that cut a TSO/USO
 //!   super-packet read from a TUN queue into MSS-sized IP packets and complete partial
-//!   checksums (no device needed: they are unit-tested on byte arrays);
+//!   checksums (no device needed: they are unit-tested on byte arrays); [`gro`], their
+//!   inverse for the other direction: consecutive TCP segments merged into one super-packet
+//!   for one TUN write;
 //! * [`udp`]: UDP sockets (one per worker with `SO_REUSEPORT`) with batched `recvmmsg` /
 //!   `sendmmsg`, UDP GSO (`UDP_SEGMENT`) on send and UDP GRO on receive where the kernel
 //!   accepts them, reported as [`udp::UdpOffloads`];
@@ -25,6 +27,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
+pub mod gro;
 pub mod gso;
 mod mmsg;
 pub mod netdev;

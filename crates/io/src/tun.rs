@@ -251,7 +251,13 @@ impl TunQueue {
 
     /// Writes one complete IP packet (checksums done, no GSO) behind a zero header.
     pub fn write(&self, packet: &[u8]) -> io::Result<()> {
-        let header = [0u8; VNET_HDR_LEN];
+        self.write_with(&VnetHeader::PLAIN, packet)
+    }
+
+    /// Writes one packet behind `header`: a super-packet for the kernel to cut (GSO), or a
+    /// packet whose checksum it completes.
+    pub fn write_with(&self, header: &VnetHeader, packet: &[u8]) -> io::Result<()> {
+        let header = header.to_bytes();
         let iov = [
             libc::iovec { iov_base: header.as_ptr().cast_mut().cast(), iov_len: header.len() },
             libc::iovec { iov_base: packet.as_ptr().cast_mut().cast(), iov_len: packet.len() },
