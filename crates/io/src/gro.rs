@@ -27,20 +27,14 @@
 
 use wire::checksum;
 
+use crate::tcpip::{
+    be16, pseudo_header_sum, PROTO_TCP, TCP_ACK, TCP_CWR, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
+};
 use crate::vnet::{self, VnetHeader};
 
 /// The largest super-packet (an IPv4 Total Length, an IPv6 header plus Payload Length
 /// kept under the same bound).
 pub const MAX_SUPER: usize = 65_535;
-
-const PROTO_TCP: u8 = 6;
-const TCP_FIN: u8 = 0x01;
-const TCP_SYN: u8 = 0x02;
-const TCP_RST: u8 = 0x04;
-const TCP_PSH: u8 = 0x08;
-const TCP_ACK: u8 = 0x10;
-const TCP_URG: u8 = 0x20;
-const TCP_CWR: u8 = 0x80;
 
 /// A TCP segment that may join a super-packet: where its parts are.
 #[derive(Debug, Clone, Copy)]
@@ -56,19 +50,8 @@ struct Segment {
     ident: u16,
 }
 
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
-}
-
 fn be32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-/// The folded sum of the pseudo-header (RFC 9293 §3.1 / RFC 8200 §8.1) for a TCP length.
-fn pseudo_sum(packet: &[u8], v6: bool, tcp_len: usize) -> Option<u16> {
-    let addrs = if v6 { packet.get(8..40) } else { packet.get(12..20) }?;
-    let [a, b, c, d] = u32::try_from(tcp_len).ok()?.to_be_bytes();
-    Some(checksum::combine(&[checksum::data(addrs), checksum::data(&[0, PROTO_TCP, a, b, c, d])]))
 }
 
 /// `packet` as a segment that may be merged, or `None`.
@@ -107,7 +90,9 @@ fn parse(packet: &[u8]) -> Option<Segment> {
     // The kernel recomputes the merged checksum: a segment that arrived damaged must not be
     // laundered into a good one.
     let tcp = packet.get(l4..)?;
-    if checksum::combine(&[pseudo_sum(packet, v6, tcp.len())?, checksum::data(tcp)]) != 0xffff {
+    if checksum::combine(&[pseudo_header_sum(packet, v6, PROTO_TCP, tcp.len())?, checksum::data(tcp)])
+        != 0xffff
+    {
         return None;
     }
     Some(Segment { v6, l4, hdr_end, seq: be32(packet, l4 + 4)?, flags, ident })
@@ -250,7 +235,7 @@ impl Gro {
         }
         // virtio's partial checksum: the field holds the pseudo-header sum (not
         // complemented); the kernel sums from csum_start and stores the complement.
-        let pseudo = pseudo_sum(buf, f.v6, buf.len() - f.l4)?;
+        let pseudo = pseudo_header_sum(buf, f.v6, PROTO_TCP, buf.len() - f.l4)?;
         buf.get_mut(f.l4 + 16..f.l4 + 18)?.copy_from_slice(&pseudo.to_be_bytes());
         Some(VnetHeader {
             flags: vnet::F_NEEDS_CSUM,
@@ -300,7 +285,10 @@ mod tests {
         };
         let l4 = p.len();
         p.extend_from_slice(&tcp);
-        let sum = checksum::combine(&[pseudo_sum(&p, v6, tcp.len()).unwrap(), checksum::data(&p[l4..])]);
+        let sum = checksum::combine(&[
+            pseudo_header_sum(&p, v6, PROTO_TCP, tcp.len()).unwrap(),
+            checksum::data(&p[l4..]),
+        ]);
         p[l4 + 16..l4 + 18].copy_from_slice(&checksum::finish(sum).to_be_bytes());
         p
     }
@@ -314,7 +302,10 @@ mod tests {
         let sum = checksum::finish(checksum::data(&p[..20]));
         p[10..12].copy_from_slice(&sum.to_be_bytes());
         p[36..38].copy_from_slice(&[0, 0]);
-        let sum = checksum::combine(&[pseudo_sum(p, false, p.len() - 20).unwrap(), checksum::data(&p[20..])]);
+        let sum = checksum::combine(&[
+            pseudo_header_sum(p, false, PROTO_TCP, p.len() - 20).unwrap(),
+            checksum::data(&p[20..]),
+        ]);
         p[36..38].copy_from_slice(&checksum::finish(sum).to_be_bytes());
     }
 

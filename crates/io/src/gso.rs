@@ -26,17 +26,12 @@
 
 use wire::checksum;
 
+use crate::tcpip::{be16, pseudo_header_sum, PROTO_TCP, PROTO_UDP, TCP_CWR, TCP_FIN, TCP_PSH};
 use crate::vnet::{self, VnetHeader};
 
 /// The most segments one super-packet may be cut into (64 KiB of 64-byte segments);
 /// a sanity bound against a nonsensical `gso_size`.
 pub const MAX_SEGMENTS: usize = 1024;
-
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
 
 /// Why a packet read from a TUN queue cannot be cut or completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -85,10 +80,6 @@ pub struct Segments<'a> {
     packet: &'a [u8],
     plan: Plan,
     count: usize,
-}
-
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
 fn put16(b: &mut [u8], at: usize, v: u16) -> Result<(), GsoError> {
@@ -338,7 +329,7 @@ impl<'a> Segments<'a> {
             Transport::Tcp => PROTO_TCP,
             Transport::Udp => PROTO_UDP,
         };
-        let pseudo = pseudo_header_sum(seg, v6, proto, l4_len)?;
+        let pseudo = pseudo_header_sum(seg, v6, proto, l4_len).ok_or(GsoError::BadHeader("IP"))?;
         let sum = checksum::combine(&[pseudo, checksum::data(&seg[l4..])]);
         let mut c = checksum::finish(sum);
         if c == 0 && transport == Transport::Udp {
@@ -348,14 +339,6 @@ impl<'a> Segments<'a> {
         put16(seg, csum_at, c)?;
         Ok(total)
     }
-}
-
-/// The folded sum of the pseudo-header of `packet` (RFC 793 §3.1 / RFC 8200 §8.1).
-fn pseudo_header_sum(packet: &[u8], v6: bool, proto: u8, l4_len: usize) -> Result<u16, GsoError> {
-    let addrs = if v6 { packet.get(8..40) } else { packet.get(12..20) }.ok_or(GsoError::Truncated)?;
-    let len = u32::try_from(l4_len).map_err(|_| GsoError::BadHeader("IP"))?;
-    let [a, b, c, d] = len.to_be_bytes();
-    Ok(checksum::combine(&[checksum::data(addrs), checksum::data(&[0, proto, a, b, c, d])]))
 }
 
 /// Completes a partial checksum in place (virtio `F_NEEDS_CSUM` semantics).

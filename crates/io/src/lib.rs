@@ -36,6 +36,7 @@ pub mod poll;
 pub mod raw_esp;
 pub mod signal;
 mod sys;
+mod tcpip;
 pub mod tun;
 pub mod udp;
 pub mod vnet;
