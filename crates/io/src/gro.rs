@@ -87,15 +87,17 @@ fn parse(packet: &[u8]) -> Option<Segment> {
     if flags & (TCP_SYN | TCP_FIN | TCP_RST | TCP_URG | TCP_CWR) != 0 || flags & TCP_ACK == 0 {
         return None;
     }
-    // The kernel recomputes the merged checksum: a segment that arrived damaged must not be
-    // laundered into a good one.
-    let tcp = packet.get(l4..)?;
-    if checksum::combine(&[pseudo_header_sum(packet, v6, PROTO_TCP, tcp.len())?, checksum::data(tcp)])
-        != 0xffff
-    {
-        return None;
-    }
     Some(Segment { v6, l4, hdr_end, seq: be32(packet, l4 + 4)?, flags, ident })
+}
+
+/// Whether the TCP checksum of `packet` (parsed as `seg`) is good. The kernel recomputes a
+/// merged packet's checksum, so a segment that arrived damaged must not join one (it would
+/// be laundered into a good packet); a segment written alone keeps its own checksum and
+/// needs no check here.
+fn tcp_checksum_ok(packet: &[u8], seg: &Segment) -> bool {
+    let Some(tcp) = packet.get(seg.l4..) else { return false };
+    pseudo_header_sum(packet, seg.v6, PROTO_TCP, tcp.len())
+        .is_some_and(|p| checksum::combine(&[p, checksum::data(tcp)]) == 0xffff)
 }
 
 /// The run being built.
@@ -141,7 +143,11 @@ impl Gro {
         };
         let payload = packet.len() - seg.hdr_end;
         if let Some(run) = self.run.as_mut() {
-            if Self::joins(&self.buf, run, &seg, packet) {
+            // Checksums are checked once there is something to merge: the held first segment
+            // when a second joins it, then each one that joins.
+            let joins = Self::joins(&self.buf, run, &seg, packet)
+                && (run.count > 1 || tcp_checksum_ok(&self.buf, &run.first));
+            if joins && tcp_checksum_ok(packet, &seg) {
                 self.buf.extend_from_slice(&packet[seg.hdr_end..]);
                 run.count += 1;
                 run.next_seq = run.next_seq.wrapping_add(u32::try_from(payload).unwrap_or(u32::MAX));
@@ -153,6 +159,11 @@ impl Gro {
                 return;
             }
             self.flush(write);
+            if joins {
+                // It would have joined but is damaged: alone, for the kernel to drop.
+                write(&VnetHeader::PLAIN, packet, 1);
+                return;
+            }
         }
         if seg.flags & TCP_PSH != 0 || packet.len() + payload > MAX_SUPER {
             // Nothing could follow it.
@@ -416,6 +427,9 @@ mod tests {
         let mut bad = base.clone();
         bad[2][100] ^= 0x40;
         cases.push(("bad checksum", bad));
+        let mut bad_first = base.clone();
+        bad_first[0][100] ^= 0x40;
+        cases.push(("bad checksum on the held first segment", bad_first));
         let mut long = base.clone();
         long[2] = segment(false, 0x102, 0xffff_f000u32.wrapping_add(2000), TCP_ACK, &[5; 1100], &TS);
         cases.push(("longer than the first", long));
