@@ -375,30 +375,7 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     };
 
     // The move, under 100 pings a second.
-    let site_name = bed.site.name().to_owned();
-    let pinger = std::thread::spawn(move || {
-        let out = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &site_name,
-                "ping",
-                "-n",
-                "-D",
-                "-c",
-                "800",
-                "-i",
-                "0.01",
-                "-W",
-                "1",
-                "-I",
-                SITE_INNER,
-                CLOUD_INNER,
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    });
+    let pinger = common::background_ping(&bed.site, 800, "0.01", SITE_INNER, CLOUD_INNER);
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
     let moved = bed.a.cli(&["migrate", "tenant", "acme", "--to", "b"]);

@@ -143,30 +143,7 @@ impl Site {
 
 /// Pings the cloud side from `site` in the background every 20 ms, `count` times.
 fn background_ping(site: &Netns, count: u32) -> std::thread::JoinHandle<String> {
-    let (ns, c) = (site.name().to_owned(), count.to_string());
-    std::thread::spawn(move || {
-        let out = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns,
-                "ping",
-                "-n",
-                "-D",
-                "-c",
-                &c,
-                "-i",
-                "0.02",
-                "-W",
-                "1",
-                "-I",
-                SITE_INNER,
-                CLOUD_INNER,
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    })
+    common::background_ping(site, count, "0.02", SITE_INNER, CLOUD_INNER)
 }
 
 /// A UDP datagram from a cloud side to 198.19.1.1:7777; the answering site's name.

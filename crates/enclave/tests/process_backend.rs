@@ -558,24 +558,27 @@ fn attested_provisioning_crosses_the_boundary_and_survives_a_restart() {
     a.restart(config(1), &pk).unwrap();
     let back = a.unseal_secret(&sealed).unwrap();
     assert_eq!(a.secret_kind(back), Ok(SecretKind::PreSharedKey));
-    let mut peer = start_inline(1);
-    let t = tunnel(&mut a, &mut peer);
-    let peer_psk = peer
-        .provision_secret(
-            &wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(1), kind, psk).unwrap(),
-        )
-        .unwrap();
-    let input = AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[5; 32], id_body: b"id" };
-    let mut auth = [0u8; 64];
-    let (method, n) = a.auth_compute(t.ike_p, back, AuthSpec::SharedKey, &input, &mut auth).unwrap();
-    let v = peer.auth_verify(t.ike_i, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
-    assert_eq!(v.map(|v| v.method), Ok(AuthMethod::SharedKey));
+    let wrapped = wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(1), kind, psk).unwrap();
+    assert_psk_auth_verifies(&mut a, back, &wrapped);
     // Another tenant's process cannot open the blob; a forged blob is refused.
     let (mut b, _) = start_process(2);
     assert_eq!(b.unseal_secret(&sealed), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
     let mut forged = sealed.clone();
     forged.0[60] ^= 1;
     assert_eq!(a.unseal_secret(&forged), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
+}
+
+/// That `psk` (a handle in `a`) is the tenant's PSK given in `wrapped`: an inline peer
+/// holding `wrapped` verifies the AUTH that `a` computes with `psk`.
+fn assert_psk_auth_verifies(a: &mut ProcessEnclave, psk: SecretHandle, wrapped: &[u8]) {
+    let mut peer = start_inline(1);
+    let t = tunnel(a, &mut peer);
+    let peer_psk = peer.provision_secret(wrapped).unwrap();
+    let input = AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[5; 32], id_body: b"id" };
+    let mut auth = [0u8; 64];
+    let (method, n) = a.auth_compute(t.ike_p, psk, AuthSpec::SharedKey, &input, &mut auth).unwrap();
+    let v = peer.auth_verify(t.ike_i, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
+    assert_eq!(v.map(|v| v.method), Ok(AuthMethod::SharedKey));
 }
 
 #[test]
@@ -595,15 +598,7 @@ fn a_held_secret_sealed_over_the_rings_survives_a_restart() {
     a.restart(config(1), &pk).unwrap();
     let back = a.unseal_secret(&sealed).unwrap();
     assert_eq!(a.secret_kind(back), Ok(kind));
-    // The tenant's PSK: an inline peer holding it verifies the AUTH computed with it.
-    let mut peer = start_inline(1);
-    let t = tunnel(&mut a, &mut peer);
-    let peer_psk = peer.provision_secret(&wrapped).unwrap();
-    let input = AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[5; 32], id_body: b"id" };
-    let mut auth = [0u8; 64];
-    let (method, n) = a.auth_compute(t.ike_p, back, AuthSpec::SharedKey, &input, &mut auth).unwrap();
-    let v = peer.auth_verify(t.ike_i, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
-    assert_eq!(v.map(|v| v.method), Ok(AuthMethod::SharedKey));
+    assert_psk_auth_verifies(&mut a, back, &wrapped);
     let (mut b, _) = start_process(2);
     assert_eq!(b.unseal_secret(&sealed), Err(Error::SealedBlob { reason: BlobRejection::Forged }));
 }

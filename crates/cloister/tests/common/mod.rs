@@ -124,6 +124,27 @@ pub(crate) fn ping_replies(output: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// Pings `to` from `from` inside `site`, `count` times `interval` seconds apart (`ping -D`,
+/// 1 s to wait for each reply), on a thread of its own; its output when it ends.
+#[allow(dead_code)] // not every test binary pings
+pub(crate) fn background_ping(
+    site: &testnet::Netns,
+    count: u32,
+    interval: &str,
+    from: &str,
+    to: &str,
+) -> std::thread::JoinHandle<String> {
+    let args: Vec<String> = [site.name(), "ping", "-n", "-D", "-c", &count.to_string(), "-i", interval]
+        .iter()
+        .chain(&["-W", "1", "-I", from, to])
+        .map(|a| (*a).to_owned())
+        .collect();
+    std::thread::spawn(move || {
+        let out = std::process::Command::new("ip").args(["netns", "exec"]).args(&args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+}
+
 /// The longest time between two consecutive replies of `ping -D` output (the outage), and
 /// the number of replies.
 #[allow(dead_code)] // not every test binary pings

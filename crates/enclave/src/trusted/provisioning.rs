@@ -288,6 +288,11 @@ mod tests {
         TrustedCore::start(c, Box::new(att)).unwrap()
     }
 
+    /// `secret` wrapped the old way (under the provisioning root) for tenant 7.
+    fn wrapped_for_7(kind: SecretKind, secret: &[u8]) -> Vec<u8> {
+        crate::provision::wrap_secret(&ProvisioningKey::from_bytes(ROOT), TenantId(7), kind, secret).unwrap()
+    }
+
     fn expected(tenant: u32) -> crate::attest::Measurement {
         software_measurement(CODE, &config(tenant).measured_bytes())
     }
@@ -345,13 +350,7 @@ mod tests {
         assert_eq!(c.secret_kind(h), Ok(SecretKind::PreSharedKey));
         assert_eq!(blob.0[5], crate::trusted::seal::SEAL_KIND_TENANT_SECRET);
         // The same bytes as the PSK given the old way.
-        let wrapped = crate::provision::wrap_secret(
-            &ProvisioningKey::from_bytes(ROOT),
-            TenantId(7),
-            SecretKind::PreSharedKey,
-            psk,
-        )
-        .unwrap();
+        let wrapped = wrapped_for_7(SecretKind::PreSharedKey, psk);
         let legacy = c.provision_secret(&wrapped).unwrap();
         let auths = psk_auths(&mut c, &[h, legacy]);
         assert_eq!(auths[0], auths[1]);
@@ -383,26 +382,14 @@ mod tests {
     fn a_held_secret_sealed_here_comes_back_on_a_later_instance_of_its_tenant_only() {
         let p = platform();
         let psk = b"TOPSECRET restored tenant PSK: 31c4aa07";
-        let wrapped = crate::provision::wrap_secret(
-            &ProvisioningKey::from_bytes(ROOT),
-            TenantId(7),
-            SecretKind::PreSharedKey,
-            psk,
-        )
-        .unwrap();
+        let wrapped = wrapped_for_7(SecretKind::PreSharedKey, psk);
         let rng = ring::rand::SystemRandom::new();
         let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
             &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
             &rng,
         )
         .unwrap();
-        let ecdsa = crate::provision::wrap_secret(
-            &ProvisioningKey::from_bytes(ROOT),
-            TenantId(7),
-            SecretKind::EcdsaP256PrivateKey,
-            pkcs8.as_ref(),
-        )
-        .unwrap();
+        let ecdsa = wrapped_for_7(SecretKind::EcdsaP256PrivateKey, pkcs8.as_ref());
         let mut c = core(&p, 7);
         let h = c.provision_secret(&wrapped).unwrap();
         let k = c.provision_secret(&ecdsa).unwrap();
