@@ -75,7 +75,7 @@ SUITES = {
 }
 TEST_NETS = [ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:db8::/32")]
 N = 6  # phase A
-JUMP = 3000  # phase B: far enough that 1..N+8 fall out of a 1024-packet window
+JUMP = 6000  # phase B: far enough that 1..N+8 fall out of the default 4096-packet window
 BURST = 24  # phase C
 MAX_TIMEOUT = 10.0
 SPARE = 100_000  # tampered copies of s + SPARE where order is not guaranteed (see `ordered`)

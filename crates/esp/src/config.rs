@@ -16,7 +16,7 @@
 //! local_ts = ["198.18.10.0/24"]
 //! remote_ts = ["198.18.20.0/24[udp/53]"]
 //! path_mtu = 1500                     # "out" only
-//! replay_window = 1024                # "in" only
+//! replay_window = 4096                # "in" only; the default
 //! lifetime = { soft_seconds = 3000, hard_seconds = 3600, hard_bytes = 1_000_000_000 }
 //! key = { wrapped = "434c5056..." }   # `cloister secret wrap --kind esp` output, hex (the data
 //!                                     # plane also takes its path); in test builds also

@@ -112,7 +112,7 @@ pub struct SaConfig {
 
 impl SaConfig {
     /// A raw-ESP SA with every other field at its default: selectors that admit everything
-    /// of the endpoints' family, no lifetime limits, 1500-byte path MTU, 1024-packet window.
+    /// of the endpoints' family, no lifetime limits, 1500-byte path MTU, the default replay window.
     pub fn new(spi: u32, handle: EspSaHandle, suite: Suite, local: IpAddr, remote: IpAddr) -> Self {
         let any = |a: IpAddr| {
             vec![TrafficSelector::addresses(if a.is_ipv6() {
