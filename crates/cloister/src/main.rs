@@ -30,6 +30,9 @@ enum Command {
     /// Run one tenant's hardened enclave process (started by the gateway, not by hand).
     #[command(hide = true)]
     EnclaveProcess(cmd::enclave_process::Args),
+    /// Run the HSM agent, the one process that holds the HSM PIN (started by `serve`).
+    #[command(hide = true)]
+    HsmAgent(cmd::hsm_agent::Args),
     /// Simulate elastic provisioning on a throughput trace; print tables, write plots.
     Simulate(cmd::simulate::Args),
     /// Run the multi-tenant service: each tenant's gateway over its own enclave process, the API.
@@ -61,6 +64,7 @@ fn main() -> std::process::ExitCode {
         Command::Dataplane(args) => cmd::dataplane::run(args),
         Command::Decode(args) => cmd::decode::run(args),
         Command::EnclaveProcess(args) => cmd::enclave_process::run(args),
+        Command::HsmAgent(args) => cmd::hsm_agent::run(args),
         Command::Gateway(args) => cmd::gateway::run(args),
         Command::IkeLoad(args) => cmd::ike_load::run(args),
         Command::Sa(args) => cmd::sa::run(args),

@@ -410,6 +410,26 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
             let v = h.cli(&["migrate", "audit", "verify", audit.to_str().unwrap()]);
             assert!(v.success && v.stdout.contains("chain intact"), "{}{}", v.stdout, v.stderr);
         }
+        // Both services used the HSM (a for the key, b for the rewrap) and neither read the
+        // PIN: their HSM agents did. The migration token they do hold shows the scan works.
+        for h in [&bed.a, &bed.b] {
+            let mut needles = testnet::memscan::Needles::new();
+            needles.add("HSM PIN", HSM_USER_PIN.as_bytes()).unwrap();
+            let token = std::fs::read(h.ns.dir().join("migrate.token")).unwrap();
+            needles.add("migrate token", token.trim_ascii()).unwrap();
+            let pid = h.serve.as_ref().unwrap().pid();
+            let scan = testnet::memscan::scan(pid, &needles).unwrap();
+            assert!(
+                scan.found.contains_key("migrate token"),
+                "host {}: the scan missed the token: {scan:?}",
+                h.name
+            );
+            assert!(
+                !scan.found.contains_key("HSM PIN"),
+                "host {}'s service holds the HSM PIN: {scan:?}",
+                h.name
+            );
+        }
     }
     // Host a's file still defines the tenant; a restart there must not start it beside b.
     drop(bed.a.serve.take());

@@ -34,7 +34,7 @@ use std::time::Instant;
 use enclave::attest::{verify_software_evidence, Evidence, EvidenceKind, Measurement};
 use enclave::migration::{verify_destination, DestinationKey, MigrationPackage, OaepHash};
 use enclave::TenantId;
-use migrate::{AuditLog, Hsm, HsmConfig, HsmKeys, KeyLabel, Pin};
+use migrate::{AgentSettings, HsmAgent, HsmConfig, HsmKeys, KeyLabel};
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use zeroize::Zeroizing;
@@ -43,7 +43,7 @@ use crate::api::call;
 use crate::client::Client;
 use crate::config::TenantConfig;
 use crate::error::{Error, Result};
-use crate::platform::{hex, load_or_create_token, read_private, unhex};
+use crate::platform::{hex, load_or_create_token, unhex};
 use crate::service::Inner;
 use crate::tenant::Command;
 
@@ -166,11 +166,15 @@ impl MigrateSettings {
     }
 }
 
-/// The agent's run-time state: its token, and the HSM once opened.
+/// The agent's run-time state: its token, and the HSM agent process once started.
 pub(crate) struct Agent {
     pub(crate) settings: MigrateSettings,
     pub(crate) token: Zeroizing<String>,
-    hsm: Mutex<Option<Hsm>>,
+    /// The binary whose `hsm-agent` subcommand runs the HSM agent.
+    program: PathBuf,
+    /// This host's platform key: the agent rewraps only to enclaves it signed evidence for.
+    platform_key: Vec<u8>,
+    hsm: Mutex<Option<HsmAgent>>,
 }
 
 impl core::fmt::Debug for Agent {
@@ -181,32 +185,41 @@ impl core::fmt::Debug for Agent {
 
 impl Agent {
     /// Loads (or makes) the migration token.
-    pub(crate) fn new(settings: MigrateSettings) -> Result<Self> {
+    pub(crate) fn new(settings: MigrateSettings, program: PathBuf, platform_key: Vec<u8>) -> Result<Self> {
         let token = load_or_create_token(&settings.token)?;
-        Ok(Self { settings, token, hsm: Mutex::new(None) })
+        Ok(Self { settings, token, program, platform_key, hsm: Mutex::new(None) })
     }
 
-    /// Runs `f` with the HSM, opening it on first use (so a service starts while its HSM is
-    /// away; a move then fails with the reason).
-    fn with_hsm<T>(&self, f: impl FnOnce(&Hsm) -> migrate::Result<T>) -> Result<Option<T>> {
+    /// Runs `f` with the HSM agent, starting it on first use (so a service starts while its
+    /// HSM is away; a move then fails with the reason) and again after it died. This
+    /// process never reads the PIN file: the agent does.
+    fn with_hsm<T>(&self, f: impl FnOnce(&mut HsmAgent) -> migrate::Result<T>) -> Result<Option<T>> {
         let Some(h) = &self.settings.hsm else { return Ok(None) };
         let mut g = self.hsm.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if g.is_none() {
-            let pin = read_private(&h.pin)?.ok_or_else(|| Error::Io {
-                what: format!("{}", h.pin.display()),
-                why: "no HSM PIN file".into(),
-            })?;
-            let pin = Pin::new(String::from_utf8_lossy(&pin).trim().to_owned());
-            let mut config = HsmConfig::new(h.token_label.clone());
-            config.module.clone_from(&h.module);
-            config.oaep_hash = h.oaep;
-            let audit = AuditLog::open(&h.audit).map_err(hsm_error)?;
-            *g = Some(Hsm::open(config, pin, audit).map_err(hsm_error)?);
+            let settings = AgentSettings {
+                module: h.module.clone(),
+                token_label: h.token_label.clone(),
+                pin_file: h.pin.clone(),
+                oaep: h.oaep,
+                rsa_bits: HsmConfig::new(String::new()).rsa_bits,
+                audit: h.audit.clone(),
+                platform_key: self.platform_key.clone(),
+            };
+            *g = Some(HsmAgent::start(&self.program, &["hsm-agent"], &settings).map_err(hsm_error)?);
         }
-        match g.as_ref() {
-            Some(hsm) => f(hsm).map(Some).map_err(hsm_error),
-            None => Err(Error::Internal { what: "HSM not open".into() }),
+        let Some(agent) = g.as_mut() else {
+            return Err(Error::Internal { what: "HSM agent not started".into() });
+        };
+        let result = f(agent);
+        if matches!(
+            result,
+            Err(migrate::MigrateError::AgentIo { .. } | migrate::MigrateError::AgentProtocol { .. })
+        ) {
+            // The pipe is broken or out of step: the next call starts a fresh agent.
+            *g = None;
         }
+        result.map(Some).map_err(hsm_error)
     }
 
     fn oaep(&self) -> OaepHash {
@@ -294,8 +307,7 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
     let label_measurement =
         migrate::Measurement::from_bytes(&measurement.0).map_err(|e| abort(e.to_string()))?;
     let keys: Option<HsmKeys> = match agent.with_hsm(|hsm| {
-        let label = hsm.create_migration_key(&label_measurement)?;
-        let spki = hsm.public_key(&label)?;
+        let (label, spki) = hsm.migration_key(&label_measurement)?;
         Ok(HsmKeys { label, spki, bulk: None })
     }) {
         Ok(k) => k,
@@ -392,17 +404,7 @@ pub(crate) fn backup(inner: &Inner, name: &str) -> Result<Json> {
     let measurement = own_measurement(inner, name)?;
     let m = measurement_label(&measurement).map_err(hsm_error)?;
     let (label, spki) = agent
-        .with_hsm(|hsm| {
-            let date = migrate::BackupDate::today();
-            let label = match hsm.create_backup_key(&m, date) {
-                Ok(l) => l,
-                // Today's key for this measurement exists: backups of the day share it.
-                Err(migrate::MigrateError::KeyExists { label }) => label,
-                Err(e) => return Err(e),
-            };
-            let spki = hsm.public_key(&label)?;
-            Ok((label, spki))
-        })?
+        .with_hsm(|hsm| hsm.backup_key(&m))?
         .ok_or_else(|| Error::Internal { what: "HSM not configured".into() })?;
     let label = label.to_string();
     let (package, evidence) = call(inner, name, |reply| Command::Backup {
@@ -523,21 +525,21 @@ pub(crate) fn restore(inner: &Inner, body: &[u8]) -> Result<Json> {
         TenantId(b.tenant_id),
     )
     .map_err(|e| refuse(format!("this host's enclave: {e}")))?;
-    let officer = Pin::new(officer_pin.as_str());
-    let spki = destination.spki_der.clone();
+    // The agent checks the destination's evidence again, runs the officer's step, the
+    // rewrap, and withdraws the step whatever happened.
     let wrapped = agent
         .with_hsm(|hsm| {
-            hsm.authorize_backup_restore(&label, &officer, &spki, &m)?;
-            let rewrapped = hsm.rewrap(&label, package.wrapped_data_key(), &spki, &m);
-            // Encrypt-only again, and the destination key untrusted, whatever happened.
-            let revoked = hsm.revoke_backup_restore(&label, &officer, &spki);
-            let rewrapped = rewrapped?;
-            revoked?;
-            Ok(rewrapped)
+            hsm.restore_backup(
+                &label,
+                &officer_pin,
+                package.wrapped_data_key(),
+                &destination,
+                TenantId(b.tenant_id),
+            )
         })
         .map_err(|e| refuse(e.to_string()))?
         .ok_or_else(|| refuse("HSM not configured".into()))?;
-    drop(officer);
+    drop(officer_pin);
     let tun = call(inner, &name, |reply| Command::Arrive { package: package.into_bytes(), wrapped, reply })
         .and_then(|r| r)
         .map_err(|e| refuse(format!("import: {e}")))?;
@@ -619,8 +621,14 @@ pub(crate) fn package(inner: &Inner, name: &str, body: &[u8]) -> Result<Json> {
         ("hsm", Some(label)) => {
             let label: KeyLabel = label.parse().map_err(|e: migrate::MigrateError| refuse(e.to_string()))?;
             let m = measurement_label(&verified.measurement).map_err(|e| refuse(e.to_string()))?;
+            if label.measurement() != &m {
+                return Err(refuse(format!("key {label} is for another measurement than the source's")));
+            }
+            // The agent verifies our enclave's evidence against the label itself.
             agent
-                .with_hsm(|hsm| hsm.rewrap(&label, package.wrapped_data_key(), &destination.spki_der, &m))
+                .with_hsm(|hsm| {
+                    hsm.rewrap(&label, package.wrapped_data_key(), &destination, TenantId(tenant))
+                })
                 .map_err(|e| refuse(e.to_string()))?
                 .ok_or_else(|| {
                     refuse("the package needs an HSM and this host has none ([migrate.hsm])".into())

@@ -124,7 +124,7 @@ impl Service {
         };
         let (spawn, spawn_arrival, release) = match settings.enclave {
             Backend::Process => {
-                let l = Arc::new(ProcessLauncher::new(Arc::clone(&platform), program));
+                let l = Arc::new(ProcessLauncher::new(Arc::clone(&platform), program.clone()));
                 tenant_starters(l, &store, &log, dir, settings.enclave)
             }
             Backend::Inline => {
@@ -138,7 +138,11 @@ impl Service {
             known: Mutex::new(BTreeMap::new()),
             refused: Mutex::new(BTreeMap::new()),
         });
-        let agent = settings.migrate.clone().map(Agent::new).transpose()?;
+        let agent = settings
+            .migrate
+            .clone()
+            .map(|m| Agent::new(m, program, platform.public_key().to_vec()))
+            .transpose()?;
         let inner = Arc::new(Inner {
             settings,
             dir: dir.to_path_buf(),

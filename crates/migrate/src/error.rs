@@ -243,6 +243,27 @@ pub enum MigrateError {
         #[source]
         source: std::io::Error,
     },
+    /// A frame on the HSM agent's pipe is malformed (a bug, or someone else writing to it).
+    #[error("HSM agent protocol: {why}")]
+    AgentProtocol {
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The HSM agent refused a request; its message says why (it never holds a secret).
+    #[error("HSM agent: {message}")]
+    AgentRefused {
+        /// The agent's reason.
+        message: String,
+    },
+    /// The HSM agent process could not be started, or its pipe broke.
+    #[error("HSM agent {what}: {source}")]
+    AgentIo {
+        /// What was being done.
+        what: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The audit log's hash chain is broken.
     #[error("audit log {path} broken at line {line}: {fault}")]
     AuditChain {

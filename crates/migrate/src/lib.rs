@@ -15,12 +15,15 @@
 //! - [`flow`]: one migration end to end over the enclaves' package export and import
 //!   (`enclave::migration`): HSM envelope, the enclave-only baseline, and the HSM
 //!   encrypting the whole package, for comparison (`bench/migrate.sh`).
+//! - [`agent`]: the HSM agent, the separate process that alone reads the user PIN, holds the
+//!   PKCS#11 session and verifies each destination's evidence before a rewrap; the gateway
+//!   service talks to it over a pipe.
 //!
-//! Not here yet: the migration agents and their attested channel, the `cloister migrate`
-//! CLI and the live move. See docs/migration.md for the design, the trust placed in the
-//! PIN holder, and what is left.
+//! The live move and backups (`cloister migrate`) are built on these in `cloister-control`.
+//! See docs/migration.md for the design, the trust placed in the PIN holder, and what is left.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod audit;
 mod error;
 pub mod flow;
@@ -28,6 +31,7 @@ pub mod hsm;
 pub mod label;
 mod spki;
 
+pub use agent::{AgentSettings, HsmAgent};
 pub use audit::{verify, AuditHead, AuditLog, Operation};
 pub use cryptoki::{context::Function, error::RvError};
 pub use error::{ChainFault, MigrateError, PublicKeyFault, Result};
