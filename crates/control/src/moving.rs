@@ -34,7 +34,7 @@ use std::time::Instant;
 use enclave::attest::{verify_software_evidence, Evidence, EvidenceKind, Measurement};
 use enclave::migration::{verify_destination, DestinationKey, MigrationPackage, OaepHash};
 use enclave::TenantId;
-use migrate::{AgentSettings, HsmAgent, HsmConfig, HsmKeys, KeyLabel};
+use migrate::{AgentSettings, HsmAgent, HsmKeys, KeyLabel};
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use zeroize::Zeroizing;
@@ -202,7 +202,7 @@ impl Agent {
                 token_label: h.token_label.clone(),
                 pin_file: h.pin.clone(),
                 oaep: h.oaep,
-                rsa_bits: HsmConfig::new(String::new()).rsa_bits,
+                rsa_bits: migrate::DEFAULT_RSA_BITS,
                 audit: h.audit.clone(),
                 platform_key: self.platform_key.clone(),
             };

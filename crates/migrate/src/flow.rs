@@ -97,7 +97,7 @@ pub fn label_measurement(m: &enclave::attest::Measurement) -> Result<Measurement
     Measurement::from_bytes(&m.0)
 }
 
-fn enclave_measurement(m: &Measurement) -> Result<enclave::attest::Measurement> {
+pub(crate) fn enclave_measurement(m: &Measurement) -> Result<enclave::attest::Measurement> {
     let bytes: [u8; 48] = m.as_bytes().try_into().map_err(|_| MigrateError::BadMeasurement)?;
     Ok(enclave::attest::Measurement(bytes))
 }

@@ -35,6 +35,8 @@ use crate::spki::{bit_len, encode_rsa_spki, parse_rsa_spki, RsaPublicKey};
 /// Where Debian's `libsofthsm2` package installs its PKCS#11 module: the default only because
 /// the tests and the demo use it. Production configures its HSM vendor's module.
 pub const DEFAULT_MODULE_PATH: &str = "/usr/lib/softhsm/libsofthsm2.so";
+/// RSA modulus bits of new HSM key pairs unless configured otherwise.
+pub const DEFAULT_RSA_BITS: u32 = 3072;
 
 /// Length of the data key the enclave wraps: AES-256.
 pub const DATA_KEY_LEN: u64 = 32;
@@ -96,7 +98,7 @@ impl HsmConfig {
             module: PathBuf::from(DEFAULT_MODULE_PATH),
             token_label: token_label.into(),
             oaep_hash: OaepHash::default(),
-            rsa_bits: 3072,
+            rsa_bits: DEFAULT_RSA_BITS,
         }
     }
 }

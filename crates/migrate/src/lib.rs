@@ -36,5 +36,5 @@ pub use audit::{verify, AuditHead, AuditLog, Operation};
 pub use cryptoki::{context::Function, error::RvError};
 pub use error::{ChainFault, MigrateError, PublicKeyFault, Result};
 pub use flow::{Flow, HsmKeys, Mode, Transfer};
-pub use hsm::{Hsm, HsmConfig, KeyInfo, OaepHash, Pin, BULK_CHUNK, DEFAULT_MODULE_PATH};
+pub use hsm::{Hsm, HsmConfig, KeyInfo, OaepHash, Pin, BULK_CHUNK, DEFAULT_MODULE_PATH, DEFAULT_RSA_BITS};
 pub use label::{BackupDate, KeyLabel, Measurement, MigrationId};

@@ -14,25 +14,14 @@ use std::path::{Path, PathBuf};
 
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{verify, AgentSettings, HsmAgent, Measurement, MigrateError, OaepHash};
-use common::{with_setup, Env, Setup, TOKEN, USER_PIN};
+use common::{config, with_setup, Env, Setup, PROV_KEY, TENANT, TOKEN, USER_PIN};
 use enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
 use enclave::migration::OaepHash as EnclaveOaep;
 use enclave::provision::wrap_secret;
-use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, SecretKind, TenantId};
+use enclave::{Enclave, InlineEnclave, ProvisioningKey, SecretKind, TenantId};
 
-const PROV_KEY: [u8; 32] = [0x42; 32];
 const CODE: &[u8] = b"cloister migrate agent test enclave";
-const TENANT: TenantId = TenantId(11);
 const PSK: &[u8] = b"agent test PSK, 32 bytes or so..";
-
-fn config() -> EnclaveConfig {
-    EnclaveConfig {
-        tenant: TENANT,
-        provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
-        limits: Limits::default(),
-    }
-}
 
 /// An inline enclave running `code` on the platform of `platform_key`; its measurement.
 fn inline_on(platform_key: &[u8], code: &[u8]) -> (Box<dyn Enclave>, Measurement) {

@@ -12,32 +12,18 @@ mod common;
 
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{verify, AuditLog, Flow, Hsm, HsmConfig, Measurement, MigrateError, Mode, Pin};
-use common::{with_setup, Env, Setup, USER_PIN};
+use common::{config, with_setup, Env, Setup, PROV_KEY, TENANT, USER_PIN};
 use enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
 use enclave::migration::{why, MigrationRestore};
 use enclave::process::{ProcessEnclave, ProcessSpec};
 use enclave::provision::wrap_secret;
-use enclave::{
-    Enclave, EnclaveConfig, Error as EnclaveError, InlineEnclave, Limits, ProvisioningKey, SecretKind,
-    TenantId,
-};
+use enclave::{Enclave, Error as EnclaveError, InlineEnclave, ProvisioningKey, SecretKind};
 
-const PROV_KEY: [u8; 32] = [0x42; 32];
 const CODE: &[u8] = b"cloister migrate flow test enclave";
-const TENANT: TenantId = TenantId(11);
 const PSK: &[u8] = b"flow test PSK, 32 bytes or so...";
 
 fn with_token(name: &str, body: impl FnOnce(&Env)) {
     with_setup(name, Setup::Token, body);
-}
-
-fn config() -> EnclaveConfig {
-    EnclaveConfig {
-        tenant: TENANT,
-        provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
-        limits: Limits::default(),
-    }
 }
 
 /// An enclave under test, its platform's public key and its measurement.

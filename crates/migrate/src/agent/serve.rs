@@ -16,8 +16,9 @@ use zeroize::Zeroizing;
 use super::wire::{self, Request, Response};
 use crate::audit::AuditLog;
 use crate::error::{MigrateError, Result};
+use crate::flow::enclave_measurement;
 use crate::hsm::{Hsm, HsmConfig, OaepHash, Pin};
-use crate::label::{BackupDate, KeyLabel};
+use crate::label::{decode_hex, encode_hex, BackupDate, KeyLabel};
 
 /// What the agent is started with (`--flag value` pairs on its command line).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +47,6 @@ impl AgentSettings {
             OaepHash::Sha1 => "sha1",
             OaepHash::Sha256 => "sha256",
         };
-        let hex: String = self.platform_key.iter().map(|b| format!("{b:02x}")).collect();
         [
             ("--module", self.module.clone().into_os_string()),
             ("--token-label", self.token_label.clone().into()),
@@ -54,7 +54,7 @@ impl AgentSettings {
             ("--oaep", oaep.into()),
             ("--rsa-bits", self.rsa_bits.to_string().into()),
             ("--audit", self.audit.clone().into_os_string()),
-            ("--platform-key", hex.into()),
+            ("--platform-key", encode_hex(&self.platform_key).into()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [OsString::from(k), v])
@@ -92,7 +92,8 @@ impl AgentSettings {
         };
         let rsa_bits = need(bits, "--rsa-bits")?.parse().map_err(|_| "--rsa-bits: a number".to_owned())?;
         let platform = need(platform, "--platform-key")?;
-        let platform_key = unhex(&platform).ok_or("--platform-key: hex")?;
+        let platform_key =
+            decode_hex(&platform).filter(|k| !k.is_empty()).ok_or("--platform-key: lowercase hex")?;
         Ok(Self {
             module: need(module, "--module")?.into(),
             token_label: need(token, "--token-label")?,
@@ -103,13 +104,6 @@ impl AgentSettings {
             platform_key,
         })
     }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || s.is_empty() {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// Reads the PIN file, refusing one that group or others may read.
@@ -123,13 +117,6 @@ fn read_pin(path: &Path) -> core::result::Result<Pin, String> {
     Ok(Pin::new(text.trim()))
 }
 
-/// The measurement in `label`, as the enclave crate's type.
-fn label_measurement(label: &KeyLabel) -> Result<enclave::attest::Measurement> {
-    let bytes: [u8; 48] =
-        label.measurement().as_bytes().try_into().map_err(|_| MigrateError::BadMeasurement)?;
-    Ok(enclave::attest::Measurement(bytes))
-}
-
 /// The one check that guards every release: `destination`'s evidence verifies under the
 /// platform key, is for `tenant`, and names the measurement the key `label` is bound to.
 fn check_destination(
@@ -138,7 +125,7 @@ fn check_destination(
     platform_key: &[u8],
     tenant: TenantId,
 ) -> Result<()> {
-    verify_destination(destination, platform_key, &label_measurement(label)?, tenant)?;
+    verify_destination(destination, platform_key, &enclave_measurement(label.measurement())?, tenant)?;
     Ok(())
 }
 

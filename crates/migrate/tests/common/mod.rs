@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cloister_migrate::{AuditLog, Hsm, HsmConfig, OaepHash, Pin, DEFAULT_MODULE_PATH};
+use enclave::{EnclaveConfig, Limits, ProvisioningKey, TenantId};
 
 /// Set in a child: the test it is to run.
 const CHILD: &str = "CLOISTER_MIGRATE_TEST_CHILD";
@@ -17,6 +18,20 @@ const CHILD_DIR: &str = "CLOISTER_MIGRATE_TEST_DIR";
 pub(crate) const TOKEN: &str = "cloister-test";
 pub(crate) const USER_PIN: &str = "cloister-user-test";
 pub(crate) const SO_PIN: &str = "cloister-so-test";
+
+/// The provisioning key and tenant of the test enclaves.
+pub(crate) const PROV_KEY: [u8; 32] = [0x42; 32];
+pub(crate) const TENANT: TenantId = TenantId(11);
+
+/// The configuration of every test enclave: tenant [`TENANT`], default limits.
+pub(crate) fn config() -> EnclaveConfig {
+    EnclaveConfig {
+        tenant: TENANT,
+        provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
+        trusted_min_seal_counter: 0,
+        limits: Limits::default(),
+    }
+}
 
 /// How the parent prepares the child's token directory.
 #[derive(Clone, Copy, PartialEq)]
