@@ -137,11 +137,24 @@ pub(crate) fn forward_rewrite(packet: &mut [u8], inner: &Inner, ecn: Ecn) -> Res
         p.set_hop_limit(ttl);
         p.set_ecn(ecn);
     } else {
-        // `Inner::parse` checked the header length against the buffer.
-        let mut p = Ipv4Packet::new_checked(packet).map_err(|_| DropReason::Malformed)?;
-        p.set_ttl(ttl);
-        p.set_ecn(ecn);
-        p.fill_checksum();
+        // `Inner::parse` checked the header (and its checksum), so the two 16-bit words that
+        // change are updated in place with RFC 1624's incremental checksum, not re-summed.
+        let header = packet.get_mut(..wire::ipv4::HEADER_LEN).ok_or(DropReason::Malformed)?;
+        let [Some(&v), Some(&tos), Some(&old_ttl), Some(&proto), Some(&c0), Some(&c1)] =
+            [0, 1, 8, 9, 10, 11].map(|i| header.get(i))
+        else {
+            return Err(DropReason::Malformed);
+        };
+        let new_tos = (tos & !0b11) | ecn.bits();
+        let old_words = [v, tos, old_ttl, proto];
+        let new_words = [v, new_tos, ttl, proto];
+        let sum = wire::checksum::update(u16::from_be_bytes([c0, c1]), &old_words, &new_words);
+        let [s0, s1] = sum.to_be_bytes();
+        for (i, b) in [(1, new_tos), (8, ttl), (10, s0), (11, s1)] {
+            if let Some(x) = header.get_mut(i) {
+                *x = b;
+            }
+        }
     }
     Ok(())
 }
@@ -515,6 +528,30 @@ mod tests {
         Ipv4Packet::new_unchecked(&mut last[..]).fill_checksum();
         let inner = Inner::parse(&last).unwrap();
         assert_eq!(forward_rewrite(&mut last, &inner, Ecn::NotEct), Err(DropReason::TtlExceeded));
+    }
+
+    #[test]
+    fn the_incremental_checksum_matches_a_full_one_for_every_ttl_tos_and_ecn() {
+        let ecns = [Ecn::NotEct, Ecn::Ect1, Ecn::Ect0, Ecn::Ce];
+        for ttl in 2..=255u8 {
+            for tos in [0u8, 1, 2, 3, 0xb8, 0xfc, 0xff] {
+                for ecn in ecns {
+                    let mut p = UDP_V4;
+                    p[1] = tos;
+                    p[8] = ttl;
+                    Ipv4Packet::new_unchecked(&mut p[..]).fill_checksum();
+                    let inner = Inner::parse(&p).unwrap();
+                    forward_rewrite(&mut p, &inner, ecn).unwrap();
+                    let mut full = p;
+                    Ipv4Packet::new_unchecked(&mut full[..]).fill_checksum();
+                    assert_eq!(p, full, "ttl {ttl} tos {tos:#x} {ecn:?}");
+                    assert_eq!(
+                        (p[8], p[1] >> 2, Ipv4Packet::new_checked(&p[..]).unwrap().ecn()),
+                        (ttl - 1, tos >> 2, ecn)
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! # Ownership across workers
 //!
 //! The data path only ever holds `&Sad`: every hot field is atomic, so one SA's traffic can
-//! be spread over all workers. Outbound sequence numbers come from one `fetch_add` per packet
-//! (each number is handed out once); the inbound replay window is lock-free
-//! ([`crate::ReplayWindow`]); counters are relaxed atomics. Installing and removing SAs takes
+//! be spread over all workers. Outbound sequence numbers are reserved a run at a time (one
+//! saturating compare-and-swap per run of one SA's packets in a batch; each number is handed
+//! out once), and the lifetime counters take a run's packets and bytes with one relaxed add
+//! each; the inbound replay window is lock-free ([`crate::ReplayWindow`]). Installing and removing SAs takes
 //! `&mut Sad`: the I/O layer publishes a new table to its workers (RCU-style) or pauses them.
 //!
 //! One caveat of spreading one outbound SA over several workers: the enclave refuses an
@@ -211,12 +212,22 @@ struct Usage {
 }
 
 impl Usage {
-    /// Counts one packet of `len` bytes against the hard limits; `Ok(true)` when this
-    /// packet crossed a soft or hard limit (so the caller asks for `handle_timeout`).
-    fn account(&self, len: usize, life: &Lifetime) -> core::result::Result<bool, DropReason> {
-        let len = u64::try_from(len).unwrap_or(u64::MAX);
-        let packets = self.packets.fetch_add(1, Ordering::Relaxed).saturating_add(1);
-        let bytes = self.bytes.fetch_add(len, Ordering::Relaxed).saturating_add(len);
+    /// Counts `packets` packets of `bytes` bytes in all with one atomic add per counter;
+    /// returns both totals as they were before.
+    fn reserve(&self, packets: u64, bytes: u64) -> (u64, u64) {
+        (self.packets.fetch_add(packets, Ordering::Relaxed), self.bytes.fetch_add(bytes, Ordering::Relaxed))
+    }
+
+    /// Judges one packet of `len` bytes that brought the totals to `packets` and `bytes`:
+    /// `Ok(true)` when it crossed a soft or hard limit (so the caller asks for
+    /// `handle_timeout`), `HardLifetime` when it is past a hard limit.
+    fn judge(
+        &self,
+        life: &Lifetime,
+        packets: u64,
+        bytes: u64,
+        len: u64,
+    ) -> core::result::Result<bool, DropReason> {
         let crossed = |limit: Option<u64>, now: u64, step: u64| {
             limit.is_some_and(|l| now >= l && now.saturating_sub(step) < l)
         };
@@ -260,18 +271,54 @@ impl OutboundRuntime {
         }
     }
 
-    /// Hands out the next sequence number; `SeqExhausted` once the space is used up: 2^32 - 1
-    /// without ESN, 2^64 - 1 with it (RFC 4303 §3.3.3: a sender never cycles the counter).
-    pub(crate) fn next_seq(&self, esn: bool) -> core::result::Result<u64, DropReason> {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+    /// Reserves a run of `packets` consecutive sequence numbers, and counts the run's
+    /// `bytes` against the limits: one atomic operation per counter for a whole run of one
+    /// SA's packets in a batch, not one per packet. Each packet is then judged with
+    /// [`Self::judge`].
+    pub(crate) fn reserve(&self, packets: u64, bytes: u64) -> Reservation {
+        // A compare-and-swap that saturates, not a fetch_add: the counter must never wrap
+        // back to numbers already sent, however many runs race past the end of the space.
+        let mut cur = self.next_seq.load(Ordering::Relaxed);
+        while cur != u64::MAX {
+            let new = cur.saturating_add(packets);
+            match self.next_seq.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(seen) => cur = seen,
+            }
+        }
+        let (packets_before, bytes_before) = self.usage.reserve(packets, bytes);
+        Reservation { first_seq: cur, packets_before, bytes_before }
+    }
+
+    /// The `k`-th packet (from 0) of run `r`, `len` bytes with `bytes_before` bytes of the
+    /// run ahead of it: its sequence number and whether it crossed a limit, or why it is
+    /// dropped. `SeqExhausted` past 2^32 - 1 without ESN and 2^64 - 1 with it (RFC 4303
+    /// §3.3.3: a sender never cycles the counter); that also expires the SA.
+    pub(crate) fn judge(
+        &self,
+        r: &Reservation,
+        k: u64,
+        bytes_before: u64,
+        len: u64,
+        esn: bool,
+        life: &Lifetime,
+    ) -> core::result::Result<(u64, bool), DropReason> {
         let last = if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
-        if seq == 0 || seq > last {
-            // Keep it from wrapping back to valid numbers after 2^64 increments.
-            self.next_seq.store(u64::MAX, Ordering::Relaxed);
+        let seq = r.first_seq.checked_add(k).filter(|&s| s != 0 && s <= last);
+        let Some(seq) = seq else {
             self.usage.expired.store(true, Ordering::Relaxed);
             return Err(DropReason::SeqExhausted);
-        }
-        Ok(seq)
+        };
+        let (packets, bytes) = r.totals(k, bytes_before, len);
+        let crossed = self.usage.judge(life, packets, bytes, len)?;
+        Ok((seq, crossed))
+    }
+
+    /// Hands out one sequence number (see [`Self::reserve`]).
+    #[cfg(test)]
+    pub(crate) fn next_seq(&self, esn: bool) -> core::result::Result<u64, DropReason> {
+        let r = self.reserve(1, 0);
+        self.judge(&r, 0, 0, 0, esn, &Lifetime::default()).map(|(seq, _)| seq)
     }
 
     /// The sequence number the next packet gets.
@@ -304,9 +351,23 @@ impl OutboundRuntime {
     pub fn drops(&self) -> &SharedDropCounts {
         &self.drops
     }
+}
 
-    pub(crate) fn account(&self, len: usize, life: &Lifetime) -> core::result::Result<bool, DropReason> {
-        self.usage.account(len, life)
+/// A run of sequence numbers reserved by [`OutboundRuntime::reserve`], with the SA's usage
+/// totals just before it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reservation {
+    first_seq: u64,
+    packets_before: u64,
+    bytes_before: u64,
+}
+
+impl Reservation {
+    /// The SA's usage totals once the `k`-th packet of the run (from 0), of `len` bytes with
+    /// `bytes_before` bytes of the run ahead of it, is counted.
+    fn totals(&self, k: u64, bytes_before: u64, len: u64) -> (u64, u64) {
+        let packets = self.packets_before.saturating_add(k).saturating_add(1);
+        (packets, self.bytes_before.saturating_add(bytes_before).saturating_add(len))
     }
 }
 
@@ -342,8 +403,25 @@ impl InboundRuntime {
         &self.drops
     }
 
-    pub(crate) fn account(&self, len: usize, life: &Lifetime) -> core::result::Result<bool, DropReason> {
-        self.usage.account(len, life)
+    /// Counts a run of `packets` authenticated packets of `bytes` bytes in all with one
+    /// atomic add per counter; each is then judged with [`Self::judge`].
+    pub(crate) fn reserve(&self, packets: u64, bytes: u64) -> Reservation {
+        let (packets_before, bytes_before) = self.usage.reserve(packets, bytes);
+        Reservation { first_seq: 0, packets_before, bytes_before }
+    }
+
+    /// The `k`-th packet (from 0) of run `r`, `len` bytes with `bytes_before` bytes of the
+    /// run ahead of it: whether it crossed a limit, or `HardLifetime` past a hard one.
+    pub(crate) fn judge(
+        &self,
+        r: &Reservation,
+        k: u64,
+        bytes_before: u64,
+        len: u64,
+        life: &Lifetime,
+    ) -> core::result::Result<bool, DropReason> {
+        let (packets, bytes) = r.totals(k, bytes_before, len);
+        self.usage.judge(life, packets, bytes, len)
     }
 }
 
@@ -725,6 +803,39 @@ mod tests {
     }
 
     #[test]
+    fn a_run_takes_consecutive_numbers_and_is_judged_per_packet() {
+        let rt = OutboundRuntime::new(1500);
+        let mut life = Lifetime::default();
+        life.hard.bytes = Some(250);
+        let a = rt.reserve(3, 300);
+        let b = rt.reserve(2, 0);
+        let seq = |r: &Reservation, k: u64| rt.judge(r, k, 0, 0, false, &Lifetime::default()).map(|(s, _)| s);
+        assert_eq!((seq(&a, 0), seq(&a, 2), seq(&b, 0), seq(&b, 1)), (Ok(1), Ok(3), Ok(4), Ok(5)));
+        assert_eq!(rt.peek_seq(), 6);
+        // The byte limit falls inside the run: the packets before it pass, the rest do not.
+        assert_eq!(rt.judge(&a, 0, 0, 100, false, &life), Ok((1, false)));
+        assert_eq!(rt.judge(&a, 1, 100, 100, false, &life), Ok((2, false)));
+        assert_eq!(rt.judge(&a, 2, 200, 100, false, &life), Err(DropReason::HardLifetime));
+        assert!(rt.is_expired());
+    }
+
+    #[test]
+    fn runs_past_the_end_of_the_space_never_wrap() {
+        let rt = OutboundRuntime::new(1500);
+        rt.set_next_seq(u64::MAX - 2);
+        let a = rt.reserve(4, 0);
+        let b = rt.reserve(4, 0);
+        let seq = |r: &Reservation, k: u64| rt.judge(r, k, 0, 0, true, &Lifetime::default()).map(|(s, _)| s);
+        assert_eq!(seq(&a, 0), Ok(u64::MAX - 2));
+        assert_eq!(seq(&a, 1), Ok(u64::MAX - 1));
+        assert_eq!(seq(&a, 2), Err(DropReason::SeqExhausted), "2^64 - 1 is never sent");
+        assert_eq!(seq(&a, 3), Err(DropReason::SeqExhausted));
+        assert_eq!((seq(&b, 0), seq(&b, 3)), (Err(DropReason::SeqExhausted), Err(DropReason::SeqExhausted)));
+        assert_eq!(rt.peek_seq(), u64::MAX, "the counter saturates");
+        assert!(rt.is_expired());
+    }
+
+    #[test]
     fn soft_then_hard_events_by_packets_and_time() {
         let t0 = Instant::now();
         let mut sad = Sad::new();
@@ -738,10 +849,13 @@ mod tests {
         assert_eq!(sad.poll_timeout(), Some(t0 + Duration::from_secs(60)));
         let rt = &sad.outbound(id).unwrap().runtime;
         let life = sad.outbound(id).unwrap().config.lifetime;
-        assert_eq!(rt.account(100, &life), Ok(false));
-        assert_eq!(rt.account(100, &life), Ok(true), "soft limit crossed");
-        assert_eq!(rt.account(100, &life), Ok(true), "hard limit reached, still allowed");
-        assert_eq!(rt.account(100, &life), Err(DropReason::HardLifetime));
+        // One run of four packets, judged one by one as the worker does.
+        let run = rt.reserve(4, 400);
+        let judge = |k: u64| rt.judge(&run, k, 100 * k, 100, false, &life).map(|(_, crossed)| crossed);
+        assert_eq!(judge(0), Ok(false));
+        assert_eq!(judge(1), Ok(true), "soft limit crossed");
+        assert_eq!(judge(2), Ok(true), "hard limit reached, still allowed");
+        assert_eq!(judge(3), Err(DropReason::HardLifetime));
         sad.handle_timeout(t0 + Duration::from_secs(1));
         let e = sad.poll_event().unwrap();
         assert_eq!(

@@ -19,7 +19,7 @@ use crate::batch::{Action, Batch, Frame, Transmit};
 use crate::drop::{DropCounts, DropReason, SharedDropCounts};
 use crate::ecn;
 use crate::packet::{self, IcmpSources, Inner, Outer, OuterFields, Shape};
-use crate::sad::{Encapsulation, OutboundSa, OutboundSaId, SaConfig, Sad};
+use crate::sad::{Encapsulation, InboundSa, OutboundSa, OutboundSaId, SaConfig, Sad};
 use crate::selector::FiveTuple;
 use crate::spd::{PolicyAction, Spd};
 
@@ -71,7 +71,13 @@ pub struct BatchReport {
 /// Who a descriptor belongs to.
 #[derive(Debug, Clone, Copy)]
 enum Owner {
-    Out(OutboundSaId),
+    /// Outbound: the SA, the outer header's fields (written once the sequence number is
+    /// known) and the inner packet's length (what the lifetime counts).
+    Out {
+        id: OutboundSaId,
+        fields: OuterFields,
+        inner_len: usize,
+    },
     In(u32),
 }
 
@@ -85,6 +91,15 @@ struct Pending {
     start: usize,
     len: usize,
     outer_ecn: Ecn,
+}
+
+/// The policy decision for the last inner packet of a call, reused while the next ones
+/// belong to the same flow: within one call the SPD and SAD cannot change.
+#[derive(Debug, Clone, Copy)]
+struct Route<'s> {
+    tuple: FiveTuple,
+    action: Option<PolicyAction>,
+    sa: Option<&'s OutboundSa>,
 }
 
 /// Marks packet `i` dropped and counts it for the worker and, if known, the SA.
@@ -174,10 +189,12 @@ impl Worker {
         let mut report = BatchReport::default();
         self.descriptors.clear();
         self.pending.clear();
+        let mut route = None;
         // Fragments appended during the loop are encapsulated where they are made.
         for i in 0..batch.len {
-            self.encap_prepare(sad, spd, batch, i, &mut report);
+            self.encap_prepare(sad, spd, batch, i, &mut route, &mut report);
         }
+        self.encap_number(sad, batch, &mut report);
         if !self.descriptors.is_empty() {
             self.cross(enclave, batch.area, &mut report);
         }
@@ -185,12 +202,13 @@ impl Worker {
         report
     }
 
-    fn encap_prepare(
+    fn encap_prepare<'s>(
         &mut self,
-        sad: &Sad,
+        sad: &'s Sad,
         spd: &Spd,
         batch: &mut Batch<'_>,
         i: usize,
+        route: &mut Option<Route<'s>>,
         report: &mut BatchReport,
     ) {
         let Some(pkt) = batch.packets.get(i).copied() else { return };
@@ -207,7 +225,18 @@ impl Worker {
             // Bytes past the IP length (link padding) are not part of the packet.
             p.len = inner.len;
         }
-        let id = match spd.lookup(&inner.tuple).map(|p| p.action) {
+        let r = match *route {
+            Some(r) if r.tuple == inner.tuple => r,
+            _ => {
+                let action = spd.lookup(&inner.tuple).map(|p| p.action);
+                let sa = match action {
+                    Some(PolicyAction::Protect(id)) => sad.outbound(id),
+                    _ => None,
+                };
+                *route.insert(Route { tuple: inner.tuple, action, sa })
+            }
+        };
+        let id = match r.action {
             Some(PolicyAction::Protect(id)) => id,
             Some(PolicyAction::Bypass) => {
                 report.bypass += 1;
@@ -221,7 +250,7 @@ impl Worker {
             }
             None => return drop_packet(&mut self.drops, report, batch, i, DropReason::NoPolicy, None),
         };
-        let Some(sa) = sad.outbound(id) else {
+        let Some(sa) = r.sa else {
             return drop_packet(&mut self.drops, report, batch, i, DropReason::NoSa, None);
         };
         let sa_drops = Some(sa.runtime().drops());
@@ -308,8 +337,8 @@ impl Worker {
         }
     }
 
-    /// Lays out packet `j` (an inner packet that fits) as ESP around itself and queues its
-    /// descriptor.
+    /// Lays out packet `j` (an inner packet that fits) as ESP around itself and queues it
+    /// for [`Self::encap_number`].
     fn encap_one(
         &mut self,
         batch: &mut Batch<'_>,
@@ -319,10 +348,8 @@ impl Worker {
         inner: &Inner,
         report: &mut BatchReport,
     ) {
-        let r = self.encap_layout(batch, j, sa, id, inner);
-        match r {
-            Ok(crossed) => report.lifetime_check_due |= crossed,
-            Err(reason) => drop_packet(&mut self.drops, report, batch, j, reason, Some(sa.runtime().drops())),
+        if let Err(reason) = self.encap_layout(batch, j, sa, id, inner) {
+            drop_packet(&mut self.drops, report, batch, j, reason, Some(sa.runtime().drops()));
         }
     }
 
@@ -333,9 +360,8 @@ impl Worker {
         sa: &OutboundSa,
         id: OutboundSaId,
         inner: &Inner,
-    ) -> Result<bool, DropReason> {
+    ) -> Result<(), DropReason> {
         let cfg = sa.config();
-        let rt = sa.runtime();
         let pkt = *batch.packets.get(j).ok_or(DropReason::NoRoom)?;
         let shape = Shape::of(cfg);
         let trailer = shape.trailer(pkt.len, inner.v6)?;
@@ -345,8 +371,6 @@ impl Worker {
         if start + total > batch.slot_len {
             return Err(DropReason::NoRoom);
         }
-        let seq = rt.next_seq(cfg.esn)?;
-        let crossed = rt.account(pkt.len, &cfg.lifetime)?;
         let slot_start = j * batch.slot_len;
         let slot = batch.area.get_mut(slot_start..slot_start + batch.slot_len).ok_or(DropReason::NoRoom)?;
         let payload =
@@ -359,38 +383,111 @@ impl Worker {
             // RFC 4301 §5.1.2.1 note 4: copy DF from an IPv4 inner header; an IPv6 packet
             // must not be fragmented on the way, so its outer IPv4 header says DF.
             df: inner.v6 || inner.df,
-            flow_label: inner.outer_flow_label(),
+            // Only an outer IPv6 header has a flow label.
+            flow_label: if cfg.local.is_ipv6() { inner.outer_flow_label() } else { 0 },
             ttl: OUTER_TTL,
-            ident: low16(seq),
+            // Set from the sequence number in `encap_number`.
+            ident: 0,
         };
-        let outer = slot.get_mut(start..start + total).ok_or(DropReason::NoRoom)?;
-        packet::write_outer(outer, cfg, &fields)?;
-        let esp = slot_start + start + shape.outer;
-        let esp_len = total - shape.outer;
-        let offset = u32::try_from(esp).map_err(|_| DropReason::NoRoom)?;
-        let len = u32::try_from(esp_len).map_err(|_| DropReason::NoRoom)?;
-        self.descriptors.push(EspDescriptor::encrypt(cfg.handle, offset, len, seq));
         self.pending.push(Pending {
             packet: j,
-            owner: Owner::Out(id),
-            seq,
+            owner: Owner::Out { id, fields, inner_len: pkt.len },
+            seq: 0,
             start,
             len: total,
             outer_ecn: fields.ecn,
         });
-        Ok(crossed)
+        Ok(())
+    }
+
+    /// Gives every queued outbound packet its sequence number and counts it against its SA's
+    /// lifetime, one reservation per run of consecutive packets of the same SA (one atomic
+    /// operation per counter and run, not per packet); then writes its outer header and its
+    /// descriptor. A packet the reservation refuses (sequence space or hard limit) is
+    /// dropped here and never reaches the enclave.
+    fn encap_number(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
+        let mut kept = 0;
+        let mut k = 0;
+        while k < self.pending.len() {
+            let Some(Owner::Out { id, .. }) = self.pending.get(k).map(|p| p.owner) else {
+                k += 1;
+                continue;
+            };
+            // The run: this packet and the next ones of the same SA.
+            let mut end = k;
+            let mut run_bytes = 0u64;
+            while let Some(Owner::Out { id: next, inner_len, .. }) = self.pending.get(end).map(|p| p.owner) {
+                if next != id {
+                    break;
+                }
+                run_bytes = run_bytes.saturating_add(u64::try_from(inner_len).unwrap_or(u64::MAX));
+                end += 1;
+            }
+            let Some(sa) = sad.outbound(id) else {
+                for p in self.pending.get(k..end).unwrap_or_default() {
+                    drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
+                }
+                k = end;
+                continue;
+            };
+            let cfg = sa.config();
+            let rt = sa.runtime();
+            let reservation = rt.reserve(u64::try_from(end - k).unwrap_or(u64::MAX), run_bytes);
+            let mut bytes_before = 0u64;
+            for n in k..end {
+                let Some(mut p) = self.pending.get(n).copied() else { break };
+                let Owner::Out { fields, inner_len, .. } = p.owner else { break };
+                let len = u64::try_from(inner_len).unwrap_or(u64::MAX);
+                let nth = u64::try_from(n - k).unwrap_or(u64::MAX);
+                let numbered = rt.judge(&reservation, nth, bytes_before, len, cfg.esn, &cfg.lifetime);
+                bytes_before = bytes_before.saturating_add(len);
+                let written = numbered.and_then(|(seq, crossed)| {
+                    let slot_start = p.packet * batch.slot_len;
+                    let outer = batch
+                        .area
+                        .get_mut(slot_start + p.start..slot_start + p.start + p.len)
+                        .ok_or(DropReason::NoRoom)?;
+                    packet::write_outer(outer, cfg, &OuterFields { ident: low16(seq), ..fields })?;
+                    let esp = slot_start + p.start + cfg.outer_header_len();
+                    let offset = u32::try_from(esp).map_err(|_| DropReason::NoRoom)?;
+                    let esp_len = p.len - cfg.outer_header_len();
+                    let esp_len = u32::try_from(esp_len).map_err(|_| DropReason::NoRoom)?;
+                    Ok((seq, crossed, offset, esp_len))
+                });
+                match written {
+                    Ok((seq, crossed, offset, esp_len)) => {
+                        report.lifetime_check_due |= crossed;
+                        self.descriptors.push(EspDescriptor::encrypt(cfg.handle, offset, esp_len, seq));
+                        p.seq = seq;
+                        if let Some(slot) = self.pending.get_mut(kept) {
+                            *slot = p;
+                        }
+                        kept += 1;
+                    }
+                    Err(r) => drop_packet(&mut self.drops, report, batch, p.packet, r, Some(rt.drops())),
+                }
+            }
+            k = end;
+        }
+        self.pending.truncate(kept);
     }
 
     fn encap_finish(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
+        let mut last: Option<(OutboundSaId, &OutboundSa)> = None;
         for k in 0..self.pending.len() {
             let (Some(p), Some(&status)) = (self.pending.get(k).copied(), self.status.get(k)) else {
                 continue;
             };
-            let Owner::Out(id) = p.owner else { continue };
-            let Some(sa) = sad.outbound(id) else {
+            let Owner::Out { id, .. } = p.owner else { continue };
+            let found = match last {
+                Some((last_id, sa)) if last_id == id => Some(sa),
+                _ => sad.outbound(id),
+            };
+            let Some(sa) = found else {
                 drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
                 continue;
             };
+            last = Some((id, sa));
             let sa_drops = Some(sa.runtime().drops());
             if status != EspStatus::Ok {
                 drop_packet(
@@ -557,40 +654,102 @@ impl Worker {
     }
 
     fn decap_finish(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
+        // Authenticated packets that passed every check stay in `pending` (start and length
+        // now those of the inner packet) until `decap_account` counts them.
+        let mut kept = 0;
+        let mut last: Option<(u32, &InboundSa)> = None;
         for k in 0..self.pending.len() {
-            let (Some(p), Some(&status)) = (self.pending.get(k).copied(), self.status.get(k)) else {
+            let (Some(mut p), Some(&status)) = (self.pending.get(k).copied(), self.status.get(k)) else {
                 continue;
             };
             let Owner::In(spi) = p.owner else { continue };
-            let Some(sa) = sad.inbound(spi) else {
+            let found = match last {
+                Some((last_spi, sa)) if last_spi == spi => Some(sa),
+                _ => sad.inbound(spi),
+            };
+            let Some(sa) = found else {
                 drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
                 continue;
             };
+            last = Some((spi, sa));
             match Self::decap_one(sa, batch, &p, status) {
-                Ok((offset, len, crossed)) => {
-                    report.lifetime_check_due |= crossed;
-                    report.deliver += 1;
-                    if let Some(pkt) = batch.packets.get_mut(p.packet) {
-                        pkt.offset = offset;
-                        pkt.len = len;
-                        pkt.action = Action::Deliver { spi };
+                Ok((offset, len)) => {
+                    p.start = offset;
+                    p.len = len;
+                    if let Some(slot) = self.pending.get_mut(kept) {
+                        *slot = p;
                     }
+                    kept += 1;
                 }
                 Err(r) => {
                     drop_packet(&mut self.drops, report, batch, p.packet, r, Some(sa.runtime().drops()))
                 }
             }
         }
+        self.pending.truncate(kept);
+        self.decap_account(sad, batch, report);
+    }
+
+    /// Counts the authenticated packets against their SA's lifetime, one reservation per run
+    /// of consecutive packets of the same SA, and delivers those within the hard limits.
+    fn decap_account(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
+        let mut k = 0;
+        while k < self.pending.len() {
+            let Some(Owner::In(spi)) = self.pending.get(k).map(|p| p.owner) else {
+                k += 1;
+                continue;
+            };
+            let mut end = k;
+            let mut run_bytes = 0u64;
+            while let Some(p) = self.pending.get(end) {
+                if !matches!(p.owner, Owner::In(next) if next == spi) {
+                    break;
+                }
+                run_bytes = run_bytes.saturating_add(u64::try_from(p.len).unwrap_or(u64::MAX));
+                end += 1;
+            }
+            let Some(sa) = sad.inbound(spi) else {
+                for p in self.pending.get(k..end).unwrap_or_default() {
+                    drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
+                }
+                k = end;
+                continue;
+            };
+            let rt = sa.runtime();
+            let life = &sa.config().lifetime;
+            let run = rt.reserve(u64::try_from(end - k).unwrap_or(u64::MAX), run_bytes);
+            let mut bytes_before = 0u64;
+            for n in k..end {
+                let Some(p) = self.pending.get(n).copied() else { break };
+                let len = u64::try_from(p.len).unwrap_or(u64::MAX);
+                let nth = u64::try_from(n - k).unwrap_or(u64::MAX);
+                let judged = rt.judge(&run, nth, bytes_before, len, life);
+                bytes_before = bytes_before.saturating_add(len);
+                match judged {
+                    Ok(crossed) => {
+                        report.lifetime_check_due |= crossed;
+                        report.deliver += 1;
+                        if let Some(pkt) = batch.packets.get_mut(p.packet) {
+                            pkt.offset = p.start;
+                            pkt.len = p.len;
+                            pkt.action = Action::Deliver { spi };
+                        }
+                    }
+                    Err(r) => drop_packet(&mut self.drops, report, batch, p.packet, r, Some(rt.drops())),
+                }
+            }
+            k = end;
+        }
     }
 
     /// After the enclave: commit, trailer, inner checks, rewrite. Returns the inner packet's
-    /// offset and length in its slot, and whether a lifetime limit was crossed.
+    /// offset and length in its slot.
     fn decap_one(
-        sa: &crate::sad::InboundSa,
+        sa: &InboundSa,
         batch: &mut Batch<'_>,
         p: &Pending,
         status: EspStatus,
-    ) -> Result<(usize, usize, bool), DropReason> {
+    ) -> Result<(usize, usize), DropReason> {
         if status != EspStatus::Ok {
             return Err(DropReason::from_status(status));
         }
@@ -621,13 +780,12 @@ impl Worker {
         }
         // Bytes between the inner packet's end and the padding are TFC padding (§2.7).
         let inner = Inner::parse(inner_bytes)?;
-        let crossed = sa.runtime().account(inner.len, &cfg.lifetime)?;
         if !selectors_admit(cfg, &inner.tuple) {
             return Err(DropReason::SelectorMismatch);
         }
         let ecn = ecn::decapsulated(inner.ecn, p.outer_ecn).ok_or(DropReason::EcnCeOnNotEct)?;
         // Forwarding: the decapsulator decrements the inner TTL (RFC 4301 §5.1.2.1 note 2).
         packet::forward_rewrite(inner_bytes, &inner, ecn)?;
-        Ok((pt_start, inner.len, crossed))
+        Ok((pt_start, inner.len))
     }
 }

@@ -381,22 +381,48 @@ impl Ipv4Repr {
             return Err(Error::BadValue { what: "IPv4 fragment offset", value: u64::from(self.frag_offset) });
         }
         ensure_room("IPv4 packet", packet.buffer.as_ref().len(), self.buffer_len())?;
-        // The buffer holds at least HEADER_LEN bytes, so the setters below are in bounds.
-        packet.set_version(4);
-        packet.set_header_len(MIN_IHL * 4);
-        packet.set_dscp(self.dscp);
-        packet.set_ecn(self.ecn);
-        packet.set_total_len(total_len);
-        packet.set_ident(self.ident);
-        packet.clear_flags();
-        packet.set_dont_frag(self.dont_frag);
-        packet.set_more_frags(self.more_frags);
-        packet.set_frag_offset(self.frag_offset);
-        packet.set_ttl(self.ttl);
-        packet.set_protocol(self.protocol);
-        packet.set_src_addr(self.src_addr);
-        packet.set_dst_addr(self.dst_addr);
-        packet.fill_checksum();
+        // Built in a local array and stored with one copy: this runs once per packet on the
+        // data path, where field-by-field read-modify-writes of the buffer cost more than
+        // the header is worth.
+        let flags = if self.dont_frag { FLAG_DF } else { 0 } | if self.more_frags { FLAG_MF } else { 0 };
+        let [len_hi, len_lo] = total_len.to_be_bytes();
+        let [id_hi, id_lo] = self.ident.to_be_bytes();
+        let [ff_hi, ff_lo] = (flags | (self.frag_offset / 8)).to_be_bytes();
+        let [s0, s1, s2, s3] = self.src_addr.octets();
+        let [d0, d1, d2, d3] = self.dst_addr.octets();
+        let mut h: [u8; HEADER_LEN] = [
+            0x40 | MIN_IHL,
+            (self.dscp << 2) | self.ecn.bits(),
+            len_hi,
+            len_lo,
+            id_hi,
+            id_lo,
+            ff_hi,
+            ff_lo,
+            self.ttl,
+            self.protocol.0,
+            0,
+            0,
+            s0,
+            s1,
+            s2,
+            s3,
+            d0,
+            d1,
+            d2,
+            d3,
+        ];
+        let [c_hi, c_lo] = checksum::finish(checksum::data(&h)).to_be_bytes();
+        h[10] = c_hi;
+        h[11] = c_lo;
+        let buf = packet.buffer.as_mut();
+        let have = buf.len();
+        let dst = buf.get_mut(..HEADER_LEN).ok_or(Error::BufferTooSmall {
+            what: "IPv4 packet",
+            need: HEADER_LEN,
+            have,
+        })?;
+        dst.copy_from_slice(&h);
         Ok(())
     }
 }
