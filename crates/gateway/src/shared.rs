@@ -153,6 +153,9 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
         self.lock().ike_sa_seal_state(ike)
     }
+    fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<enclave::EstablishSeal> {
+        self.lock().establish_seal(ike)
+    }
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
         self.lock().ike_sa_restore(state)
     }

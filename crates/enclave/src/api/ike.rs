@@ -65,6 +65,19 @@ pub struct ChildSaPair {
     pub outbound: EspSaHandle,
 }
 
+/// What [`crate::Enclave::establish_seal`] hands back at the end of IKE_AUTH.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EstablishSeal {
+    /// SK_d, sealed for later rekeys ([`crate::Enclave::clear_and_seal`]).
+    pub sk_d: SealedBlob,
+    /// What a restarted enclave needs ([`crate::Enclave::ike_sa_seal_state`]).
+    pub state: SealedBlob,
+    /// Trusted bytes of all IKE SAs just before the clear-and-seal.
+    pub ike_sa_bytes_before: usize,
+    /// And just after.
+    pub ike_sa_bytes_after: usize,
+}
+
 /// A sealed blob from [`crate::Enclave::clear_and_seal`]: opaque, AEAD-protected, safe to
 /// store on the untrusted side. See [`crate::seal_format`] for the layout.
 #[derive(Clone, PartialEq, Eq)]

@@ -18,8 +18,8 @@ use core::ops::Range;
 use esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
-    SealedBlob,
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
+    PeerCredential, SealedBlob,
 };
 use report::{Counters, MemoryReport};
 
@@ -242,6 +242,18 @@ pub trait Enclave: Send {
     /// (SK_ai/SK_ar/SK_ei/SK_er and the counter of its SK_d blob; never SK_p*): store it
     /// beside the SK_d blob. Refused with [`crate::Error::NotSealed`] before clear-and-seal.
     fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob>;
+
+    /// What the IKE engine does once IKE_AUTH is done, in one call: clear-and-seal, the
+    /// sealing of the restart state, and the trusted bytes of all IKE SAs before and after
+    /// (the engine reports them). The default makes those four calls; a backend whose calls
+    /// cross a boundary makes it one crossing.
+    fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<EstablishSeal> {
+        let ike_sa_bytes_before = self.memory_report().ike_sa_bytes;
+        let sk_d = self.clear_and_seal(ike)?;
+        let state = self.ike_sa_seal_state(ike)?;
+        let ike_sa_bytes_after = self.memory_report().ike_sa_bytes;
+        Ok(EstablishSeal { sk_d, state, ike_sa_bytes_before, ike_sa_bytes_after })
+    }
 
     /// Brings back an IKE SA from a state blob sealed by an earlier instance of this
     /// tenant's enclave (same provisioning key). Its SK_d comes from the SK_d blob as before;

@@ -96,6 +96,8 @@ pub mod op {
     /// [`crate::Enclave::export_secrets`]: single call only (a backup's untrusted state
     /// must fit the call area); answers as [`EXPORT_STATE`] does.
     pub const EXPORT_SECRETS: u16 = 37;
+    /// [`crate::Enclave::establish_seal`].
+    pub const ESTABLISH_SEAL: u16 = 38;
 }
 
 /// How [`op::EXPORT_STATE`], [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`],

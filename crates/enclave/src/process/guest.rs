@@ -647,6 +647,13 @@ pub fn dispatch<E: Enclave + ?Sized>(
                 w.bytes(&b.0);
             })
         }
+        op::ESTABLISH_SEAL => {
+            let ike = codec::get_ike(&mut r)?;
+            r.finish()?;
+            e.establish_seal(ike).map(|s| {
+                w.bytes(&s.sk_d.0).bytes(&s.state.0).usize(s.ike_sa_bytes_before).usize(s.ike_sa_bytes_after);
+            })
+        }
         op::IKE_SA_SEAL_STATE => {
             let ike = codec::get_ike(&mut r)?;
             r.finish()?;

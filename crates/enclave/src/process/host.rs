@@ -25,8 +25,8 @@ use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
 use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
-    SealedBlob,
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
+    PeerCredential, SealedBlob,
 };
 use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::api::Enclave;
@@ -60,8 +60,14 @@ pub struct ProcessSpec {
     pub call_timeout: Duration,
     /// How long the enclave busy-polls after a batch before sleeping on its doorbell.
     pub guest_spin: Duration,
-    /// How long the gateway busy-polls for completions before sleeping on its doorbell.
+    /// How long the gateway busy-polls for an ESP batch's completion before sleeping on its
+    /// doorbell (a batch's crypto takes a few microseconds).
     pub host_spin: Duration,
+    /// The same for a control call (IKE key operations, sealing, accounting). None by
+    /// default: such a call may compute for a millisecond (MODP), and a caller spinning
+    /// meanwhile takes a core from the enclave process or from other work (on two cores
+    /// under an IKE setup load, 0 gave the best rates of 0, 5, 20 and 50 µs; docs/bench-ike.md).
+    pub call_spin: Duration,
     /// CPUs the enclave process may run on (`None`: any). Both sides busy-poll under load,
     /// so a deployment gives each enclave process a core of its own; left to itself, the
     /// scheduler can wake a sleeping enclave process onto the core of the gateway thread
@@ -80,6 +86,7 @@ impl ProcessSpec {
             call_timeout: Duration::from_secs(20),
             guest_spin: Duration::from_micros(50),
             host_spin: Duration::from_micros(50),
+            call_spin: Duration::ZERO,
             cpus: None,
         }
     }
@@ -491,10 +498,11 @@ impl Host {
         Ok(())
     }
 
-    /// Waits for `n` completions (in order), busy-polling first; calls `each(i, c)`.
+    /// Waits for `n` completions (in order), busy-polling for `spin` first; calls `each(i, c)`.
     fn collect(
         &mut self,
         n: u32,
+        spin: Duration,
         mut each: impl FnMut(u32, &Completion) -> std::result::Result<(), ProcessError>,
     ) -> std::result::Result<(), ProcessError> {
         let start = Instant::now();
@@ -516,7 +524,7 @@ impl Host {
                 got += take;
                 continue;
             }
-            if start.elapsed() < self.spec.host_spin {
+            if start.elapsed() < spin {
                 spins = spins.wrapping_add(1);
                 if spins.is_multiple_of(2048) {
                     // Shared cores: let the enclave process run if it is waiting for ours.
@@ -572,7 +580,7 @@ impl Host {
         let d = CallDescriptor { opcode, arg_off: 0, arg_len, res_off: 0, res_cap: call_len };
         self.submit(&[desc::encode_call(cookie, &d)])?;
         let mut done = Completion::default();
-        self.collect(1, |_, c| {
+        self.collect(1, self.spec.call_spin, |_, c| {
             done = *c;
             Ok(())
         })?;
@@ -776,7 +784,7 @@ impl Host {
         status: &mut [EspStatus],
     ) -> std::result::Result<BatchSummary, ProcessError> {
         let mut done = Completion::default();
-        self.collect(1, |_, c| {
+        self.collect(1, self.spec.host_spin, |_, c| {
             done = *c;
             Ok(())
         })?;
@@ -987,7 +995,7 @@ impl ProcessEnclave {
         h.idle()?;
         h.submit(slots)?;
         let mut out = Vec::with_capacity(slots.len());
-        h.collect(len_u32(slots.len()), |_, c| {
+        h.collect(len_u32(slots.len()), h.spec.host_spin, |_, c| {
             out.push(*c);
             Ok(())
         })?;
@@ -1348,6 +1356,20 @@ impl Enclave for ProcessEnclave {
         w.u32(ike.0);
         let res = self.call(op::IKE_SA_SEAL_STATE, &w)?;
         decode(&res, |r| r.bytes().map(|b| SealedBlob(b.to_vec())))
+    }
+
+    fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<EstablishSeal> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        let res = self.call(op::ESTABLISH_SEAL, &w)?;
+        decode(&res, |r| {
+            Ok(EstablishSeal {
+                sk_d: SealedBlob(r.bytes()?.to_vec()),
+                state: SealedBlob(r.bytes()?.to_vec()),
+                ike_sa_bytes_before: r.usize()?,
+                ike_sa_bytes_after: r.usize()?,
+            })
+        })
     }
 
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
