@@ -17,6 +17,7 @@ use crate::cookie::CookieJar;
 use crate::error::{Error, Result};
 use crate::event::{Counters, DropReason, Event, Refusal, SaId, Transmit};
 use crate::proposal;
+use crate::random::RandomPool;
 use crate::sa::{
     self, AcceptedInit, Carried, CarriedIkeSa, Ctx, IkeSa, NewSa, Output, IKE_PORT, NATT_PORT, NON_ESP_MARKER,
 };
@@ -81,6 +82,7 @@ fn unfit_secret(connection: &Connection, kind: SecretKind) -> Option<&'static st
 #[derive(Debug)]
 pub struct Endpoint<E> {
     enclave: E,
+    random: RandomPool,
     config: EndpointConfig,
     connections: Vec<Arc<Connection>>,
     secrets: HashMap<String, SecretHandle>,
@@ -100,6 +102,7 @@ impl<E: Enclave> Endpoint<E> {
     pub fn new(enclave: E, config: EndpointConfig) -> Self {
         Self {
             enclave,
+            random: RandomPool::default(),
             config,
             connections: Vec::new(),
             secrets: HashMap::new(),
@@ -467,6 +470,7 @@ impl<E: Enclave> Endpoint<E> {
         });
         Ctx {
             enclave: &mut self.enclave,
+            random: &mut self.random,
             config: &self.config,
             out: &mut self.out,
             child_spis: &mut self.child_spis,
@@ -554,7 +558,7 @@ impl<E: Enclave> Endpoint<E> {
     /// A fresh SPI of ours, unique on this endpoint.
     fn new_spi(&mut self) -> Result<SaId> {
         loop {
-            let spi = sa::random_ike_spi(&mut self.enclave)?;
+            let spi = sa::random_ike_spi(&mut self.enclave, &mut self.random)?;
             if !self.sas.contains_key(&spi) {
                 return Ok(SaId(spi));
             }

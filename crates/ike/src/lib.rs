@@ -47,6 +47,7 @@ mod event;
 pub mod fuzzing;
 pub mod nat;
 pub mod proposal;
+mod random;
 mod sa;
 mod sk;
 pub mod ts;

@@ -38,6 +38,7 @@ use crate::event::{
 };
 use crate::nat::{self, NatState};
 use crate::proposal::{self, EspProposal, IkeChoice};
+use crate::random::RandomPool;
 use crate::sk::{self, OpenError};
 use crate::ts::{self, TrafficSelector};
 
@@ -101,6 +102,8 @@ impl Output {
 pub(crate) struct Ctx<'a, E> {
     /// The enclave.
     pub(crate) enclave: &'a mut E,
+    /// Public random values, drawn from the enclave a block at a time.
+    pub(crate) random: &'a mut RandomPool,
     /// Endpoint settings.
     pub(crate) config: &'a EndpointConfig,
     /// Outputs.
@@ -116,9 +119,10 @@ pub(crate) struct Ctx<'a, E> {
 }
 
 impl<E: Enclave> Ctx<'_, E> {
-    /// Random bytes from the enclave's generator (16..=256 per call).
+    /// Random bytes from the enclave's generator, for values that go out in the clear.
     fn random(&mut self, out: &mut [u8]) -> Result<(), Error> {
-        Ok(self.enclave.random_nonce(out)?)
+        let enclave = &mut *self.enclave;
+        self.random.fill(|b| enclave.random_nonce(b), out)
     }
 
     /// A fresh nonce.
@@ -131,7 +135,7 @@ impl<E: Enclave> Ctx<'_, E> {
     /// When to try a refused request again (TEMPORARY_FAILURE, §2.25): one to four seconds
     /// from now, at random, so that two peers refusing each other do not retry in step.
     fn retry_at(&mut self) -> Instant {
-        let mut b = [0u8; 16];
+        let mut b = [0u8; 2];
         let jitter = match self.random(&mut b) {
             Ok(()) => u64::from(u16::from_be_bytes([b[0], b[1]])) % 3000,
             Err(_) => 1500,
@@ -142,9 +146,9 @@ impl<E: Enclave> Ctx<'_, E> {
     /// A fresh inbound child SPI, unique on this endpoint and above the reserved range.
     fn child_spi(&mut self) -> Result<u32, Error> {
         loop {
-            let mut b = [0u8; 16];
+            let mut b = [0u8; 4];
             self.random(&mut b)?;
-            let spi = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            let spi = u32::from_be_bytes(b);
             if spi >= 0x100 && self.child_spis.insert(spi) {
                 return Ok(spi);
             }
@@ -159,12 +163,12 @@ fn later(t: Instant, d: Duration) -> Instant {
     t.checked_add(d).or_else(|| t.checked_add(CENTURY)).unwrap_or(t)
 }
 
-/// A random 64-bit IKE SPI from the enclave, never zero.
-pub(crate) fn random_ike_spi<E: Enclave>(enclave: &mut E) -> Result<u64, Error> {
+/// A random 64-bit IKE SPI from the enclave's generator, never zero.
+pub(crate) fn random_ike_spi<E: Enclave>(enclave: &mut E, pool: &mut RandomPool) -> Result<u64, Error> {
     loop {
-        let mut b = [0u8; 16];
-        enclave.random_nonce(&mut b)?;
-        let spi = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        let mut b = [0u8; 8];
+        pool.fill(|x| enclave.random_nonce(x), &mut b)?;
+        let spi = u64::from_be_bytes(b);
         if spi != 0 {
             return Ok(spi);
         }
@@ -585,17 +589,14 @@ impl Core {
         ctx: &mut Ctx<'_, E>,
         ike: IkeSaHandle,
     ) -> Result<(SealedBlob, SealedBlob, SealReport), Error> {
-        let before = ctx.enclave.memory_report().ike_sa_bytes;
-        let sealed_sk_d = ctx.enclave.clear_and_seal(ike)?;
-        let sealed_state = ctx.enclave.ike_sa_seal_state(ike)?;
-        let after = ctx.enclave.memory_report().ike_sa_bytes;
+        let s = ctx.enclave.establish_seal(ike)?;
         let report = SealReport {
-            ike_sa_bytes_before: before,
-            ike_sa_bytes_after: after,
-            sealed_sk_d_len: sealed_sk_d.0.len(),
-            sealed_state_len: sealed_state.0.len(),
+            ike_sa_bytes_before: s.ike_sa_bytes_before,
+            ike_sa_bytes_after: s.ike_sa_bytes_after,
+            sealed_sk_d_len: s.sk_d.0.len(),
+            sealed_state_len: s.state.0.len(),
         };
-        Ok((sealed_sk_d, sealed_state, report))
+        Ok((s.sk_d, s.state, report))
     }
 
     /// Reports establishment.

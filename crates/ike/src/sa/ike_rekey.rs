@@ -111,7 +111,7 @@ pub(super) fn is_ike_rekey(inner: &[Payload]) -> bool {
 /// A fresh SPI of ours, unique on the endpoint (including SAs made in this round).
 fn fresh_spi<E: Enclave>(ctx: &mut Ctx<'_, E>, own: SaId) -> Result<u64, Error> {
     for _ in 0..16 {
-        let spi = super::random_ike_spi(ctx.enclave)?;
+        let spi = super::random_ike_spi(ctx.enclave, ctx.random)?;
         if spi != own.0
             && !ctx.ike_sas.contains_key(&spi)
             && !ctx.out.new_sas.iter().any(|s| s.core.id.0 == spi)
