@@ -128,6 +128,27 @@ fn selectors_admit(cfg: &SaConfig, t: &FiveTuple) -> bool {
         && cfg.local_selectors.iter().any(|s| s.matches(t.dst, t.protocol, t.dst_port))
 }
 
+/// The run of pending packets that starts at `k`: those after it with the same SA, as
+/// `sa_len` names it (with the length the lifetime counts). Returns where the run ends and
+/// its bytes.
+fn run_of<K: PartialEq>(
+    pending: &[Pending],
+    k: usize,
+    sa_len: impl Fn(&Pending) -> Option<(K, usize)>,
+) -> (usize, u64) {
+    let first = pending.get(k).and_then(&sa_len).map(|(sa, _)| sa);
+    let mut end = k;
+    let mut bytes = 0u64;
+    while let Some((sa, len)) = pending.get(end).and_then(&sa_len) {
+        if first.as_ref() != Some(&sa) {
+            break;
+        }
+        bytes = bytes.saturating_add(u64::try_from(len).unwrap_or(u64::MAX));
+        end += 1;
+    }
+    (end, bytes)
+}
+
 /// The low 16 bits, for the outer IPv4 Identification (RFC 6864: unique enough per SA).
 fn low16(x: u64) -> u16 {
     let [.., a, b] = x.to_be_bytes();
@@ -413,16 +434,10 @@ impl Worker {
                 k += 1;
                 continue;
             };
-            // The run: this packet and the next ones of the same SA.
-            let mut end = k;
-            let mut run_bytes = 0u64;
-            while let Some(Owner::Out { id: next, inner_len, .. }) = self.pending.get(end).map(|p| p.owner) {
-                if next != id {
-                    break;
-                }
-                run_bytes = run_bytes.saturating_add(u64::try_from(inner_len).unwrap_or(u64::MAX));
-                end += 1;
-            }
+            let (end, run_bytes) = run_of(&self.pending, k, |p| match p.owner {
+                Owner::Out { id, inner_len, .. } => Some((id, inner_len)),
+                Owner::In(_) => None,
+            });
             let Some(sa) = sad.outbound(id) else {
                 for p in self.pending.get(k..end).unwrap_or_default() {
                     drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
@@ -699,15 +714,10 @@ impl Worker {
                 k += 1;
                 continue;
             };
-            let mut end = k;
-            let mut run_bytes = 0u64;
-            while let Some(p) = self.pending.get(end) {
-                if !matches!(p.owner, Owner::In(next) if next == spi) {
-                    break;
-                }
-                run_bytes = run_bytes.saturating_add(u64::try_from(p.len).unwrap_or(u64::MAX));
-                end += 1;
-            }
+            let (end, run_bytes) = run_of(&self.pending, k, |p| match p.owner {
+                Owner::In(spi) => Some((spi, p.len)),
+                Owner::Out { .. } => None,
+            });
             let Some(sa) = sad.inbound(spi) else {
                 for p in self.pending.get(k..end).unwrap_or_default() {
                     drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
