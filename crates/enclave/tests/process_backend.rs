@@ -734,3 +734,42 @@ fn establish_seal_in_one_crossing_matches_the_four_calls() {
     let e = a.establish_seal(IkeSaHandle(0xdead_beef)).unwrap_err();
     assert_eq!(Some(e), peer.clear_and_seal(IkeSaHandle(0xdead_beef)).err());
 }
+
+/// `ike_sa_respond` over the rings (one crossing: DH value, agreement, keys) gives the
+/// responder the keys the initiator derives: SK payloads pass both ways. A bad peer value
+/// or a wrong output length is refused as by the two calls it replaces.
+#[test]
+fn ike_sa_respond_in_one_crossing_agrees_with_the_initiator() {
+    let (mut r, _pk) = start_process(1);
+    let mut i = start_inline(1);
+    let (ni, nr) = ([1u8; 32], [2u8; 32]);
+    let group = DhGroup::Curve25519;
+    let params = |role| IkeSaParams {
+        role,
+        prf: Prf::HmacSha256,
+        suite: SUITE,
+        nonce_i: &ni,
+        nonce_r: &nr,
+        spi_i: 0x1111,
+        spi_r: 0x2222,
+    };
+    let mut ke_i = vec![0u8; group.public_len()];
+    let dh_i = i.dh_generate(group, &mut ke_i).unwrap();
+    let mut ke_r = vec![0u8; group.public_len()];
+    let ike_r = r.ike_sa_respond(group, &ke_i, &mut ke_r, &params(Role::Responder)).unwrap();
+    assert_ne!(ke_r, vec![0u8; group.public_len()]);
+    let ike_i =
+        i.ike_sa_create(DhExchange { dh: dh_i, peer_public: &ke_r }, &params(Role::Initiator)).unwrap();
+    assert_eq!(sk_across(&mut i, ike_i, &mut r, ike_r).unwrap(), b"INFORMATIONAL request after the restart");
+    assert_eq!(sk_across(&mut r, ike_r, &mut i, ike_i).unwrap(), b"INFORMATIONAL request after the restart");
+    // An all-zero X25519 value has no agreement; a short output buffer is refused.
+    let mut out = vec![0u8; group.public_len()];
+    let zero = vec![0u8; group.public_len()];
+    let e = r.ike_sa_respond(group, &zero, &mut out, &params(Role::Responder)).unwrap_err();
+    let mut i2 = start_inline(1);
+    let mut o2 = vec![0u8; group.public_len()];
+    assert_eq!(Some(e), i2.ike_sa_respond(group, &zero, &mut o2, &params(Role::Responder)).err());
+    let mut short = vec![0u8; group.public_len() - 1];
+    assert!(r.ike_sa_respond(group, &ke_i, &mut short, &params(Role::Responder)).is_err());
+    assert_eq!(r.memory_report().dh_values, 0, "no DH value is left behind");
+}

@@ -156,6 +156,15 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<enclave::EstablishSeal> {
         self.lock().establish_seal(ike)
     }
+    fn ike_sa_respond(
+        &mut self,
+        group: DhGroup,
+        peer_public: &[u8],
+        public_out: &mut [u8],
+        params: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        self.lock().ike_sa_respond(group, peer_public, public_out, params)
+    }
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
         self.lock().ike_sa_restore(state)
     }

@@ -775,7 +775,6 @@ impl IkeSa {
         let nonce_r = ctx.nonce()?;
         let group = init.choice.group;
         let mut ke = vec![0u8; group.public_len()];
-        let dh = ctx.enclave.dh_generate(group, &mut ke)?;
         let params = IkeSaParams {
             role: Role::Responder,
             prf: init.choice.prf,
@@ -785,7 +784,7 @@ impl IkeSa {
             spi_i,
             spi_r,
         };
-        let ike = ctx.enclave.ike_sa_create(DhExchange { dh, peer_public: init.ke }, &params)?;
+        let ike = ctx.enclave.ike_sa_respond(group, init.ke, &mut ke, &params)?;
         let nat = nat::detect(init.message, new.local, new.remote);
         let mut payloads = vec![
             Payload::Sa(proposal::ike_answer(init.number, &init.choice)),

@@ -174,6 +174,21 @@ pub trait Enclave: Send {
     /// are never stored.
     fn ike_sa_create(&mut self, dh: DhExchange<'_>, params: &IkeSaParams<'_>) -> Result<IkeSaHandle>;
 
+    /// The responder's key work for IKE_SA_INIT in one call: a fresh DH value of `group`
+    /// (its public value into `public_out`, as [`Self::dh_generate`]), agreed with
+    /// `peer_public` into a new IKE SA (as [`Self::ike_sa_create`]). The default makes those
+    /// two calls; a backend whose calls cross a boundary makes it one crossing.
+    fn ike_sa_respond(
+        &mut self,
+        group: DhGroup,
+        peer_public: &[u8],
+        public_out: &mut [u8],
+        params: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        let dh = self.dh_generate(group, public_out)?;
+        self.ike_sa_create(DhExchange { dh, peer_public }, params)
+    }
+
     /// CREATE_CHILD_SA rekeying `old` (RFC 7296 §2.18): SKEYSEED = prf_old(SK_d_old,
     /// g^ir_new | Ni | Nr). Pass the sealed SK_d blob once `old` has been cleared and sealed.
     /// The new SA holds no SK_pi/SK_pr: a rekeyed IKE SA never authenticates again.

@@ -98,6 +98,8 @@ pub mod op {
     pub const EXPORT_SECRETS: u16 = 37;
     /// [`crate::Enclave::establish_seal`].
     pub const ESTABLISH_SEAL: u16 = 38;
+    /// [`crate::Enclave::ike_sa_respond`].
+    pub const IKE_SA_RESPOND: u16 = 39;
 }
 
 /// How [`op::EXPORT_STATE`], [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`],

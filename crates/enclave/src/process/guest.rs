@@ -579,6 +579,17 @@ pub fn dispatch<E: Enclave + ?Sized>(
                 w.u32(h.0);
             })
         }
+        op::IKE_SA_RESPOND => {
+            let group = codec::get_dh_group(&mut r)?;
+            let n = out_len(&mut r)?;
+            let peer_public = r.bytes()?;
+            let p = codec::get_ike_params(&mut r)?;
+            r.finish()?;
+            let mut out = vec![0u8; n];
+            e.ike_sa_respond(group, peer_public, &mut out, &p).map(|h| {
+                w.u32(h.0).bytes(&out);
+            })
+        }
         op::IKE_SA_REKEY => {
             let old = codec::get_ike(&mut r)?;
             let blob = sealed(&mut r)?;

@@ -1239,6 +1239,22 @@ impl Enclave for ProcessEnclave {
         decode(&res, |r| r.u32().map(IkeSaHandle))
     }
 
+    fn ike_sa_respond(
+        &mut self,
+        group: DhGroup,
+        peer_public: &[u8],
+        public_out: &mut [u8],
+        params: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        let mut w = Writer::new();
+        w.u16(group.id()).u32(len_u32(public_out.len())).bytes(peer_public);
+        codec::put_ike_params(&mut w, params);
+        let res = self.call(op::IKE_SA_RESPOND, &w)?;
+        let (h, public) = decode(&res, |r| Ok((IkeSaHandle(r.u32()?), r.bytes()?.to_vec())))?;
+        fill(public_out, &public)?;
+        Ok(h)
+    }
+
     fn ike_sa_rekey(
         &mut self,
         old: IkeSaHandle,
