@@ -64,14 +64,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_draw_serves_many_values_and_no_byte_goes_out_twice() {
+    fn one_draw_serves_many_values_and_no_byte_goes_out_twice() -> Result<(), Error> {
         let mut pool = RandomPool::default();
         let mut draws = 0u8;
-        // Each block: its draw number, then a count, so that every byte position differs.
+        // Each block: pairs of (draw number, pair index), so that every pair differs.
         let mut draw = |b: &mut [u8]| {
             draws += 1;
-            for (i, x) in b.iter_mut().enumerate() {
-                *x = if i % 2 == 0 { draws } else { u8::try_from(i / 2).unwrap() };
+            for (pair, n) in b.chunks_mut(2).zip(0u8..) {
+                pair.copy_from_slice(&[draws, n]);
             }
             Ok(())
         };
@@ -80,7 +80,7 @@ mod tests {
         for _ in 0..20 {
             for len in [8usize, 32, 4] {
                 let mut v = vec![0u8; len];
-                pool.fill(&mut draw, &mut v).unwrap();
+                pool.fill(&mut draw, &mut v)?;
                 seen.extend_from_slice(&v);
             }
         }
@@ -90,6 +90,7 @@ mod tests {
         pairs.sort_unstable();
         pairs.dedup();
         assert_eq!(pairs.len(), seen.len() / 2, "no (block, position) pair twice");
+        Ok(())
     }
 
     #[test]

@@ -289,8 +289,8 @@ mod tests {
     }
 
     /// `secret` wrapped the old way (under the provisioning root) for tenant 7.
-    fn wrapped_for_7(kind: SecretKind, secret: &[u8]) -> Vec<u8> {
-        crate::provision::wrap_secret(&ProvisioningKey::from_bytes(ROOT), TenantId(7), kind, secret).unwrap()
+    fn wrapped_for_7(kind: SecretKind, secret: &[u8]) -> Result<Vec<u8>> {
+        crate::provision::wrap_secret(&ProvisioningKey::from_bytes(ROOT), TenantId(7), kind, secret)
     }
 
     fn expected(tenant: u32) -> crate::attest::Measurement {
@@ -336,7 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn a_psk_provisioned_by_attestation_works_and_survives_a_restart_of_its_tenant_only() {
+    fn a_psk_provisioned_by_attestation_works_and_survives_a_restart_of_its_tenant_only() -> Result<()> {
         let p = platform();
         let psk = b"attested tenant PSK, random-looking: 9f2c71e0";
         let mut c = core(&p, 7);
@@ -350,7 +350,7 @@ mod tests {
         assert_eq!(c.secret_kind(h), Ok(SecretKind::PreSharedKey));
         assert_eq!(blob.0[5], crate::trusted::seal::SEAL_KIND_TENANT_SECRET);
         // The same bytes as the PSK given the old way.
-        let wrapped = wrapped_for_7(SecretKind::PreSharedKey, psk);
+        let wrapped = wrapped_for_7(SecretKind::PreSharedKey, psk)?;
         let legacy = c.provision_secret(&wrapped).unwrap();
         let auths = psk_auths(&mut c, &[h, legacy]);
         assert_eq!(auths[0], auths[1]);
@@ -376,20 +376,21 @@ mod tests {
             refusal(raised.unseal_secret(&blob)),
             Error::SealedBlob { reason: BlobRejection::Rollback }
         );
+        Ok(())
     }
 
     #[test]
-    fn a_held_secret_sealed_here_comes_back_on_a_later_instance_of_its_tenant_only() {
+    fn a_held_secret_sealed_here_comes_back_on_a_later_instance_of_its_tenant_only() -> Result<()> {
         let p = platform();
         let psk = b"TOPSECRET restored tenant PSK: 31c4aa07";
-        let wrapped = wrapped_for_7(SecretKind::PreSharedKey, psk);
+        let wrapped = wrapped_for_7(SecretKind::PreSharedKey, psk)?;
         let rng = ring::rand::SystemRandom::new();
         let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
             &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
             &rng,
         )
         .unwrap();
-        let ecdsa = wrapped_for_7(SecretKind::EcdsaP256PrivateKey, pkcs8.as_ref());
+        let ecdsa = wrapped_for_7(SecretKind::EcdsaP256PrivateKey, pkcs8.as_ref())?;
         let mut c = core(&p, 7);
         let h = c.provision_secret(&wrapped).unwrap();
         let k = c.provision_secret(&ecdsa).unwrap();
@@ -427,6 +428,7 @@ mod tests {
         assert_eq!(next.counter(), key_blob.counter().map(|n| n + 1));
         let text = format!("{e:?} {e} {c:?} {later:?} {blob:?}");
         assert!(!text.contains("TOPSECRET"), "{text}");
+        Ok(())
     }
 
     #[test]
