@@ -73,12 +73,9 @@ pub struct BatchReport {
 enum Owner {
     /// Outbound: the SA, the outer header's fields (written once the sequence number is
     /// known) and the inner packet's length (what the lifetime counts).
-    Out {
-        id: OutboundSaId,
-        fields: OuterFields,
-        inner_len: usize,
-    },
-    In(u32),
+    Out { id: OutboundSaId, fields: OuterFields, inner_len: usize },
+    /// Inbound: the SA's SPI and the outer header's ECN (RFC 6040 decapsulation).
+    In { spi: u32, outer_ecn: Ecn },
 }
 
 /// A packet handed to the enclave, with what finishing it needs.
@@ -90,7 +87,6 @@ struct Pending {
     /// Offsets within the slot: the outer packet (outbound) / the ESP packet (inbound).
     start: usize,
     len: usize,
-    outer_ecn: Ecn,
 }
 
 /// The policy decision for the last inner packet of a call, reused while the next ones
@@ -298,15 +294,15 @@ impl Worker {
             return drop_packet(&mut self.drops, report, batch, i, r, sa_drops);
         }
         if fits {
-            return self.encap_one(batch, i, sa, id, &inner, report);
+            return self.encap_one(batch, i, sa, id, &inner, shape, report);
         }
         // IPv4 with DF clear: fragment the inner packet, then protect each fragment
         // (RFC 4301 §8.1 lets the encapsulator fragment before IPsec processing).
         match packet::fragment_v4(batch, i, shape.max_inner(mtu)) {
             Ok(more) => {
-                self.encap_one(batch, i, sa, id, &inner, report);
+                self.encap_one(batch, i, sa, id, &inner, shape, report);
                 for j in more {
-                    self.encap_one(batch, j, sa, id, &inner, report);
+                    self.encap_one(batch, j, sa, id, &inner, shape, report);
                 }
             }
             Err(r) => drop_packet(&mut self.drops, report, batch, i, r, sa_drops),
@@ -360,6 +356,7 @@ impl Worker {
 
     /// Lays out packet `j` (an inner packet that fits) as ESP around itself and queues it
     /// for [`Self::encap_number`].
+    #[allow(clippy::too_many_arguments)]
     fn encap_one(
         &mut self,
         batch: &mut Batch<'_>,
@@ -367,9 +364,10 @@ impl Worker {
         sa: &OutboundSa,
         id: OutboundSaId,
         inner: &Inner,
+        shape: Shape,
         report: &mut BatchReport,
     ) {
-        if let Err(reason) = self.encap_layout(batch, j, sa, id, inner) {
+        if let Err(reason) = self.encap_layout(batch, j, sa, id, inner, shape) {
             drop_packet(&mut self.drops, report, batch, j, reason, Some(sa.runtime().drops()));
         }
     }
@@ -381,10 +379,10 @@ impl Worker {
         sa: &OutboundSa,
         id: OutboundSaId,
         inner: &Inner,
+        shape: Shape,
     ) -> Result<(), DropReason> {
         let cfg = sa.config();
         let pkt = *batch.packets.get(j).ok_or(DropReason::NoRoom)?;
-        let shape = Shape::of(cfg);
         let trailer = shape.trailer(pkt.len, inner.v6)?;
         let before = shape.before();
         let total = shape.total(pkt.len);
@@ -416,7 +414,6 @@ impl Worker {
             seq: 0,
             start,
             len: total,
-            outer_ecn: fields.ecn,
         });
         Ok(())
     }
@@ -436,7 +433,7 @@ impl Worker {
             };
             let (end, run_bytes) = run_of(&self.pending, k, |p| match p.owner {
                 Owner::Out { id, inner_len, .. } => Some((id, inner_len)),
-                Owner::In(_) => None,
+                Owner::In { .. } => None,
             });
             let Some(sa) = sad.outbound(id) else {
                 for p in self.pending.get(k..end).unwrap_or_default() {
@@ -447,6 +444,7 @@ impl Worker {
             };
             let cfg = sa.config();
             let rt = sa.runtime();
+            let outer_len = cfg.outer_header_len();
             let reservation = rt.reserve(u64::try_from(end - k).unwrap_or(u64::MAX), run_bytes);
             let mut bytes_before = 0u64;
             for n in k..end {
@@ -463,9 +461,9 @@ impl Worker {
                         .get_mut(slot_start + p.start..slot_start + p.start + p.len)
                         .ok_or(DropReason::NoRoom)?;
                     packet::write_outer(outer, cfg, &OuterFields { ident: low16(seq), ..fields })?;
-                    let esp = slot_start + p.start + cfg.outer_header_len();
+                    let esp = slot_start + p.start + outer_len;
                     let offset = u32::try_from(esp).map_err(|_| DropReason::NoRoom)?;
-                    let esp_len = p.len - cfg.outer_header_len();
+                    let esp_len = p.len - outer_len;
                     let esp_len = u32::try_from(esp_len).map_err(|_| DropReason::NoRoom)?;
                     Ok((seq, crossed, offset, esp_len))
                 });
@@ -659,11 +657,10 @@ impl Worker {
         self.descriptors.push(EspDescriptor::decrypt(cfg.handle, offset, len, seq));
         self.pending.push(Pending {
             packet: i,
-            owner: Owner::In(spi),
+            owner: Owner::In { spi, outer_ecn: outer.ecn },
             seq,
             start: esp_start,
             len: payload.len(),
-            outer_ecn: outer.ecn,
         });
         Ok(())
     }
@@ -677,7 +674,7 @@ impl Worker {
             let (Some(mut p), Some(&status)) = (self.pending.get(k).copied(), self.status.get(k)) else {
                 continue;
             };
-            let Owner::In(spi) = p.owner else { continue };
+            let Owner::In { spi, outer_ecn } = p.owner else { continue };
             let found = match last {
                 Some((last_spi, sa)) if last_spi == spi => Some(sa),
                 _ => sad.inbound(spi),
@@ -687,7 +684,7 @@ impl Worker {
                 continue;
             };
             last = Some((spi, sa));
-            match Self::decap_one(sa, batch, &p, status) {
+            match Self::decap_one(sa, batch, &p, outer_ecn, status) {
                 Ok((offset, len)) => {
                     p.start = offset;
                     p.len = len;
@@ -710,12 +707,12 @@ impl Worker {
     fn decap_account(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
         let mut k = 0;
         while k < self.pending.len() {
-            let Some(Owner::In(spi)) = self.pending.get(k).map(|p| p.owner) else {
+            let Some(Owner::In { spi, .. }) = self.pending.get(k).map(|p| p.owner) else {
                 k += 1;
                 continue;
             };
             let (end, run_bytes) = run_of(&self.pending, k, |p| match p.owner {
-                Owner::In(spi) => Some((spi, p.len)),
+                Owner::In { spi, .. } => Some((spi, p.len)),
                 Owner::Out { .. } => None,
             });
             let Some(sa) = sad.inbound(spi) else {
@@ -758,6 +755,7 @@ impl Worker {
         sa: &InboundSa,
         batch: &mut Batch<'_>,
         p: &Pending,
+        outer_ecn: Ecn,
         status: EspStatus,
     ) -> Result<(usize, usize), DropReason> {
         if status != EspStatus::Ok {
@@ -793,7 +791,7 @@ impl Worker {
         if !selectors_admit(cfg, &inner.tuple) {
             return Err(DropReason::SelectorMismatch);
         }
-        let ecn = ecn::decapsulated(inner.ecn, p.outer_ecn).ok_or(DropReason::EcnCeOnNotEct)?;
+        let ecn = ecn::decapsulated(inner.ecn, outer_ecn).ok_or(DropReason::EcnCeOnNotEct)?;
         // Forwarding: the decapsulator decrements the inner TTL (RFC 4301 §5.1.2.1 note 2).
         packet::forward_rewrite(inner_bytes, &inner, ecn)?;
         Ok((pt_start, inner.len))
