@@ -416,10 +416,22 @@ fn start_capture(site: &Netns) -> Option<(Process, PathBuf)> {
     Some((p, cap))
 }
 
-/// Ends dumpcap so that it closes the file (SIGINT), waiting a bounded time.
-fn stop_capture(mut p: Process) {
+/// Ends dumpcap so that it closes the file (SIGINT), waiting a bounded time. First waits
+/// until the file has stopped growing for 300 ms (at most 5 s): on SIGINT dumpcap writes
+/// what it has read, but not packets still queued in the kernel for it, and a loaded CI
+/// machine once lost the last cases' replies to a fixed 200 ms wait.
+fn stop_capture(mut p: Process, cap: &Path) {
     const SIGINT: i32 = 2;
-    std::thread::sleep(Duration::from_millis(200));
+    let size = || std::fs::metadata(cap).map_or(0, |m| m.len());
+    let start = Instant::now();
+    let (mut last, mut since) = (size(), Instant::now());
+    while since.elapsed() < Duration::from_millis(300) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = size();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
     p.signal(SIGINT).unwrap();
     let start = Instant::now();
     while p.is_running() && start.elapsed() < Duration::from_secs(10) {
@@ -589,7 +601,7 @@ fn scapy_and_tshark_interoperate_with_wrapped_static_sas_on_both_backends() {
     let peer = peer.unwrap();
     let peer_at = started.elapsed();
     let capture = capture.map(|(p, cap)| {
-        stop_capture(p);
+        stop_capture(p, &cap);
         cap
     });
     let logs: Vec<String> = gateways.into_iter().map(Process::stop).collect();
