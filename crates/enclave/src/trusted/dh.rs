@@ -7,10 +7,10 @@
 //! code IKE uses. MODP uses `crypto-bigint`'s constant-time Montgomery exponentiation.
 
 use super::keybuf::KeyBuf;
+use super::modp;
 use crate::api::alg::DhGroup;
 use crate::error::{Error, Result};
-use crypto_bigint::modular::runtime_mod::{DynResidue, DynResidueParams};
-use crypto_bigint::{Uint, U2048, U3072, U512};
+use crypto_bigint::U512;
 use ring::rand::{SecureRandom, SystemRandom};
 use zeroize::Zeroizing;
 
@@ -19,39 +19,6 @@ pub(crate) const MAX_SHARED_LEN: usize = 384;
 
 /// g^ir, big-endian, zeroized on drop.
 pub(crate) type SharedSecret = KeyBuf<MAX_SHARED_LEN>;
-
-/// RFC 3526 §3, the 2048-bit MODP group's prime; generator 2.
-const P2048: U2048 = U2048::from_be_hex(concat!(
-    "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74",
-    "020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F1437",
-    "4FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED",
-    "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF05",
-    "98DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB",
-    "9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3B",
-    "E39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF695581718",
-    "3995497CEA956AE515D2261898FA051015728E5A8AACAA68FFFFFFFFFFFFFFFF",
-));
-
-/// RFC 3526 §4, the 3072-bit MODP group's prime; generator 2.
-const P3072: U3072 = U3072::from_be_hex(concat!(
-    "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74",
-    "020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F1437",
-    "4FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED",
-    "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF05",
-    "98DA48361C55D39A69163FA8FD24CF5F83655D23DCA3AD961C62F356208552BB",
-    "9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3B",
-    "E39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF695581718",
-    "3995497CEA956AE515D2261898FA051015728E5A8AAAC42DAD33170D04507A33",
-    "A85521ABDF1CBA64ECFB850458DBEF0A8AEA71575D060C7DB3970F85A6E1E4C7",
-    "ABF5AE8CDB0933D71E8C94E04A25619DCEE3D2261AD2EE6BF12FFA06D98A0864",
-    "D87602733EC86A64521F2B18177B200CBBE117577A615D6C770988C0BAD946E2",
-    "08E24FA074E5AB3143DB5BFCE0FD108E4B82D120A93AD2CAFFFFFFFFFFFFFFFF",
-));
-
-/// Private exponent size for the MODP groups: 512 bits, twice the 256-bit strength the
-/// largest group here could offer and well over 2x its real strength (RFC 3526 §8,
-/// SP 800-56A 5.6.1.1.1). The exponentiation's time depends only on this bound.
-const MODP_EXPONENT_BITS: usize = 512;
 
 /// An ephemeral private value. No `Clone`, no `Debug`; every variant zeroizes on drop.
 pub(crate) enum DhSecret {
@@ -160,13 +127,8 @@ impl DhSecret {
             why: "must be the group's public value length",
         };
         match self {
-            Self::Modp2048(x) => {
-                let y = modp_pow(&U2048::from_u8(2), x, &P2048);
-                write_be(&y, out).ok_or_else(bad_len)
-            }
-            Self::Modp3072(x) => {
-                let y = modp_pow(&U3072::from_u8(2), x, &P3072);
-                write_be(&y, out).ok_or_else(bad_len)
+            Self::Modp2048(x) | Self::Modp3072(x) => {
+                modp::public_value(self.group(), x, out).ok_or_else(bad_len)
             }
             Self::P256(k) => {
                 let p = p256::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&k.public_key(), false);
@@ -196,8 +158,11 @@ impl DhSecret {
             return Err(bad);
         }
         match self {
-            Self::Modp2048(x) => modp_agree(&x, peer, &P2048, group),
-            Self::Modp3072(x) => modp_agree(&x, peer, &P3072, group),
+            Self::Modp2048(x) | Self::Modp3072(x) => {
+                let mut out = SharedSecret::zeroed(group.shared_len())?;
+                modp::agree(group, &x, peer, out.as_mut())?;
+                Ok(out)
+            }
             Self::P256(k) => {
                 let mut sec1 = [0u8; 65];
                 sec1[0] = 0x04;
@@ -230,41 +195,6 @@ impl DhSecret {
     pub(crate) fn footprint(&self) -> usize {
         core::mem::size_of::<Self>()
     }
-}
-
-fn modp_pow<const L: usize>(base: &Uint<L>, x: &U512, p: &Uint<L>) -> Zeroizing<Uint<L>> {
-    let params = DynResidueParams::new(p);
-    let r = DynResidue::new(base, params).pow_bounded_exp(x, MODP_EXPONENT_BITS);
-    Zeroizing::new(r.retrieve())
-}
-
-fn modp_agree<const L: usize>(x: &U512, peer: &[u8], p: &Uint<L>, group: DhGroup) -> Result<SharedSecret> {
-    let bad = Error::BadPeerPublicValue { group };
-    if peer.len() != L * 8 {
-        return Err(bad);
-    }
-    // Length checked above, so `from_be_slice` cannot panic.
-    let y = Uint::<L>::from_be_slice(peer);
-    let p_minus_1 = p.wrapping_sub(&Uint::<L>::ONE);
-    if y <= Uint::<L>::ONE || y >= p_minus_1 {
-        return Err(bad);
-    }
-    let z = modp_pow(&y, x, p);
-    let mut out = SharedSecret::zeroed(L * 8)?;
-    write_be(&z, out.as_mut()).ok_or(Error::Internal { what: "MODP encoding" })?;
-    Ok(out)
-}
-
-/// Big-endian bytes of `v`, exactly `L * 8` of them (zero-padded: RFC 7296 §2.14).
-fn write_be<const L: usize>(v: &Uint<L>, out: &mut [u8]) -> Option<()> {
-    if out.len() != L * 8 {
-        return None;
-    }
-    // Words are least significant first.
-    for (chunk, word) in out.chunks_exact_mut(8).rev().zip(v.as_words().iter()) {
-        chunk.copy_from_slice(&word.to_be_bytes());
-    }
-    Some(())
 }
 
 fn copy_exact(src: &[u8], out: &mut [u8]) -> Option<()> {

@@ -12,6 +12,7 @@ pub(crate) mod esp_wrapped;
 pub(crate) mod ike_keys;
 pub(crate) mod keybuf;
 pub(crate) mod migration;
+pub(crate) mod modp;
 pub(crate) mod prf;
 pub(crate) mod provisioning;
 pub(crate) mod seal;
