@@ -34,8 +34,8 @@ pub use api::alg::{
 pub use api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus, ESP_DESCRIPTOR_LEN};
 pub use api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 pub use api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
-    PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
+    AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
+    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
 };
 pub use api::report::{Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey};
 pub use api::Enclave;

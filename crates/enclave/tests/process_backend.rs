@@ -773,3 +773,74 @@ fn ike_sa_respond_in_one_crossing_agrees_with_the_initiator() {
     assert!(r.ike_sa_respond(group, &ke_i, &mut short, &params(Role::Responder)).is_err());
     assert_eq!(r.memory_report().dh_values, 0, "no DH value is left behind");
 }
+
+/// The responder's IKE_AUTH calls merged for one crossing each (`auth_verify_compute`,
+/// `sk_encrypt_establish`) give what the separate calls give, on both backends, and keep
+/// their order: nothing of ours is computed for a refused peer, nothing is sealed when the
+/// encryption fails.
+#[test]
+fn merged_ike_auth_calls_match_the_separate_ones() {
+    let (mut p, _pk) = start_process(5);
+    let mut i = start_inline(5);
+    let t = tunnel(&mut p, &mut i);
+    let blob =
+        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(5), SecretKind::PreSharedKey, b"psk!")
+            .unwrap();
+    let (psk_p, psk_i) = (p.provision_secret(&blob).unwrap(), i.provision_secret(&blob).unwrap());
+    let theirs =
+        AuthInput { real_message: b"IKE_SA_INIT response", peer_nonce: &[1; 32], id_body: b"\x02\0\0\0b" };
+    let mine =
+        AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[2; 32], id_body: b"\x02\0\0\0a" };
+    // The inline side's AUTH, which the process side checks.
+    let mut peer_auth = [0u8; 64];
+    let (_, n) = i.auth_compute(t.ike_i, psk_i, AuthSpec::SharedKey, &theirs, &mut peer_auth).unwrap();
+    let check = |data| PeerAuthCheck {
+        credential: PeerCredential::SharedKey(psk_p),
+        method: 2,
+        auth_data: data,
+        input: theirs,
+    };
+    let ours = OurAuth { credential: psk_p, spec: AuthSpec::SharedKey, input: mine };
+    let mut out = [0u8; 64];
+    let a = p.auth_verify_compute(t.ike_p, &check(&peer_auth[..n]), &ours, &mut out).unwrap();
+    assert_eq!(a.verified.method, AuthMethod::SharedKey);
+    let (m, len) = a.ours.unwrap();
+    let mut separate = [0u8; 64];
+    assert_eq!(p.auth_compute(t.ike_p, psk_p, AuthSpec::SharedKey, &mine, &mut separate), Ok((m, len)));
+    assert_eq!(out[..len], separate[..len]);
+    i.auth_verify(t.ike_i, PeerCredential::SharedKey(psk_i), 2, &out[..len], &mine).unwrap();
+
+    // A refused peer: the verification's error, and our output untouched.
+    let mut untouched = [0u8; 64];
+    let refused = p.auth_verify_compute(t.ike_p, &check(&[0; 32]), &ours, &mut untouched);
+    assert_eq!(refused, Err(Error::AuthenticationFailed { method: 2 }));
+    assert_eq!(untouched, [0u8; 64]);
+    // Ours failing after the peer verified: its own error, beside the verification.
+    let unknown = OurAuth { credential: SecretHandle(0xdead_beef), ..ours };
+    let a = p.auth_verify_compute(t.ike_p, &check(&peer_auth[..n]), &unknown, &mut out).unwrap();
+    let separate = p.auth_compute(t.ike_p, SecretHandle(0xdead_beef), AuthSpec::SharedKey, &mine, &mut out);
+    assert!(a.ours.is_err());
+    assert_eq!(a.ours.err(), separate.err());
+
+    // sk_encrypt_establish: a failed encryption seals nothing.
+    let payloads = b"IDr AUTH SAr2 TSi TSr";
+    // IKE header and SK payload header.
+    let aad_len = 32;
+    let layout = SUITE.sk_layout(payloads.len());
+    let mut msg = vec![0x5A; aad_len + layout.body_len(payloads.len())];
+    msg[aad_len + layout.iv_len..][..payloads.len()].copy_from_slice(payloads);
+    let mut short = msg[..msg.len() - 1].to_vec();
+    assert!(p.sk_encrypt_establish(t.ike_p, &mut short, aad_len, payloads.len()).is_err());
+    let before = p.memory_report().ike_sa_bytes;
+    let s = p.sk_encrypt_establish(t.ike_p, &mut msg, aad_len, payloads.len()).unwrap();
+    let r = i.sk_decrypt(t.ike_i, &mut msg, aad_len).unwrap();
+    assert_eq!(&msg[r], payloads);
+    assert_eq!(s.ike_sa_bytes_before, before);
+    assert!(s.ike_sa_bytes_after < s.ike_sa_bytes_before);
+    assert_eq!(p.clear_and_seal(t.ike_p), Err(Error::AlreadySealed));
+    // The inline default gives blobs of the same shape.
+    let mut msg_i = vec![0x5A; aad_len + layout.body_len(payloads.len())];
+    msg_i[aad_len + layout.iv_len..][..payloads.len()].copy_from_slice(payloads);
+    let si = i.sk_encrypt_establish(t.ike_i, &mut msg_i, aad_len, payloads.len()).unwrap();
+    assert_eq!((si.sk_d.0.len(), si.state.0.len()), (s.sk_d.0.len(), s.state.0.len()));
+}

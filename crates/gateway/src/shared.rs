@@ -126,6 +126,15 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     ) -> Result<AuthVerified> {
         self.lock().auth_verify(ike, peer, method, auth_data, input)
     }
+    fn auth_verify_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: &enclave::PeerAuthCheck<'_>,
+        ours: &enclave::OurAuth<'_>,
+        out: &mut [u8],
+    ) -> Result<enclave::AuthAnswered> {
+        self.lock().auth_verify_compute(ike, peer, ours, out)
+    }
     fn sk_encrypt(
         &mut self,
         ike: IkeSaHandle,
@@ -155,6 +164,15 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     }
     fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<enclave::EstablishSeal> {
         self.lock().establish_seal(ike)
+    }
+    fn sk_encrypt_establish(
+        &mut self,
+        ike: IkeSaHandle,
+        message: &mut [u8],
+        aad_len: usize,
+        plaintext_len: usize,
+    ) -> Result<enclave::EstablishSeal> {
+        self.lock().sk_encrypt_establish(ike, message, aad_len, plaintext_len)
     }
     fn ike_sa_respond(
         &mut self,

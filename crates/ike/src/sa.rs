@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use enclave::{
-    AuthInput, ChildSaParams, DhExchange, DhGroup, DhHandle, Enclave, IkeSaHandle, IkeSaParams, Role,
-    SealedBlob, SecretHandle,
+    AuthInput, ChildSaParams, DhExchange, DhGroup, DhHandle, Enclave, EstablishSeal, IkeSaHandle,
+    IkeSaParams, Role, SealedBlob, SecretHandle,
 };
 use wire::ike::{
     Authentication, Delete, ExchangeType, HeaderFlags, Identification, IkeHeader, KeyExchange, Message,
@@ -424,6 +424,27 @@ impl Core {
         Ok(())
     }
 
+    /// The IKE_AUTH response that establishes the SA, then clear-and-seal: one enclave call
+    /// for both ([`Enclave::sk_encrypt_establish`]). Nothing is sent when either fails.
+    #[allow(clippy::type_complexity)]
+    fn respond_established<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        ike: IkeSaHandle,
+        choice: &IkeChoice,
+        inner: Vec<Payload>,
+        to: (SocketAddr, SocketAddr),
+    ) -> Result<(SealedBlob, SealedBlob, SealReport), Error> {
+        let header = self.header(ExchangeType::IKE_AUTH, true, 1);
+        let (bytes, s) = sk::seal_with(ctx.enclave, choice.suite, header, inner, |e, m, aad, pt| {
+            e.sk_encrypt_establish(ike, m, aad, pt)
+        })?;
+        ctx.out.send(to.0, to.1, &bytes);
+        self.last_response = Some((1, bytes));
+        self.expected_request = 2;
+        Ok(Self::seal_report(s))
+    }
+
     /// The group an INVALID_KE_PAYLOAD notify asks for (§1.2), if it is one of ours and not
     /// the one we just used.
     fn group_asked_for(&self, invalid: &Notify, used: DhGroup) -> Option<DhGroup> {
@@ -589,14 +610,18 @@ impl Core {
         ctx: &mut Ctx<'_, E>,
         ike: IkeSaHandle,
     ) -> Result<(SealedBlob, SealedBlob, SealReport), Error> {
-        let s = ctx.enclave.establish_seal(ike)?;
+        Ok(Self::seal_report(ctx.enclave.establish_seal(ike)?))
+    }
+
+    /// The sealed blobs and what the engine reports about them.
+    fn seal_report(s: EstablishSeal) -> (SealedBlob, SealedBlob, SealReport) {
         let report = SealReport {
             ike_sa_bytes_before: s.ike_sa_bytes_before,
             ike_sa_bytes_after: s.ike_sa_bytes_after,
             sealed_sk_d_len: s.sk_d.0.len(),
             sealed_state_len: s.state.0.len(),
         };
-        Ok((s.sk_d, s.state, report))
+        (s.sk_d, s.state, report)
     }
 
     /// Reports establishment.
@@ -1796,22 +1821,31 @@ impl ExpectAuthRequest {
         if !core.conn.accepts_identity(id_i) {
             return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, Error::IdentityMismatch);
         }
-        let input =
-            AuthInput { real_message: &self.request, peer_nonce: &self.nonce_r, id_body: &id_i.body_bytes() };
-        match authenticate::verify_peer(core, ctx, ike, &found, id_i, auth, &input) {
-            Ok(peer) => core.peer_auth = Some(peer),
-            Err(error) => return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, error),
-        }
+        let (id_i_body, id_r) = (id_i.body_bytes(), core.conn.local_id.clone());
+        let id_r_body = id_r.body_bytes();
+        let peer_input =
+            AuthInput { real_message: &self.request, peer_nonce: &self.nonce_r, id_body: &id_i_body };
         // Our AUTH over our IKE_SA_INIT response and Ni.
-        let id_r = core.conn.local_id.clone();
-        let input = AuthInput {
-            real_message: &self.response,
-            peer_nonce: &self.nonce_i,
-            id_body: &id_r.body_bytes(),
-        };
-        let auth = match authenticate::our_auth(core, ctx, ike, &input) {
-            Ok(a) => a,
-            Err(e) => return core.fail(ctx, Some(ike), None, e),
+        let our_input =
+            AuthInput { real_message: &self.response, peer_nonce: &self.nonce_i, id_body: &id_r_body };
+        let auth = match authenticate::verify_and_answer(
+            core,
+            ctx,
+            ike,
+            &found,
+            id_i,
+            auth,
+            &peer_input,
+            &our_input,
+        ) {
+            Ok((peer, ours)) => {
+                core.peer_auth = Some(peer);
+                match ours {
+                    Ok(a) => a,
+                    Err(e) => return core.fail(ctx, Some(ike), None, e),
+                }
+            }
+            Err(error) => return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, error),
         };
         // §2.23: with a NAT on the path, keep talking to where the authenticated request came from.
         (core.local, core.remote) = to;
@@ -1831,11 +1865,8 @@ impl ExpectAuthRequest {
             }
         }
         /* <-- IKE_AUTH { SK { IDr, [CERT+], AUTH, SAr2, TSi, TSr } } */
-        if let Err(e) = core.respond(ctx, ike, &choice, ExchangeType::IKE_AUTH, 1, reply, to) {
-            core.release_unreported(ctx);
-            return core.fail(ctx, Some(ike), None, e);
-        }
-        let (sealed_sk_d, sealed_state, report) = match Core::seal(ctx, ike) {
+        let (sealed_sk_d, sealed_state, report) = match core.respond_established(ctx, ike, &choice, reply, to)
+        {
             Ok(s) => s,
             Err(e) => {
                 core.release_unreported(ctx);

@@ -20,6 +20,24 @@ pub(crate) fn seal<E: Enclave>(
     seal_raw(enclave, ike, suite, header, first_inner, &plaintext)
 }
 
+/// [`seal`], with the enclave's protection of the laid-out message done by `protect`
+/// (`message`, `aad_len`, `plaintext_len` as [`Enclave::sk_encrypt`] takes them), which may
+/// do more in the same call; hands back the message and what `protect` returned.
+pub(crate) fn seal_with<E: Enclave, T>(
+    enclave: &mut E,
+    suite: Suite,
+    header: IkeHeader,
+    inner: Vec<Payload>,
+    protect: impl FnOnce(&mut E, &mut [u8], usize, usize) -> core::result::Result<T, enclave::Error>,
+) -> Result<(Vec<u8>, T)> {
+    let chain: Vec<PayloadEntry> = inner.into_iter().map(PayloadEntry::from).collect();
+    let mut plaintext = Vec::new();
+    let first_inner = encode_chain(&chain, &mut plaintext)?;
+    let (mut bytes, aad_len) = lay_out(suite, header, first_inner, &plaintext)?;
+    let done = protect(enclave, &mut bytes, aad_len, plaintext.len())?;
+    Ok((bytes, done))
+}
+
 /// Protects an already encoded inner chain (`plaintext`, starting with a payload of type
 /// `first_inner`) in an SK payload under `header`.
 pub(crate) fn seal_raw<E: Enclave>(
@@ -30,6 +48,19 @@ pub(crate) fn seal_raw<E: Enclave>(
     first_inner: wire::ike::PayloadType,
     plaintext: &[u8],
 ) -> Result<Vec<u8>> {
+    let (mut bytes, aad_len) = lay_out(suite, header, first_inner, plaintext)?;
+    enclave.sk_encrypt(ike, &mut bytes, aad_len, plaintext.len())?;
+    Ok(bytes)
+}
+
+/// The message with `plaintext` in its SK payload, ready for the enclave, and the length of
+/// its associated data.
+fn lay_out(
+    suite: Suite,
+    header: IkeHeader,
+    first_inner: wire::ike::PayloadType,
+    plaintext: &[u8],
+) -> Result<(Vec<u8>, usize)> {
     let layout = suite.sk_layout(plaintext.len());
     let body_len = layout.body_len(plaintext.len());
     let message =
@@ -44,8 +75,7 @@ pub(crate) fn seal_raw<E: Enclave>(
         have: aad_len + body_len,
     })?;
     slot.copy_from_slice(plaintext);
-    enclave.sk_encrypt(ike, &mut bytes, aad_len, plaintext.len())?;
-    Ok(bytes)
+    Ok((bytes, aad_len))
 }
 
 /// Why an SK message could not be opened.

@@ -78,6 +78,40 @@ pub struct EstablishSeal {
     pub ike_sa_bytes_after: usize,
 }
 
+/// The peer's AUTH payload and what it covers, for [`crate::Enclave::auth_verify_compute`].
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAuthCheck<'a> {
+    /// What to check it against.
+    pub credential: PeerCredential<'a>,
+    /// Its Auth Method, as received.
+    pub method: u8,
+    /// Its Authentication Data, as received.
+    pub auth_data: &'a [u8],
+    /// The octets it signs or MACs.
+    pub input: AuthInput<'a>,
+}
+
+/// How to compute our AUTH payload, for [`crate::Enclave::auth_verify_compute`].
+#[derive(Debug, Clone, Copy)]
+pub struct OurAuth<'a> {
+    /// The provisioned secret (PSK or private key).
+    pub credential: SecretHandle,
+    /// Which method and scheme.
+    pub spec: AuthSpec,
+    /// The octets to sign or MAC.
+    pub input: AuthInput<'a>,
+}
+
+/// What [`crate::Enclave::auth_verify_compute`] hands back once the peer's AUTH verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthAnswered {
+    /// What the peer's AUTH was accepted as.
+    pub verified: AuthVerified,
+    /// Our AUTH: its method and its length at the start of the output buffer, or why it
+    /// could not be computed.
+    pub ours: crate::Result<(AuthMethod, usize)>,
+}
+
 /// A sealed blob from [`crate::Enclave::clear_and_seal`]: opaque, AEAD-protected, safe to
 /// store on the untrusted side. See [`crate::seal_format`] for the layout.
 #[derive(Clone, PartialEq, Eq)]

@@ -18,8 +18,8 @@ use core::ops::Range;
 use esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
-    PeerCredential, SealedBlob,
+    AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
+    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
 };
 use report::{Counters, MemoryReport};
 
@@ -221,6 +221,22 @@ pub trait Enclave: Send {
         input: &AuthInput<'_>,
     ) -> Result<AuthVerified>;
 
+    /// Verifies the peer's AUTH and, only once it has verified, computes ours into `out`:
+    /// the responder's half of IKE_AUTH in one call, which a backend whose calls cross a
+    /// boundary makes one crossing. `Err` means the peer's AUTH was refused, as from
+    /// [`Self::auth_verify`]; an error computing ours is in [`AuthAnswered::ours`].
+    fn auth_verify_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: &PeerAuthCheck<'_>,
+        ours: &OurAuth<'_>,
+        out: &mut [u8],
+    ) -> Result<AuthAnswered> {
+        let verified = self.auth_verify(ike, peer.credential, peer.method, peer.auth_data, &peer.input)?;
+        let ours = self.auth_compute(ike, ours.credential, ours.spec, &ours.input, out);
+        Ok(AuthAnswered { verified, ours })
+    }
+
     /// Protects an outgoing message in place. `message` starts at the IKE header and ends at
     /// the ICV; `message[..aad_len]` is the IKE header through the SK (or SKF) payload header,
     /// already final; the inner payloads are the next `plaintext_len` bytes after the IV.
@@ -268,6 +284,19 @@ pub trait Enclave: Send {
         let state = self.ike_sa_seal_state(ike)?;
         let ike_sa_bytes_after = self.memory_report().ike_sa_bytes;
         Ok(EstablishSeal { sk_d, state, ike_sa_bytes_before, ike_sa_bytes_after })
+    }
+
+    /// [`Self::sk_encrypt`] of the last message of IKE_AUTH, then [`Self::establish_seal`]:
+    /// one crossing where the two would be two. Nothing is sealed when the encryption fails.
+    fn sk_encrypt_establish(
+        &mut self,
+        ike: IkeSaHandle,
+        message: &mut [u8],
+        aad_len: usize,
+        plaintext_len: usize,
+    ) -> Result<EstablishSeal> {
+        self.sk_encrypt(ike, message, aad_len, plaintext_len)?;
+        self.establish_seal(ike)
     }
 
     /// Brings back an IKE SA from a state blob sealed by an earlier instance of this

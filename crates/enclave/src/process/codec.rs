@@ -100,6 +100,10 @@ pub mod op {
     pub const ESTABLISH_SEAL: u16 = 38;
     /// [`crate::Enclave::ike_sa_respond`].
     pub const IKE_SA_RESPOND: u16 = 39;
+    /// [`crate::Enclave::auth_verify_compute`].
+    pub const AUTH_VERIFY_COMPUTE: u16 = 40;
+    /// [`crate::Enclave::sk_encrypt_establish`].
+    pub const SK_ENCRYPT_ESTABLISH: u16 = 41;
 }
 
 /// How [`op::EXPORT_STATE`], [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`],

@@ -22,7 +22,7 @@ use super::validate::{self, RejectCounters, RejectReason};
 use super::ProcessError;
 use crate::api::esp::{EspDescriptor, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, SecretHandle};
-use crate::api::ike::SealedBlob;
+use crate::api::ike::{OurAuth, PeerAuthCheck, SealedBlob};
 use crate::api::Enclave;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -621,6 +621,45 @@ pub fn dispatch<E: Enclave + ?Sized>(
             r.finish()?;
             e.auth_verify(ike, peer.as_credential(), method, data, &input)
                 .map(|v| codec::put_auth_verified(w, &v))
+        }
+        op::AUTH_VERIFY_COMPUTE => {
+            let ike = codec::get_ike(&mut r)?;
+            let peer = codec::get_peer(&mut r)?;
+            let method = r.u8()?;
+            let auth_data = r.bytes()?;
+            let peer_input = codec::get_auth_input(&mut r)?;
+            let credential = SecretHandle(r.u32()?);
+            let spec = codec::get_auth_spec(&mut r)?;
+            let our_input = codec::get_auth_input(&mut r)?;
+            let n = out_len(&mut r)?;
+            r.finish()?;
+            let check =
+                PeerAuthCheck { credential: peer.as_credential(), method, auth_data, input: peer_input };
+            let ours = OurAuth { credential, spec, input: our_input };
+            let mut out = vec![0u8; n];
+            e.auth_verify_compute(ike, &check, &ours, &mut out).map(|a| {
+                codec::put_auth_verified(w, &a.verified);
+                match a.ours {
+                    Ok((m, len)) => {
+                        w.u8(0).u8(m.id()).bytes(out.get(..len).unwrap_or(&[]));
+                    }
+                    Err(err) => {
+                        w.u8(1);
+                        codec::put_error(w, &err);
+                    }
+                }
+            })
+        }
+        op::SK_ENCRYPT_ESTABLISH => {
+            let ike = codec::get_ike(&mut r)?;
+            let mut msg = r.bytes()?.to_vec();
+            let aad = r.usize()?;
+            let pt = r.usize()?;
+            r.finish()?;
+            e.sk_encrypt_establish(ike, &mut msg, aad, pt).map(|s| {
+                w.bytes(&msg);
+                w.bytes(&s.sk_d.0).bytes(&s.state.0).usize(s.ike_sa_bytes_before).usize(s.ike_sa_bytes_after);
+            })
         }
         op::SK_ENCRYPT => {
             let ike = codec::get_ike(&mut r)?;

@@ -25,8 +25,8 @@ use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
 use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
-    PeerCredential, SealedBlob,
+    AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
+    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
 };
 use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::api::Enclave;
@@ -1307,6 +1307,39 @@ impl Enclave for ProcessEnclave {
         decode(&res, codec::get_auth_verified)
     }
 
+    fn auth_verify_compute(
+        &mut self,
+        ike: IkeSaHandle,
+        peer: &PeerAuthCheck<'_>,
+        ours: &OurAuth<'_>,
+        out: &mut [u8],
+    ) -> Result<AuthAnswered> {
+        let mut w = Writer::new();
+        w.u32(ike.0);
+        codec::put_peer(&mut w, &peer.credential);
+        w.u8(peer.method).bytes(peer.auth_data);
+        codec::put_auth_input(&mut w, &peer.input);
+        w.u32(ours.credential.0);
+        codec::put_auth_spec(&mut w, ours.spec);
+        codec::put_auth_input(&mut w, &ours.input);
+        w.u32(len_u32(out.len()));
+        let res = self.call(op::AUTH_VERIFY_COMPUTE, &w)?;
+        let (verified, computed) = decode(&res, |r| {
+            let verified = codec::get_auth_verified(r)?;
+            let computed = match r.u8()? {
+                0 => Ok((codec::get_auth_method(r)?, r.bytes()?.to_vec())),
+                1 => Err(codec::get_error(r)?),
+                _ => return Err(Malformed),
+            };
+            Ok((verified, computed))
+        })?;
+        let ours = match computed {
+            Ok((m, data)) => fill(out, &data).map(|()| (m, data.len())),
+            Err(e) => Err(e),
+        };
+        Ok(AuthAnswered { verified, ours })
+    }
+
     fn sk_encrypt(
         &mut self,
         ike: IkeSaHandle,
@@ -1386,6 +1419,33 @@ impl Enclave for ProcessEnclave {
                 ike_sa_bytes_after: r.usize()?,
             })
         })
+    }
+
+    fn sk_encrypt_establish(
+        &mut self,
+        ike: IkeSaHandle,
+        message: &mut [u8],
+        aad_len: usize,
+        plaintext_len: usize,
+    ) -> Result<EstablishSeal> {
+        let mut w = Writer::new();
+        w.u32(ike.0).bytes(message).usize(aad_len).usize(plaintext_len);
+        let res = self.call(op::SK_ENCRYPT_ESTABLISH, &w)?;
+        let (got, seal) = decode(&res, |r| {
+            let got = r.bytes()?.to_vec();
+            let seal = EstablishSeal {
+                sk_d: SealedBlob(r.bytes()?.to_vec()),
+                state: SealedBlob(r.bytes()?.to_vec()),
+                ike_sa_bytes_before: r.usize()?,
+                ike_sa_bytes_after: r.usize()?,
+            };
+            Ok((got, seal))
+        })?;
+        if got.len() != message.len() {
+            return Err(bad_result(Malformed));
+        }
+        fill(message, &got)?;
+        Ok(seal)
     }
 
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {

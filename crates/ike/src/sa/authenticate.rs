@@ -11,7 +11,10 @@ use wire::ike::{
     Authentication, CertEncoding, CertificateRequest, Identification, Message, Notify, NotifyType, Payload,
 };
 
-use enclave::{AuthInput, AuthMethod, AuthSpec, Enclave, IkeSaHandle, PeerCredential, SignatureScheme};
+use enclave::{
+    AuthInput, AuthMethod, AuthSpec, Enclave, IkeSaHandle, OurAuth, PeerAuthCheck, PeerCredential,
+    SignatureScheme,
+};
 
 use super::{Core, Ctx, Inner};
 use crate::auth::{self, AuthPolicy, PeerHashes};
@@ -88,17 +91,66 @@ pub(super) fn our_auth<E: Enclave>(
     ike: IkeSaHandle,
     input: &AuthInput<'_>,
 ) -> Result<Authentication, Error> {
-    let spec = match (&core.conn.local_auth, core.conn.local_certs.first()) {
+    let mut data = vec![0u8; MAX_AUTH_LEN];
+    let (method, len) = ctx.enclave.auth_compute(ike, core.secret, our_spec(core), input, &mut data)?;
+    data.truncate(len);
+    Ok(Authentication::new(wire::ike::AuthMethod(method.id()), data))
+}
+
+/// How our AUTH is computed.
+fn our_spec(core: &Core) -> AuthSpec {
+    match (&core.conn.local_auth, core.conn.local_certs.first()) {
         (AuthPolicy::Signature(policy), Some(ours)) => {
             policy.local_spec(ours.public_key().kind, core.peer_hashes)
         }
         // Configuration validation makes certificates and signatures go together.
         (AuthPolicy::Signature(_), None) | (AuthPolicy::Psk, _) => AuthSpec::SharedKey,
+    }
+}
+
+/// The responder's AUTH step: checks the peer's AUTH over `peer_input` as [`verify_peer`]
+/// does and, once it is accepted, computes ours over `our_input` as [`our_auth`] does. With
+/// a pre-shared key for the peer both happen in one enclave call; with certificates, the
+/// chain and the signature policy are checked between the two calls. `Err` is the peer
+/// refused (it is told AUTHENTICATION_FAILED); the inner `Err`, ours not computed.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub(super) fn verify_and_answer<E: Enclave>(
+    core: &Core,
+    ctx: &mut Ctx<'_, E>,
+    ike: IkeSaHandle,
+    found: &Inner<'_>,
+    id: &Identification,
+    auth: &Authentication,
+    peer_input: &AuthInput<'_>,
+    our_input: &AuthInput<'_>,
+) -> Result<(PeerAuth, Result<Authentication, Error>), Error> {
+    if !matches!(core.conn.remote_auth, AuthPolicy::Psk) {
+        let peer = verify_peer(core, ctx, ike, found, id, auth, peer_input)?;
+        return Ok((peer, our_auth(core, ctx, ike, our_input)));
+    }
+    let check = PeerAuthCheck {
+        credential: PeerCredential::SharedKey(core.secret),
+        method: auth.method.0,
+        auth_data: &auth.data,
+        input: *peer_input,
     };
+    let ours = OurAuth { credential: core.secret, spec: our_spec(core), input: *our_input };
     let mut data = vec![0u8; MAX_AUTH_LEN];
-    let (method, len) = ctx.enclave.auth_compute(ike, core.secret, spec, input, &mut data)?;
-    data.truncate(len);
-    Ok(Authentication::new(wire::ike::AuthMethod(method.id()), data))
+    let answered = ctx
+        .enclave
+        .auth_verify_compute(ike, &check, &ours, &mut data)
+        .map_err(|_| Error::AuthenticationFailed { side: Side::Local })?;
+    let peer = PeerAuth {
+        method: answered.verified.method,
+        scheme: answered.verified.scheme,
+        certificate: None,
+        identity: id.clone(),
+    };
+    let ours = answered.ours.map_err(Error::from).map(|(method, len)| {
+        data.truncate(len);
+        Authentication::new(wire::ike::AuthMethod(method.id()), data)
+    });
+    Ok((peer, ours))
 }
 
 /// Checks the peer's AUTH (`auth`, over `input`) for the identity `id` it sent, with the
