@@ -426,7 +426,6 @@ impl Core {
 
     /// The IKE_AUTH response that establishes the SA, then clear-and-seal: one enclave call
     /// for both ([`Enclave::sk_encrypt_establish`]). Nothing is sent when either fails.
-    #[allow(clippy::type_complexity)]
     fn respond_established<E: Enclave>(
         &mut self,
         ctx: &mut Ctx<'_, E>,

@@ -113,7 +113,7 @@ fn our_spec(core: &Core) -> AuthSpec {
 /// a pre-shared key for the peer both happen in one enclave call; with certificates, the
 /// chain and the signature policy are checked between the two calls. `Err` is the peer
 /// refused (it is told AUTHENTICATION_FAILED); the inner `Err`, ours not computed.
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn verify_and_answer<E: Enclave>(
     core: &Core,
     ctx: &mut Ctx<'_, E>,
