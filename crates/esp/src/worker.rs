@@ -436,9 +436,7 @@ impl Worker {
                 Owner::In { .. } => None,
             });
             let Some(sa) = sad.outbound(id) else {
-                for p in self.pending.get(k..end).unwrap_or_default() {
-                    drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
-                }
+                self.drop_run(k..end, batch, report);
                 k = end;
                 continue;
             };
@@ -702,6 +700,13 @@ impl Worker {
         self.decap_account(sad, batch, report);
     }
 
+    /// Drops a run of pending packets whose SA went away during the call.
+    fn drop_run(&mut self, run: core::ops::Range<usize>, batch: &mut Batch<'_>, report: &mut BatchReport) {
+        for p in self.pending.get(run).unwrap_or_default() {
+            drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
+        }
+    }
+
     /// Counts the authenticated packets against their SA's lifetime, one reservation per run
     /// of consecutive packets of the same SA, and delivers those within the hard limits.
     fn decap_account(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
@@ -716,9 +721,7 @@ impl Worker {
                 Owner::Out { .. } => None,
             });
             let Some(sa) = sad.inbound(spi) else {
-                for p in self.pending.get(k..end).unwrap_or_default() {
-                    drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
-                }
+                self.drop_run(k..end, batch, report);
                 k = end;
                 continue;
             };

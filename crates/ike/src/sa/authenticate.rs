@@ -12,8 +12,8 @@ use wire::ike::{
 };
 
 use enclave::{
-    AuthInput, AuthMethod, AuthSpec, Enclave, IkeSaHandle, OurAuth, PeerAuthCheck, PeerCredential,
-    SignatureScheme,
+    AuthInput, AuthMethod, AuthSpec, AuthVerified, Enclave, IkeSaHandle, OurAuth, PeerAuthCheck,
+    PeerCredential, SignatureScheme,
 };
 
 use super::{Core, Ctx, Inner};
@@ -40,6 +40,13 @@ pub struct PeerAuth {
     pub certificate: Option<Certificate>,
     /// The identity it authenticated as (its IDi or IDr).
     pub identity: Identification,
+}
+
+impl PeerAuth {
+    /// A peer whose AUTH the pre-shared key verified.
+    fn by_shared_key(verified: AuthVerified, id: &Identification) -> Self {
+        Self { method: verified.method, scheme: verified.scheme, certificate: None, identity: id.clone() }
+    }
 }
 
 /// The hashes the peer announced in its IKE_SA_INIT message, if it did.
@@ -140,12 +147,7 @@ pub(super) fn verify_and_answer<E: Enclave>(
         .enclave
         .auth_verify_compute(ike, &check, &ours, &mut data)
         .map_err(|_| Error::AuthenticationFailed { side: Side::Local })?;
-    let peer = PeerAuth {
-        method: answered.verified.method,
-        scheme: answered.verified.scheme,
-        certificate: None,
-        identity: id.clone(),
-    };
+    let peer = PeerAuth::by_shared_key(answered.verified, id);
     let ours = answered.ours.map_err(Error::from).map(|(method, len)| {
         data.truncate(len);
         Authentication::new(wire::ike::AuthMethod(method.id()), data)
@@ -170,12 +172,7 @@ pub(super) fn verify_peer<E: Enclave>(
         AuthPolicy::Psk => {
             let credential = PeerCredential::SharedKey(core.secret);
             return match ctx.enclave.auth_verify(ike, credential, auth.method.0, &auth.data, input) {
-                Ok(v) => Ok(PeerAuth {
-                    method: v.method,
-                    scheme: v.scheme,
-                    certificate: None,
-                    identity: id.clone(),
-                }),
+                Ok(v) => Ok(PeerAuth::by_shared_key(v, id)),
                 Err(_) => Err(bad_auth),
             };
         }
