@@ -21,6 +21,7 @@ use crate::random::RandomPool;
 use crate::sa::{
     self, AcceptedInit, Carried, CarriedIkeSa, Ctx, IkeSa, NewSa, Output, IKE_PORT, NATT_PORT, NON_ESP_MARKER,
 };
+use crate::timers::Timers;
 
 /// Endpoint-wide settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +88,8 @@ pub struct Endpoint<E> {
     connections: Vec<Arc<Connection>>,
     secrets: HashMap<String, SecretHandle>,
     sas: HashMap<u64, IkeSa>,
+    /// Each SA's next deadline, kept up to date whenever an SA is added, handled or removed.
+    timers: Timers,
     /// Responder SAs by (initiator's address, SPIi), to spot IKE_SA_INIT retransmissions.
     init_index: HashMap<(SocketAddr, u64), u64>,
     half_open: usize,
@@ -107,6 +110,7 @@ impl<E: Enclave> Endpoint<E> {
             connections: Vec::new(),
             secrets: HashMap::new(),
             sas: HashMap::new(),
+            timers: Timers::default(),
             init_index: HashMap::new(),
             half_open: 0,
             child_spis: HashSet::new(),
@@ -224,6 +228,7 @@ impl<E: Enclave> Endpoint<E> {
         };
         let sa = IkeSa::initiate(&mut self.ctx(now), new)?;
         self.sas.insert(id.0, sa);
+        self.reschedule(id.0);
         Ok(id)
     }
 
@@ -295,13 +300,7 @@ impl<E: Enclave> Endpoint<E> {
 
     /// Retransmissions, expiries and liveness checks due by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let due: Vec<u64> = self
-            .sas
-            .iter()
-            .filter(|(_, sa)| sa.next_timeout(&self.config).is_some_and(|t| t <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
+        for id in self.timers.due(now) {
             self.with_sa(now, id, |sa, ctx| sa.handle_timeout(ctx));
         }
     }
@@ -313,7 +312,10 @@ impl<E: Enclave> Endpoint<E> {
 
     /// When to call [`Self::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.sas.values().filter_map(|sa| sa.next_timeout(&self.config)).min()
+        let next = self.timers.next();
+        // Every test runs with this: an SA changed without `reschedule` shows up here.
+        debug_assert_eq!(next, self.sas.values().filter_map(|sa| sa.next_timeout(&self.config)).min());
+        next
     }
 
     /// The next event.
@@ -458,6 +460,7 @@ impl<E: Enclave> Endpoint<E> {
             }
             out.push((id, sa.children().to_vec()));
             self.sas.insert(id.0, sa);
+            self.reschedule(id.0);
         }
         Ok(out)
     }
@@ -526,11 +529,14 @@ impl<E: Enclave> Endpoint<E> {
         } else {
             self.sas.insert(id, sa);
         }
+        self.reschedule(id);
         // A rekey made successors; then the children move to them (one level: adopting
         // makes neither new SAs nor handoffs).
         for mut new in std::mem::take(&mut self.out.new_sas) {
             new.start(&mut self.ctx(now));
-            self.sas.insert(new.id().0, new);
+            let new_id = new.id().0;
+            self.sas.insert(new_id, new);
+            self.reschedule(new_id);
         }
         self.initial_contacts(now);
         for handoff in std::mem::take(&mut self.out.handoffs) {
@@ -539,6 +545,7 @@ impl<E: Enclave> Endpoint<E> {
                 Some(mut successor) => {
                     successor.adopt(&mut self.ctx(now), handoff);
                     self.sas.insert(to.0, successor);
+                    self.reschedule(to.0);
                 }
                 None => {
                     // The successor is gone already: its children go with it.
@@ -553,6 +560,12 @@ impl<E: Enclave> Endpoint<E> {
             }
         }
         Some(result)
+    }
+
+    /// Files SA `id`'s next deadline after it was added or changed, or forgets it once gone.
+    fn reschedule(&mut self, id: u64) {
+        let when = self.sas.get(&id).and_then(|sa| sa.next_timeout(&self.config));
+        self.timers.set(id, when);
     }
 
     /// A fresh SPI of ours, unique on this endpoint.
@@ -655,6 +668,7 @@ impl<E: Enclave> Endpoint<E> {
         match IkeSa::respond(&mut self.ctx(now), new, &init) {
             Ok(ike_sa) => {
                 self.sas.insert(id.0, ike_sa);
+                self.reschedule(id.0);
                 self.init_index.insert((from, spi_i), id.0);
                 self.half_open += 1;
             }

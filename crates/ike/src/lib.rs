@@ -50,6 +50,7 @@ pub mod proposal;
 mod random;
 mod sa;
 mod sk;
+mod timers;
 pub mod ts;
 
 pub use auth::{AuthPolicy, HashAlgorithm, SignatureFamily, SignaturePolicy};
