@@ -462,13 +462,12 @@ hold() { # RESPONDER
   after_g=$(rss_kb "$R_PID")
   if [ "$who" = cloister ]; then
     after_e=$(rss_kb "$ENCLAVE_PID")
-    # The gateway logs the enclave's bytes for all IKE SAs after each SA's clear-and-seal.
-    local trusted sas
-    trusted=$(sed -n 's/.*trusted IKE-SA bytes [0-9]* -> \([0-9]*\) after clear-and-seal.*/\1/p' "$R_LOG" | tail -1)
-    sas=$(grep -c 'trusted IKE-SA bytes' "$R_LOG" || true)
-    hold_line+=("$(printf 'cloister:   %s/%s established, %s child SAs; untrusted (gateway) RSS %s -> %s KiB = %s B per IKE SA; trusted (enclave process) RSS %s -> %s KiB = %s B per IKE SA; the enclave accounts %s B for its %s IKE SAs after clear-and-seal = %s B per IKE SA' \
+    # The gateway logs the enclave's bytes for each IKE SA around its clear-and-seal.
+    local trusted
+    trusted=$(sed -n 's/.*trusted bytes of this IKE SA \([0-9]* -> [0-9]*\) after clear-and-seal.*/\1/p' "$R_LOG" | tail -1)
+    hold_line+=("$(printf 'cloister:   %s/%s established, %s child SAs; untrusted (gateway) RSS %s -> %s KiB = %s B per IKE SA; trusted (enclave process) RSS %s -> %s KiB = %s B per IKE SA; the enclave accounts %s B per IKE SA around clear-and-seal' \
       "$est" "$HOLD" "$children" "$before_g" "$after_g" $(((after_g - before_g) * 1024 / HOLD)) \
-      "$before_e" "$after_e" $(((after_e - before_e) * 1024 / HOLD)) "${trusted:-0}" "$sas" $((${trusted:-0} / (sas > 0 ? sas : 1))))")
+      "$before_e" "$after_e" $(((after_e - before_e) * 1024 / HOLD)) "${trusted:-?}")")
   else
     hold_line+=("$(printf 'strongswan: %s/%s established, %s child SAs; charon RSS %s -> %s KiB = %s B per IKE SA' \
       "$est" "$HOLD" "$children" "$before_g" "$after_g" $(((after_g - before_g) * 1024 / HOLD)))")

@@ -10,8 +10,8 @@ use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
 use crate::api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
-    SealedBlob,
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
+    PeerCredential, SealedBlob,
 };
 use crate::api::report::{Counters, EnclaveConfig, MemoryReport};
 use crate::api::Enclave;
@@ -275,6 +275,11 @@ impl Enclave for InlineEnclave {
 
     fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
         let r = self.core.ike_sa_seal_state(ike);
+        self.core.counted(r)
+    }
+
+    fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<EstablishSeal> {
+        let r = self.core.establish_seal(ike);
         self.core.counted(r)
     }
 

@@ -711,22 +711,26 @@ fn throughput_process_over_inline() {
 }
 
 /// `establish_seal` over the rings (one crossing) does what the four calls it replaces do:
-/// both blobs, in the same order of counters, the trusted bytes before and after, and the
-/// SA is then cleared (a second clear-and-seal is refused).
+/// both blobs, in the same order of counters, the trusted bytes of this IKE SA before and
+/// after (not of the others), and the SA is then cleared (a second clear-and-seal is
+/// refused).
 #[test]
 fn establish_seal_in_one_crossing_matches_the_four_calls() {
     let (mut a, _pk) = start_process(1);
     let mut peer = start_inline(1);
     let t = tunnel(&mut a, &mut peer);
+    // A second IKE SA of the same suite: the report must not count it.
+    let _other = tunnel(&mut a, &mut peer);
     let before = a.memory_report().ike_sa_bytes;
     let s = a.establish_seal(t.ike_p).unwrap();
-    assert_eq!(s.ike_sa_bytes_before, before);
-    assert_eq!(s.ike_sa_bytes_after, a.memory_report().ike_sa_bytes);
+    let after = a.memory_report().ike_sa_bytes;
+    assert_eq!(2 * s.ike_sa_bytes_before, before, "both SAs held the same before");
+    assert_eq!(after, s.ike_sa_bytes_before + s.ike_sa_bytes_after, "only this SA shrank");
     assert!(s.ike_sa_bytes_after < s.ike_sa_bytes_before, "clear-and-seal frees SK_p* and SK_d");
     assert!(s.state.counter().unwrap() > s.sk_d.counter().unwrap());
     assert_eq!(a.clear_and_seal(t.ike_p), Err(Error::AlreadySealed));
     assert_eq!(a.ike_sa_seal_state(t.ike_p).map(|b| b.0.len()), Ok(s.state.0.len()));
-    // The inline backend's default (the four calls) gives the same shape.
+    // The inline backend gives the same shape.
     let p = peer.establish_seal(t.ike_i).unwrap();
     assert_eq!((p.sk_d.0.len(), p.state.0.len()), (s.sk_d.0.len(), s.state.0.len()));
     assert_eq!(p.ike_sa_bytes_before - p.ike_sa_bytes_after, s.ike_sa_bytes_before - s.ike_sa_bytes_after);

@@ -352,7 +352,7 @@ impl<E: Enclave + 'static> Gateway<E> {
                 let ids = (identity(&local_id), identity(&remote_id));
                 (self.log)(&format!(
                     "ike: {connection} #{} established as {role:?}: {} @ {local} <-> {} @ {remote}, {}/{:?}/{:?}, nat {nat:?}, \
-                     trusted IKE-SA bytes {} -> {} after clear-and-seal",
+                     trusted bytes of this IKE SA {} -> {} after clear-and-seal",
                     sa.0, ids.0, ids.1, crate::control::suite_name(choice.suite), choice.prf, choice.group, seal.ike_sa_bytes_before, seal.ike_sa_bytes_after
                 ));
                 self.identities.insert(sa, ids);
@@ -427,7 +427,7 @@ impl<E: Enclave + 'static> Gateway<E> {
                 }
                 (self.log)(&format!(
                     "ike: #{} rekeyed -> #{} as {role:?}, {}/{:?}/{:?}, {moved} child SA(s) moved, \
-                     trusted IKE-SA bytes {} -> {} after clear-and-seal",
+                     trusted bytes of this IKE SA {} -> {} after clear-and-seal",
                     old.0,
                     new.0,
                     crate::control::suite_name(choice.suite),

@@ -76,13 +76,13 @@ pub struct ChildSa {
     pub volume: crate::config::VolumeLimits,
 }
 
-/// How much trusted memory the enclave held for IKE SAs around this SA's clear-and-seal
+/// How much trusted memory the enclave held for this IKE SA around its clear-and-seal
 /// (EnclaveVPN §4.5.2): the drop is what the seal freed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SealReport {
-    /// Bytes held for all IKE SAs just before clear-and-seal.
+    /// Trusted bytes held for this IKE SA just before clear-and-seal.
     pub ike_sa_bytes_before: usize,
-    /// Bytes held for all IKE SAs just after.
+    /// And just after.
     pub ike_sa_bytes_after: usize,
     /// Size of the sealed SK_d blob now held on the untrusted side.
     pub sealed_sk_d_len: usize,

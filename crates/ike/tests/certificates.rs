@@ -591,6 +591,9 @@ impl Enclave for TamperingEnclave {
     fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> enclave::Result<SealedBlob> {
         self.0.ike_sa_seal_state(ike)
     }
+    fn establish_seal(&mut self, ike: IkeSaHandle) -> enclave::Result<enclave::EstablishSeal> {
+        self.0.establish_seal(ike)
+    }
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> enclave::Result<IkeSaHandle> {
         self.0.ike_sa_restore(state)
     }

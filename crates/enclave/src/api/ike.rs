@@ -72,7 +72,7 @@ pub struct EstablishSeal {
     pub sk_d: SealedBlob,
     /// What a restarted enclave needs ([`crate::Enclave::ike_sa_seal_state`]).
     pub state: SealedBlob,
-    /// Trusted bytes of all IKE SAs just before the clear-and-seal.
+    /// Trusted bytes of this IKE SA just before the clear-and-seal.
     pub ike_sa_bytes_before: usize,
     /// And just after.
     pub ike_sa_bytes_after: usize,

@@ -275,16 +275,10 @@ pub trait Enclave: Send {
     fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob>;
 
     /// What the IKE engine does once IKE_AUTH is done, in one call: clear-and-seal, the
-    /// sealing of the restart state, and the trusted bytes of all IKE SAs before and after
-    /// (the engine reports them). The default makes those four calls; a backend whose calls
-    /// cross a boundary makes it one crossing.
-    fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<EstablishSeal> {
-        let ike_sa_bytes_before = self.memory_report().ike_sa_bytes;
-        let sk_d = self.clear_and_seal(ike)?;
-        let state = self.ike_sa_seal_state(ike)?;
-        let ike_sa_bytes_after = self.memory_report().ike_sa_bytes;
-        Ok(EstablishSeal { sk_d, state, ike_sa_bytes_before, ike_sa_bytes_after })
-    }
+    /// sealing of the restart state, and the trusted bytes of this IKE SA before and after
+    /// (the engine reports them). One crossing in a backend whose calls cross a boundary.
+    /// The cost must not grow with the number of SAs held: it runs once per tunnel set up.
+    fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<EstablishSeal>;
 
     /// [`Self::sk_encrypt`] of the last message of IKE_AUTH, then [`Self::establish_seal`]:
     /// one crossing where the two would be two. Nothing is sealed when the encryption fails.

@@ -7,8 +7,8 @@ use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
 use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
-    SealedBlob,
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
+    PeerCredential, SealedBlob,
 };
 use crate::api::report::{Counters, MemoryReport};
 use crate::api::Enclave;
@@ -199,6 +199,9 @@ impl Enclave for MockEnclave {
         unsupported()
     }
     fn ike_sa_seal_state(&mut self, _: IkeSaHandle) -> Result<SealedBlob> {
+        unsupported()
+    }
+    fn establish_seal(&mut self, _: IkeSaHandle) -> Result<EstablishSeal> {
         unsupported()
     }
     fn ike_sa_restore(&mut self, _: &SealedBlob) -> Result<IkeSaHandle> {

@@ -28,8 +28,8 @@ use crate::api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind,
 use crate::api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 use crate::api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential,
-    SealedBlob,
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
+    PeerCredential, SealedBlob,
 };
 use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::attest::{AttestationProvider, Evidence};
@@ -462,6 +462,17 @@ impl TrustedCore {
         sa.sealed_counter = Some(counter);
         self.seal_counter = counter;
         Ok(SealedBlob(blob))
+    }
+
+    /// Clear-and-seal and the restart state of one IKE SA, with its trusted bytes before
+    /// and after (only this SA's: a sum over all of them would cost more per tunnel the
+    /// more tunnels are held).
+    pub(crate) fn establish_seal(&mut self, ike: IkeSaHandle) -> Result<EstablishSeal> {
+        let ike_sa_bytes_before = self.ike.get(ike.0)?.footprint();
+        let sk_d = self.clear_and_seal(ike)?;
+        let state = self.ike_sa_seal_state(ike)?;
+        let ike_sa_bytes_after = self.ike.get(ike.0)?.footprint();
+        Ok(EstablishSeal { sk_d, state, ike_sa_bytes_before, ike_sa_bytes_after })
     }
 
     fn next_seal_counter(&self) -> Result<u64> {
