@@ -290,6 +290,7 @@ fn has_ports(p: IpProtocol) -> bool {
 }
 
 /// Ports of an upper-layer header, or OPAQUE when it is not there.
+#[inline]
 fn ports(
     protocol: IpProtocol,
     l4: Option<&[u8]>,
@@ -316,6 +317,8 @@ fn ports(
 impl FiveTuple {
     /// Reads the selector fields of an IPv4 or IPv6 packet whose header lengths have been
     /// checked ([`Ipv4Packet::check_len`] / [`Ipv6Packet::check_len`]).
+    // Inlined for the same reason as `Inner::parse`, which calls it once per packet.
+    #[inline(always)]
     pub fn parse(packet: &[u8]) -> core::result::Result<Self, DropReason> {
         match packet.first().map(|b| b >> 4) {
             Some(4) => {

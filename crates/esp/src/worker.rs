@@ -158,6 +158,11 @@ pub struct Worker {
     descriptors: Vec<EspDescriptor>,
     status: Vec<EspStatus>,
     pending: Vec<Pending>,
+    /// Scratch of `decap_commit`: one SA's authenticated sequence numbers, the window's
+    /// answers, and those answers per packet of the run.
+    seqs: Vec<u64>,
+    verdicts: Vec<Result<(), DropReason>>,
+    committed: Vec<Result<(), DropReason>>,
     drops: DropCounts,
 }
 
@@ -169,6 +174,9 @@ impl Worker {
             descriptors: Vec::with_capacity(capacity),
             status: Vec::with_capacity(capacity),
             pending: Vec::with_capacity(capacity),
+            seqs: Vec::with_capacity(capacity),
+            verdicts: Vec::with_capacity(capacity),
+            committed: Vec::with_capacity(capacity),
             drops: DropCounts::default(),
         }
     }
@@ -667,37 +675,81 @@ impl Worker {
         // Authenticated packets that passed every check stay in `pending` (start and length
         // now those of the inner packet) until `decap_account` counts them.
         let mut kept = 0;
-        let mut last: Option<(u32, &InboundSa)> = None;
-        for k in 0..self.pending.len() {
-            let (Some(mut p), Some(&status)) = (self.pending.get(k).copied(), self.status.get(k)) else {
+        let mut k = 0;
+        while k < self.pending.len() {
+            let Some(Owner::In { spi, .. }) = self.pending.get(k).map(|p| p.owner) else {
+                k += 1;
                 continue;
             };
-            let Owner::In { spi, outer_ecn } = p.owner else { continue };
-            let found = match last {
-                Some((last_spi, sa)) if last_spi == spi => Some(sa),
-                _ => sad.inbound(spi),
-            };
-            let Some(sa) = found else {
-                drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
-                continue;
-            };
-            last = Some((spi, sa));
-            match Self::decap_one(sa, batch, &p, outer_ecn, status) {
-                Ok((offset, len)) => {
-                    p.start = offset;
-                    p.len = len;
-                    if let Some(slot) = self.pending.get_mut(kept) {
-                        *slot = p;
+            let (end, _) = run_of(&self.pending, k, |p| match p.owner {
+                Owner::In { spi, .. } => Some((spi, 0)),
+                Owner::Out { .. } => None,
+            });
+            let Some(sa) = sad.inbound(spi) else {
+                for n in k..end {
+                    if let Some(p) = self.pending.get(n) {
+                        drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
                     }
-                    kept += 1;
                 }
-                Err(r) => {
-                    drop_packet(&mut self.drops, report, batch, p.packet, r, Some(sa.runtime().drops()))
+                k = end;
+                continue;
+            };
+            self.decap_commit(sa, k..end);
+            for n in k..end {
+                let (Some(mut p), Some(&status), Some(&committed)) =
+                    (self.pending.get(n).copied(), self.status.get(n), self.committed.get(n - k))
+                else {
+                    continue;
+                };
+                let Owner::In { outer_ecn, .. } = p.owner else { continue };
+                let opened = if status == EspStatus::Ok {
+                    committed.and_then(|()| Self::decap_one(sa, batch, &p, outer_ecn))
+                } else {
+                    Err(DropReason::from_status(status))
+                };
+                match opened {
+                    Ok((offset, len)) => {
+                        p.start = offset;
+                        p.len = len;
+                        if let Some(slot) = self.pending.get_mut(kept) {
+                            *slot = p;
+                        }
+                        kept += 1;
+                    }
+                    Err(r) => {
+                        drop_packet(&mut self.drops, report, batch, p.packet, r, Some(sa.runtime().drops()))
+                    }
                 }
             }
+            k = end;
         }
         self.pending.truncate(kept);
         self.decap_account(sad, batch, report);
+    }
+
+    /// Moves the replay window for the authenticated packets of one SA's run (RFC 4303
+    /// §3.4.3: only after the ICV verified), all in one `commit_many`; `committed[i]` answers
+    /// for the run's i-th packet (a packet that failed in the enclave is not committed).
+    fn decap_commit(&mut self, sa: &InboundSa, run: core::ops::Range<usize>) {
+        self.seqs.clear();
+        for n in run.clone() {
+            if self.status.get(n) == Some(&EspStatus::Ok) {
+                self.seqs.push(self.pending.get(n).map_or(0, |p| p.seq));
+            }
+        }
+        self.verdicts.clear();
+        self.verdicts.resize(self.seqs.len(), Ok(()));
+        sa.runtime().window().commit_many(&self.seqs, &mut self.verdicts);
+        self.committed.clear();
+        let mut verdicts = self.verdicts.iter();
+        for n in run {
+            let v = if self.status.get(n) == Some(&EspStatus::Ok) {
+                verdicts.next().copied().unwrap_or(Err(DropReason::Replay))
+            } else {
+                Err(DropReason::Replay)
+            };
+            self.committed.push(v);
+        }
     }
 
     /// Drops a run of pending packets whose SA went away during the call.
@@ -752,20 +804,14 @@ impl Worker {
         }
     }
 
-    /// After the enclave: commit, trailer, inner checks, rewrite. Returns the inner packet's
-    /// offset and length in its slot.
+    /// After the enclave authenticated and the window took the packet: trailer, inner
+    /// checks, rewrite. Returns the inner packet's offset and length in its slot.
     fn decap_one(
         sa: &InboundSa,
         batch: &mut Batch<'_>,
         p: &Pending,
         outer_ecn: Ecn,
-        status: EspStatus,
     ) -> Result<(usize, usize), DropReason> {
-        if status != EspStatus::Ok {
-            return Err(DropReason::from_status(status));
-        }
-        // Authenticated: only now may the window move (RFC 4303 §3.4.3).
-        sa.runtime().window().commit(p.seq)?;
         let cfg = sa.config();
         let shape = Shape::of(cfg);
         let slot_start = p.packet * batch.slot_len;

@@ -5,6 +5,7 @@
 //! checksum field included, is `0xffff`.
 
 /// Folds a wide accumulator of 16-bit one's-complement sums into 16 bits (RFC 1071 §2(C)).
+#[inline]
 fn fold(mut sum: u64) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -15,6 +16,7 @@ fn fold(mut sum: u64) -> u16 {
 
 /// The folded one's-complement sum of `data` as big-endian 16-bit words, an odd last byte
 /// padded with a zero byte (RFC 1071 §4.1).
+#[inline]
 pub fn data(data: &[u8]) -> u16 {
     // Summing 32-bit words and folding later gives the same result as 16-bit words
     // (RFC 1071 §2(C), "parallel summation"); a u64 cannot overflow below 16 GiB of input.
@@ -49,6 +51,7 @@ pub fn finish(sum: u16) -> u16 {
 ///
 /// `old` and `new` must be the same length and start at an even offset of the covered data
 /// (an address, a TTL/protocol word); eqn. 3 avoids the `-0` result of RFC 1141's eqn. 2.
+#[inline]
 pub fn update(checksum: u16, old: &[u8], new: &[u8]) -> u16 {
     !fold(u64::from(!checksum) + u64::from(!data(old)) + u64::from(data(new)))
 }

@@ -58,6 +58,7 @@ impl EspTrailer {
 
     /// The trailer for a `payload_len`-byte payload whose ciphertext must be a multiple of
     /// `block_size` (a power of two; values below [`MIN_ALIGN`] mean 4-byte alignment).
+    #[inline]
     pub fn new(payload_len: usize, block_size: usize, next_header: IpProtocol) -> Result<Self> {
         if !block_size.is_power_of_two() || block_size > MAX_ALIGN {
             return Err(Error::BadValue { what: "ESP padding alignment", value: block_size as u64 });
