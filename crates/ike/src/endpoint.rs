@@ -16,6 +16,7 @@ use crate::config::Connection;
 use crate::cookie::CookieJar;
 use crate::error::{Error, Result};
 use crate::event::{Counters, DropReason, Event, Refusal, SaId, Transmit};
+use crate::peers::Peers;
 use crate::proposal;
 use crate::random::RandomPool;
 use crate::sa::{
@@ -88,8 +89,10 @@ pub struct Endpoint<E> {
     connections: Vec<Arc<Connection>>,
     secrets: HashMap<String, SecretHandle>,
     sas: HashMap<u64, IkeSa>,
-    /// Each SA's next deadline, kept up to date whenever an SA is added, handled or removed.
+    /// Each SA's next deadline and the peer it authenticated, kept up to date whenever an
+    /// SA is added, handled or removed ([`Self::refile`]).
     timers: Timers,
+    peers: Peers,
     /// Responder SAs by (initiator's address, SPIi), to spot IKE_SA_INIT retransmissions.
     init_index: HashMap<(SocketAddr, u64), u64>,
     half_open: usize,
@@ -111,6 +114,7 @@ impl<E: Enclave> Endpoint<E> {
             secrets: HashMap::new(),
             sas: HashMap::new(),
             timers: Timers::default(),
+            peers: Peers::default(),
             init_index: HashMap::new(),
             half_open: 0,
             child_spis: HashSet::new(),
@@ -228,7 +232,7 @@ impl<E: Enclave> Endpoint<E> {
         };
         let sa = IkeSa::initiate(&mut self.ctx(now), new)?;
         self.sas.insert(id.0, sa);
-        self.reschedule(id.0);
+        self.refile(id.0);
         Ok(id)
     }
 
@@ -313,7 +317,7 @@ impl<E: Enclave> Endpoint<E> {
     /// When to call [`Self::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let next = self.timers.next();
-        // Every test runs with this: an SA changed without `reschedule` shows up here.
+        // Every test runs with this: an SA changed without `refile` shows up here.
         debug_assert_eq!(next, self.sas.values().filter_map(|sa| sa.next_timeout(&self.config)).min());
         next
     }
@@ -460,7 +464,7 @@ impl<E: Enclave> Endpoint<E> {
             }
             out.push((id, sa.children().to_vec()));
             self.sas.insert(id.0, sa);
-            self.reschedule(id.0);
+            self.refile(id.0);
         }
         Ok(out)
     }
@@ -493,17 +497,27 @@ impl<E: Enclave> Endpoint<E> {
                 continue;
             }
             let Some(who) = sa.peer_auth().map(|p| p.identity.clone()) else { continue };
-            let conn = sa.connection().to_owned();
-            let old: Vec<u64> = self
-                .sas
-                .iter()
-                .filter(|(id, s)| {
-                    **id != new.0
-                        && s.connection() == conn
-                        && s.peer_auth().is_some_and(|p| p.identity == who)
-                })
-                .map(|(id, _)| *id)
-                .collect();
+            let peer = (sa.connection().to_owned(), who);
+            let mut old = self.peers.of_peer(&peer);
+            old.retain(|id| *id != new.0);
+            #[cfg(debug_assertions)]
+            {
+                // Every test runs with this: the index against the walk it replaced.
+                let mut walked: Vec<u64> = self
+                    .sas
+                    .iter()
+                    .filter(|(id, s)| {
+                        **id != new.0
+                            && s.connection() == peer.0
+                            && s.peer_auth().is_some_and(|p| p.identity == peer.1)
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                let mut indexed = old.clone();
+                walked.sort_unstable();
+                indexed.sort_unstable();
+                debug_assert_eq!(indexed, walked);
+            }
             for id in old {
                 self.with_sa(now, id, |sa, ctx| sa.supersede(ctx));
             }
@@ -529,14 +543,14 @@ impl<E: Enclave> Endpoint<E> {
         } else {
             self.sas.insert(id, sa);
         }
-        self.reschedule(id);
+        self.refile(id);
         // A rekey made successors; then the children move to them (one level: adopting
         // makes neither new SAs nor handoffs).
         for mut new in std::mem::take(&mut self.out.new_sas) {
             new.start(&mut self.ctx(now));
             let new_id = new.id().0;
             self.sas.insert(new_id, new);
-            self.reschedule(new_id);
+            self.refile(new_id);
         }
         self.initial_contacts(now);
         for handoff in std::mem::take(&mut self.out.handoffs) {
@@ -545,7 +559,7 @@ impl<E: Enclave> Endpoint<E> {
                 Some(mut successor) => {
                     successor.adopt(&mut self.ctx(now), handoff);
                     self.sas.insert(to.0, successor);
-                    self.reschedule(to.0);
+                    self.refile(to.0);
                 }
                 None => {
                     // The successor is gone already: its children go with it.
@@ -562,10 +576,13 @@ impl<E: Enclave> Endpoint<E> {
         Some(result)
     }
 
-    /// Files SA `id`'s next deadline after it was added or changed, or forgets it once gone.
-    fn reschedule(&mut self, id: u64) {
-        let when = self.sas.get(&id).and_then(|sa| sa.next_timeout(&self.config));
-        self.timers.set(id, when);
+    /// Files SA `id`'s next deadline and authenticated peer after it was added or changed,
+    /// or forgets them once it is gone.
+    fn refile(&mut self, id: u64) {
+        let sa = self.sas.get(&id);
+        self.timers.set(id, sa.and_then(|sa| sa.next_timeout(&self.config)));
+        let peer = sa.and_then(|sa| Some((sa.connection().to_owned(), sa.peer_auth()?.identity.clone())));
+        self.peers.set(id, peer);
     }
 
     /// A fresh SPI of ours, unique on this endpoint.
@@ -668,7 +685,7 @@ impl<E: Enclave> Endpoint<E> {
         match IkeSa::respond(&mut self.ctx(now), new, &init) {
             Ok(ike_sa) => {
                 self.sas.insert(id.0, ike_sa);
-                self.reschedule(id.0);
+                self.refile(id.0);
                 self.init_index.insert((from, spi_i), id.0);
                 self.half_open += 1;
             }

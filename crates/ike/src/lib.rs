@@ -46,6 +46,7 @@ mod event;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod nat;
+mod peers;
 pub mod proposal;
 mod random;
 mod sa;
