@@ -474,7 +474,8 @@ mod tests {
 
     #[test]
     fn threads_committing_in_runs_never_accept_a_number_twice() {
-        // As above, with every thread committing runs of 8 (duplicates inside a run too).
+        // As above, with every thread committing runs of 8 that overlap the other threads'
+        // runs and its own next one (and repeat N at the end).
         const N: u64 = 20_000;
         let w = ReplayWindow::new(256).unwrap();
         let hits: Vec<AtomicU32> = (0..=N).map(|_| AtomicU32::new(0)).collect();

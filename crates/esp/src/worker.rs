@@ -686,11 +686,7 @@ impl Worker {
                 Owner::Out { .. } => None,
             });
             let Some(sa) = sad.inbound(spi) else {
-                for n in k..end {
-                    if let Some(p) = self.pending.get(n) {
-                        drop_packet(&mut self.drops, report, batch, p.packet, DropReason::NoSa, None);
-                    }
-                }
+                self.drop_run(k..end, batch, report);
                 k = end;
                 continue;
             };

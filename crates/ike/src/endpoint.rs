@@ -581,8 +581,7 @@ impl<E: Enclave> Endpoint<E> {
     fn refile(&mut self, id: u64) {
         let sa = self.sas.get(&id);
         self.timers.set(id, sa.and_then(|sa| sa.next_timeout(&self.config)));
-        let peer = sa.and_then(|sa| Some((sa.connection().to_owned(), sa.peer_auth()?.identity.clone())));
-        self.peers.set(id, peer);
+        self.peers.set(id, sa.and_then(|sa| Some((sa.connection(), &sa.peer_auth()?.identity))));
     }
 
     /// A fresh SPI of ours, unique on this endpoint.

@@ -19,8 +19,14 @@ pub(crate) struct Peers {
 
 impl Peers {
     /// Records which peer `id` authenticated, or that it has none (also when it is gone).
-    pub(crate) fn set(&mut self, id: u64, peer: Option<PeerKey>) {
-        if self.of.get(&id) == peer.as_ref() {
+    /// Runs for every datagram an SA handles: copies the key only when it changed.
+    pub(crate) fn set(&mut self, id: u64, peer: Option<(&str, &Identification)>) {
+        let same = match (self.of.get(&id), peer) {
+            (Some((conn, who)), Some((c, w))) => conn == c && who == w,
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
             return;
         }
         if let Some(old) = self.of.remove(&id) {
@@ -31,7 +37,8 @@ impl Peers {
                 }
             }
         }
-        if let Some(key) = peer {
+        if let Some((conn, who)) = peer {
+            let key: PeerKey = (conn.to_owned(), who.clone());
             self.by_peer.entry(key.clone()).or_default().insert(id);
             self.of.insert(id, key);
         }
@@ -52,28 +59,32 @@ mod tests {
         (conn.to_owned(), Identification::new(IdType::FQDN, id.as_bytes().to_vec()))
     }
 
+    fn set(peers: &mut Peers, id: u64, peer: Option<PeerKey>) {
+        peers.set(id, peer.as_ref().map(|(c, w)| (c.as_str(), w)));
+    }
+
     #[test]
     fn finds_the_sas_of_one_peer_and_forgets_them() {
         let mut peers = Peers::default();
-        peers.set(1, Some(key("a", "site1")));
-        peers.set(2, Some(key("a", "site1")));
-        peers.set(3, Some(key("a", "site2")));
-        peers.set(4, Some(key("b", "site1")));
-        peers.set(5, None);
+        set(&mut peers, 1, Some(key("a", "site1")));
+        set(&mut peers, 2, Some(key("a", "site1")));
+        set(&mut peers, 3, Some(key("a", "site2")));
+        set(&mut peers, 4, Some(key("b", "site1")));
+        set(&mut peers, 5, None);
         let mut site1 = peers.of_peer(&key("a", "site1"));
         site1.sort_unstable();
         assert_eq!(site1, vec![1, 2]);
         assert_eq!(peers.of_peer(&key("b", "site1")), vec![4]);
         // A new peer for an SA moves it; None forgets it.
-        peers.set(2, Some(key("a", "site2")));
-        peers.set(1, None);
+        set(&mut peers, 2, Some(key("a", "site2")));
+        set(&mut peers, 1, None);
         assert_eq!(peers.of_peer(&key("a", "site1")), Vec::<u64>::new());
         let mut site2 = peers.of_peer(&key("a", "site2"));
         site2.sort_unstable();
         assert_eq!(site2, vec![2, 3]);
-        peers.set(2, None);
-        peers.set(3, None);
-        peers.set(4, None);
+        set(&mut peers, 2, None);
+        set(&mut peers, 3, None);
+        set(&mut peers, 4, None);
         assert!(peers.by_peer.is_empty() && peers.of.is_empty());
     }
 }
