@@ -558,8 +558,9 @@ impl Worker {
         let mut report = BatchReport::default();
         self.descriptors.clear();
         self.pending.clear();
+        let mut last = None;
         for i in 0..batch.len {
-            if let Err(r) = self.decap_prepare(sad, batch, i, &mut report) {
+            if let Err(r) = self.decap_prepare(sad, batch, i, &mut last, &mut report) {
                 let sa = r.1.and_then(|spi| sad.inbound(spi)).map(|sa| sa.runtime().drops());
                 drop_packet(&mut self.drops, &mut report, batch, i, r.0, sa);
             }
@@ -573,11 +574,12 @@ impl Worker {
 
     /// Checks one received packet up to the enclave call; `Err((reason, spi of the SA if
     /// known))` drops it.
-    fn decap_prepare(
+    fn decap_prepare<'s>(
         &mut self,
-        sad: &Sad,
+        sad: &'s Sad,
         batch: &mut Batch<'_>,
         i: usize,
+        last: &mut Option<(u32, &'s InboundSa)>,
         report: &mut BatchReport,
     ) -> Result<(), (DropReason, Option<u32>)> {
         let no_sa = |r| (r, None);
@@ -635,7 +637,14 @@ impl Worker {
         }
         let esp = EspPacket::new_checked(payload).map_err(|_| no_sa(DropReason::Malformed))?;
         let spi = esp.spi();
-        let sa = sad.inbound(spi).ok_or(no_sa(DropReason::NoSa))?;
+        // Consecutive packets of one SA reuse its lookup (the table cannot change during a call).
+        let sa = match *last {
+            Some((s, sa)) if s == spi => sa,
+            _ => {
+                let sa = sad.inbound(spi).ok_or(no_sa(DropReason::NoSa))?;
+                last.insert((spi, sa)).1
+            }
+        };
         let with_sa = |r| (r, Some(spi));
         let cfg = sa.config();
         if outer.udp.is_some() != matches!(cfg.encapsulation, Encapsulation::Udp { .. }) {
