@@ -473,11 +473,11 @@ mod tests {
     }
 
     #[test]
-    fn threads_committing_in_runs_never_accept_a_number_twice() {
+    fn threads_committing_in_runs_never_accept_a_number_twice() -> Result<()> {
         // As above, with every thread committing runs of 8 that overlap the other threads'
         // runs and its own next one (and repeat N at the end).
         const N: u64 = 20_000;
-        let w = ReplayWindow::new(256).unwrap();
+        let w = ReplayWindow::new(256)?;
         let hits: Vec<AtomicU32> = (0..=N).map(|_| AtomicU32::new(0)).collect();
         std::thread::scope(|s| {
             for t in 0..4u64 {
@@ -489,8 +489,10 @@ mod tests {
                         let run: Vec<u64> = (0..8u64).map(|k| (base + k * 3 / 2).min(N)).collect();
                         w.commit_many(&run, &mut out);
                         for (&x, o) in run.iter().zip(&out) {
-                            if o.is_ok() {
-                                hits[usize::try_from(x).unwrap()].fetch_add(1, Ordering::Relaxed);
+                            // Every x is at most N, so it has a counter.
+                            let hit = usize::try_from(x).ok().and_then(|i| hits.get(i));
+                            if let (Ok(()), Some(h)) = (o, hit) {
+                                h.fetch_add(1, Ordering::Relaxed);
                             }
                         }
                         base += 9;
@@ -500,6 +502,7 @@ mod tests {
         });
         assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) <= 1));
         assert_eq!(w.top(), N);
+        Ok(())
     }
 
     proptest! {
@@ -510,7 +513,8 @@ mod tests {
         ) {
             // Two windows see the same numbers: one commits them one at a time, the other in
             // runs (neighbours, repeats, jumps and numbers far behind mixed in).
-            let (one, many) = (ReplayWindow::new(size).unwrap(), ReplayWindow::new(size).unwrap());
+            let fail = |e: Error| TestCaseError::fail(e.to_string());
+            let (one, many) = (ReplayWindow::new(size).map_err(fail)?, ReplayWindow::new(size).map_err(fail)?);
             let mut base = 0u64;
             for (delta, len) in steps {
                 base += delta / 4;

@@ -158,11 +158,10 @@ pub struct Worker {
     descriptors: Vec<EspDescriptor>,
     status: Vec<EspStatus>,
     pending: Vec<Pending>,
-    /// Scratch of `decap_commit`: one SA's authenticated sequence numbers, the window's
-    /// answers, and those answers per packet of the run.
+    /// Scratch of `decap_commit`: one SA's authenticated sequence numbers and the window's
+    /// answers, in the run's order.
     seqs: Vec<u64>,
     verdicts: Vec<Result<(), DropReason>>,
-    committed: Vec<Result<(), DropReason>>,
     drops: DropCounts,
 }
 
@@ -176,7 +175,6 @@ impl Worker {
             pending: Vec::with_capacity(capacity),
             seqs: Vec::with_capacity(capacity),
             verdicts: Vec::with_capacity(capacity),
-            committed: Vec::with_capacity(capacity),
             drops: DropCounts::default(),
         }
     }
@@ -700,14 +698,16 @@ impl Worker {
                 continue;
             };
             self.decap_commit(sa, k..end);
+            // The window's answers, one per authenticated packet of the run, in order.
+            let mut verdicts = 0;
             for n in k..end {
-                let (Some(mut p), Some(&status), Some(&committed)) =
-                    (self.pending.get(n).copied(), self.status.get(n), self.committed.get(n - k))
-                else {
+                let (Some(mut p), Some(&status)) = (self.pending.get(n).copied(), self.status.get(n)) else {
                     continue;
                 };
                 let Owner::In { outer_ecn, .. } = p.owner else { continue };
                 let opened = if status == EspStatus::Ok {
+                    let committed = self.verdicts.get(verdicts).copied().unwrap_or(Err(DropReason::Replay));
+                    verdicts += 1;
                     committed.and_then(|()| Self::decap_one(sa, batch, &p, outer_ecn))
                 } else {
                     Err(DropReason::from_status(status))
@@ -733,11 +733,11 @@ impl Worker {
     }
 
     /// Moves the replay window for the authenticated packets of one SA's run (RFC 4303
-    /// §3.4.3: only after the ICV verified), all in one `commit_many`; `committed[i]` answers
-    /// for the run's i-th packet (a packet that failed in the enclave is not committed).
+    /// §3.4.3: only after the ICV verified), all in one `commit_many`; `verdicts` answers
+    /// for them in order (a packet that failed in the enclave is not committed).
     fn decap_commit(&mut self, sa: &InboundSa, run: core::ops::Range<usize>) {
         self.seqs.clear();
-        for n in run.clone() {
+        for n in run {
             if self.status.get(n) == Some(&EspStatus::Ok) {
                 self.seqs.push(self.pending.get(n).map_or(0, |p| p.seq));
             }
@@ -745,16 +745,6 @@ impl Worker {
         self.verdicts.clear();
         self.verdicts.resize(self.seqs.len(), Ok(()));
         sa.runtime().window().commit_many(&self.seqs, &mut self.verdicts);
-        self.committed.clear();
-        let mut verdicts = self.verdicts.iter();
-        for n in run {
-            let v = if self.status.get(n) == Some(&EspStatus::Ok) {
-                verdicts.next().copied().unwrap_or(Err(DropReason::Replay))
-            } else {
-                Err(DropReason::Replay)
-            };
-            self.committed.push(v);
-        }
     }
 
     /// Drops a run of pending packets whose SA went away during the call.
