@@ -20,7 +20,7 @@ use crate::drop::{DropCounts, DropReason, SharedDropCounts};
 use crate::ecn;
 use crate::packet::{self, IcmpSources, Inner, Outer, OuterFields, Shape};
 use crate::sad::{Encapsulation, InboundSa, OutboundSa, OutboundSaId, SaConfig, Sad};
-use crate::selector::FiveTuple;
+use crate::selector::{FiveTuple, FlowKey};
 use crate::spd::{PolicyAction, Spd};
 
 /// The outer TTL / hop limit (RFC 4301 §5.1.2.1 note 2: "constructed").
@@ -93,7 +93,7 @@ struct Pending {
 /// belong to the same flow: within one call the SPD and SAD cannot change.
 #[derive(Debug, Clone, Copy)]
 struct Route<'s> {
-    tuple: FiveTuple,
+    key: FlowKey,
     action: Option<PolicyAction>,
     sa: Option<&'s OutboundSa>,
 }
@@ -249,14 +249,14 @@ impl Worker {
             p.len = inner.len;
         }
         let r = match *route {
-            Some(r) if r.tuple == inner.tuple => r,
+            Some(r) if r.key == inner.key => r,
             _ => {
-                let action = spd.lookup(&inner.tuple).map(|p| p.action);
+                let action = spd.lookup(&inner.key.tuple()).map(|p| p.action);
                 let sa = match action {
                     Some(PolicyAction::Protect(id)) => sad.outbound(id),
                     _ => None,
                 };
-                *route.insert(Route { tuple: inner.tuple, action, sa })
+                *route.insert(Route { key: inner.key, action, sa })
             }
         };
         let id = match r.action {
@@ -655,9 +655,9 @@ impl Worker {
         // whole blocks (RFC 3602 §3). The enclave checks again; this keeps the count honest.
         let shape = Shape::of(cfg);
         let body = payload.len().checked_sub(wire::esp::HEADER_LEN + shape.iv + shape.icv);
-        if body
-            .is_none_or(|b| b < wire::esp_trailer::TRAILER_LEN || (shape.align > 4 && b % shape.align != 0))
-        {
+        if body.is_none_or(|b| {
+            b < wire::esp_trailer::TRAILER_LEN || (shape.align > 4 && b & (shape.align - 1) != 0)
+        }) {
             return Err(with_sa(DropReason::Malformed));
         }
         let window = sa.runtime().window();
@@ -832,7 +832,7 @@ impl Worker {
         }
         // Bytes between the inner packet's end and the padding are TFC padding (§2.7).
         let inner = Inner::parse(inner_bytes)?;
-        if !selectors_admit(cfg, &inner.tuple) {
+        if !selectors_admit(cfg, &inner.key.tuple()) {
             return Err(DropReason::SelectorMismatch);
         }
         let ecn = ecn::decapsulated(inner.ecn, outer_ecn).ok_or(DropReason::EcnCeOnNotEct)?;

@@ -64,12 +64,13 @@ impl EspTrailer {
             return Err(Error::BadValue { what: "ESP padding alignment", value: block_size as u64 });
         }
         let align = block_size.max(MIN_ALIGN);
+        // `align` is a power of two: masks, not a division per packet.
         let unaligned = payload_len
             .checked_add(TRAILER_LEN)
             .ok_or(Error::TooLong { what: "ESP payload", len: payload_len })?
-            % align;
+            & (align - 1);
         // `align` is at most 256, so the padding is at most 255 and always fits.
-        let pad_len = u8::try_from((align - unaligned) % align)
+        let pad_len = u8::try_from((align - unaligned) & (align - 1))
             .map_err(|_| Error::BadValue { what: "ESP padding alignment", value: block_size as u64 })?;
         Ok(Self { pad_len, next_header })
     }

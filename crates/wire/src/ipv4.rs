@@ -371,6 +371,9 @@ impl Ipv4Repr {
 
     /// Writes the header (no options) with its checksum into a buffer of at least
     /// `buffer_len` bytes; the payload is left for the caller to fill.
+    // Inlined into the per-packet callers: called out of line, it read the representation
+    // back with loads that waited on the caller's narrower stores of it.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv4Packet<T>) -> Result<()> {
         let total_len = u16::try_from(self.buffer_len())
             .map_err(|_| Error::TooLong { what: "IPv4 packet", len: self.buffer_len() })?;
