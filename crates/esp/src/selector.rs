@@ -287,7 +287,7 @@ pub struct FiveTuple {
 /// and compares. Built with word stores and compared with word loads, so comparing the key
 /// of a packet just parsed never waits on a load that straddles several narrow stores (a
 /// `FiveTuple`, with its 17-byte addresses and `Option` ports, cost a store-forwarding
-/// stall per packet in the route cache and in `ports`' packed return value).
+/// stall per packet in the route cache and in the port reader's packed return value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FlowKey {
     /// Source address: IPv4 in the low 32 bits.
@@ -386,9 +386,14 @@ impl FlowKey {
         self.addr(self.src)
     }
 
+    /// The 16-bit port field at bit `shift` of `rest`, or `None` (OPAQUE).
+    fn port(&self, shift: u32) -> Option<u16> {
+        (self.rest & KEY_PORTS != 0).then(|| u16::try_from((self.rest >> shift) & 0xffff).unwrap_or(0))
+    }
+
     /// Source port, ICMP type/code, or `None` (OPAQUE).
     pub(crate) fn src_port(&self) -> Option<u16> {
-        (self.rest & KEY_PORTS != 0).then(|| u16::try_from((self.rest >> 16) & 0xffff).unwrap_or(0))
+        self.port(16)
     }
 
     /// The fields unpacked, for the SPD and the selectors.
@@ -397,9 +402,8 @@ impl FlowKey {
             src: self.src(),
             dst: self.addr(self.dst),
             protocol: self.protocol(),
-            src_port: self.src_port(),
-            dst_port: (self.rest & KEY_PORTS != 0)
-                .then(|| u16::try_from((self.rest >> 32) & 0xffff).unwrap_or(0)),
+            src_port: self.port(16),
+            dst_port: self.port(32),
         }
     }
 }
