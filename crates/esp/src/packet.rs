@@ -178,12 +178,12 @@ pub(crate) struct Shape {
 
 impl Shape {
     pub(crate) fn of(cfg: &SaConfig) -> Self {
+        debug_assert!(cfg.suite.esp_payload_align().is_power_of_two());
         Self {
             outer: cfg.outer_header_len(),
             iv: cfg.suite.cipher.iv_len(),
             icv: cfg.suite.icv_len(),
-            // 4 or 16 today; rounded up so that the masks below stay right for any suite.
-            align: cfg.suite.esp_payload_align().next_power_of_two(),
+            align: cfg.suite.esp_payload_align(),
         }
     }
 

@@ -307,7 +307,8 @@ impl Suite {
     }
 
     /// The alignment the ESP payload (inner packet + padding + pad length + next header)
-    /// must have: the CBC block or 4 bytes (RFC 4303 §2.4).
+    /// must have: the CBC block or 4 bytes (RFC 4303 §2.4). Always a power of two, which the
+    /// data path relies on to round with a mask.
     pub const fn esp_payload_align(&self) -> usize {
         if self.cipher.is_aead() {
             4
