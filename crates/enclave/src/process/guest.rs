@@ -916,6 +916,10 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> Result<(), ProcessErro
     Ok(())
 }
 
+/// How many looks for work the busy-poll makes between yields of its core (about 8 µs); a
+/// multiple of 64, the looks between clock reads.
+const YIELD_EVERY: u32 = 256;
+
 /// Serves until asked to stop or until the gateway is gone.
 fn serve<E: Enclave + ?Sized>(
     shm: &SharedMem,
@@ -972,9 +976,15 @@ fn serve<E: Enclave + ?Sized>(
                 if Instant::now() >= deadline {
                     break;
                 }
-                // Now and then give the core away: on a host whose cores are shared, the
-                // gateway thread we wait for may need this one.
-                if spins.is_multiple_of(2048) {
+                // Give the core away every few microseconds: where cores are shared (two
+                // vCPUs carrying the gateway, this process and the peers' load), a plain
+                // spin holds a whole core for the spin's length and starves the gateway
+                // thread whose next request we wait for. A yield with nothing else runnable
+                // returns at once, so the core never idles and the next request needs no
+                // wake-up (about 35 µs on a VM). Yielding every 2048 looks (never, within
+                // the spin) held IKE setups under load to about strongSwan's rate; every 256
+                // lifted them by a half (docs/bench-ike.md, session 16).
+                if spins.is_multiple_of(YIELD_EVERY) {
                     std::thread::yield_now();
                 }
             }
