@@ -58,7 +58,8 @@ pub struct ProcessSpec {
     pub start_timeout: Duration,
     /// How long one call may take before the child is declared hung and killed.
     pub call_timeout: Duration,
-    /// How long the enclave busy-polls after a batch before sleeping on its doorbell.
+    /// How long the enclave busy-polls (yielding its core every few µs) after a batch before
+    /// sleeping on its doorbell.
     pub guest_spin: Duration,
     /// How long the gateway busy-polls for an ESP batch's completion before sleeping on its
     /// doorbell (a batch's crypto takes a few microseconds).

@@ -58,7 +58,8 @@
 //! Per packet, only half a cache line of descriptor and two status bytes cross between the
 //! two cores (a slot of its own per packet each way, as in the first ring format, made the
 //! transport cost about 25 ns per packet). The enclave busy-polls for a short while after
-//! each batch before sleeping, so under load a batch costs no system call on either side and
+//! each batch before sleeping, yielding its core every few microseconds so that a gateway or
+//! peer sharing it can run, so under load a batch costs no system call on either side and
 //! no copy: packets are transformed in the shared packet area, where the gateway put them
 //! ([`host::PacketArea`]).
 //!
