@@ -11,9 +11,10 @@ mkdir -p "$DEPS"
 say() { printf '[setup] %s\n' "$*"; }
 
 # Debian packages. Daemons in these packages (strongSwan, etcd) must not start as system
-# services: tests start their own instances inside namespaces.
+# services: tests start their own instances inside namespaces. cmake: a fallback builder of
+# aws-lc-sys (the enclave's AWS-LC), which otherwise builds with the C compiler alone.
 APT_PACKAGES=(
-  build-essential pkg-config ca-certificates curl iproute2 iputils-ping procps kmod ethtool
+  build-essential cmake pkg-config ca-certificates curl iproute2 iputils-ping procps kmod ethtool
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
   iperf3 tshark nftables softhsm2 opensc etcd-server etcd-client protobuf-compiler
   python3 python3-venv python3-pip fonts-dejavu-core

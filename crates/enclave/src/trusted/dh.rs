@@ -1,11 +1,14 @@
 //! Ephemeral Diffie-Hellman for IKEv2: MODP 14/15 (RFC 3526), ECP 19/20 (RFC 5903),
 //! Curve25519 (RFC 8031).
 //!
-//! The ECP and X25519 groups use RustCrypto's `p256`/`p384`/`x25519-dalek`, whose secret
-//! types zeroize on drop and, unlike ring's one-shot agreement API, can be built from a known
-//! private value so the published vectors (RFC 5903, RFC 7748, Wycheproof) drive the very
-//! code IKE uses. MODP uses `crypto-bigint`'s constant-time Montgomery exponentiation.
+//! The ECP groups use RustCrypto's `p256`/`p384`, whose secret types zeroize on drop and,
+//! unlike ring's one-shot agreement API, can be built from a known private value so the
+//! published vectors (RFC 5903, RFC 7748, Wycheproof) drive the very code IKE uses. X25519
+//! and the MODP agreement call AWS-LC's raw functions (`awslc.rs`) on private values kept in
+//! this crate's zeroizing buffers, for the same reason and for speed; MODP's g^x uses a
+//! fixed-base table on `crypto-bigint` (`modp.rs`).
 
+use super::awslc;
 use super::keybuf::KeyBuf;
 use super::modp;
 use crate::api::alg::DhGroup;
@@ -26,7 +29,8 @@ pub(crate) enum DhSecret {
     Modp3072(Zeroizing<U512>),
     P256(p256::SecretKey),
     P384(p384::SecretKey),
-    X25519(x25519_dalek::StaticSecret),
+    /// The raw scalar; AWS-LC clamps it at each use (RFC 7748 §5).
+    X25519(Zeroizing<[u8; 32]>),
 }
 
 impl DhSecret {
@@ -81,11 +85,9 @@ impl DhSecret {
                     Err(_) => continue,
                 },
                 DhGroup::Curve25519 => {
-                    let mut b = [0u8; 32];
+                    let mut b = Zeroizing::new([0u8; 32]);
                     b.copy_from_slice(&seed[..32]);
-                    let s = x25519_dalek::StaticSecret::from(b);
-                    zeroize::Zeroize::zeroize(&mut b);
-                    Self::X25519(s)
+                    Self::X25519(b)
                 }
             };
             return Ok(candidate);
@@ -113,7 +115,7 @@ impl DhSecret {
             DhGroup::EcpP384 => Self::P384(p384::SecretKey::from_slice(bytes).map_err(|_| bad)?),
             DhGroup::Curve25519 => {
                 let b: [u8; 32] = bytes.try_into().map_err(|_| bad)?;
-                Self::X25519(x25519_dalek::StaticSecret::from(b))
+                Self::X25519(Zeroizing::new(b))
             }
         })
     }
@@ -139,9 +141,7 @@ impl DhSecret {
                 let p = p384::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(&k.public_key(), false);
                 copy_exact(p.as_bytes().get(1..).unwrap_or(&[]), out).ok_or_else(bad_len)
             }
-            Self::X25519(s) => {
-                copy_exact(x25519_dalek::PublicKey::from(s).as_bytes(), out).ok_or_else(bad_len)
-            }
+            Self::X25519(s) => copy_exact(&awslc::x25519_public(s), out).ok_or_else(bad_len),
         }
     }
 
@@ -182,11 +182,8 @@ impl DhSecret {
             Self::X25519(s) => {
                 let mut b = [0u8; 32];
                 b.copy_from_slice(peer);
-                let z = s.diffie_hellman(&x25519_dalek::PublicKey::from(b));
-                if !z.was_contributory() {
-                    return Err(bad);
-                }
-                SharedSecret::from_slice(z.as_bytes())
+                let z = awslc::x25519(&s, &b).ok_or(bad)?;
+                SharedSecret::from_slice(&z[..])
             }
         }
     }

@@ -4,6 +4,7 @@
 //! [`TrustedCore`] and forward calls to it; nothing outside this module sees a key byte.
 
 pub(crate) mod auth;
+pub(crate) mod awslc;
 pub(crate) mod cbc_mode;
 pub(crate) mod dh;
 pub(crate) mod esp;
