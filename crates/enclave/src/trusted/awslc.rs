@@ -5,7 +5,7 @@
 //! agreement, and on this project's machines AWS-LC's assembly (s2n-bignum's X25519, the
 //! mulx/adx Montgomery multiplication of its BIGNUMs) does them 2.5-3 times faster than the
 //! pure-Rust `x25519-dalek` and `crypto-bigint` did (X25519 agreement about 18 µs against
-//! 41-57 µs; a 3072-bit exponentiation with a 512-bit exponent about 0.94 ms against 2.3 ms),
+//! 41-60 µs; a 3072-bit exponentiation with a 512-bit exponent about 0.94 ms against 2.3 ms),
 //! which set the IKE setup rate (docs/bench-ike.md). Only raw functions are used: private
 //! values stay in this crate's own zeroizing buffers, and every BIGNUM that held a secret is
 //! cleared when freed.
@@ -46,20 +46,21 @@ impl Bn {
         // SAFETY: `bytes` is a live slice of `bytes.len()` bytes; a null `ret` asks for a new
         // BIGNUM, which the caller (this wrapper) then owns. Null means allocation failed.
         let p = unsafe { sys::BN_bin2bn(bytes.as_ptr(), bytes.len(), core::ptr::null_mut()) };
-        Self::owned(p)
+        non_null(p, "AWS-LC BIGNUM allocation").map(Self)
     }
 
     fn new() -> Result<Self> {
         // SAFETY: no arguments; returns a new BIGNUM the caller owns, or null.
-        Self::owned(unsafe { sys::BN_new() })
+        non_null(unsafe { sys::BN_new() }, "AWS-LC BIGNUM allocation").map(Self)
     }
+}
 
-    fn owned(p: *mut sys::BIGNUM) -> Result<Self> {
-        if p.is_null() {
-            Err(Error::Internal { what: "AWS-LC BIGNUM allocation" })
-        } else {
-            Ok(Self(p))
-        }
+/// A pointer AWS-LC returned, or the allocation failure its null means.
+fn non_null<T>(p: *mut T, what: &'static str) -> Result<*mut T> {
+    if p.is_null() {
+        Err(Error::Internal { what })
+    } else {
+        Ok(p)
     }
 }
 
@@ -77,12 +78,7 @@ struct Ctx(*mut sys::BN_CTX);
 impl Ctx {
     fn new() -> Result<Self> {
         // SAFETY: no arguments; returns a new BN_CTX the caller owns, or null.
-        let p = unsafe { sys::BN_CTX_new() };
-        if p.is_null() {
-            Err(Error::Internal { what: "AWS-LC BN_CTX allocation" })
-        } else {
-            Ok(Self(p))
-        }
+        non_null(unsafe { sys::BN_CTX_new() }, "AWS-LC BN_CTX allocation").map(Self)
     }
 }
 
@@ -116,9 +112,7 @@ impl Modulus {
         // SAFETY: `p` and `ctx` are valid for the call; the result is a new context the
         // caller owns, or null (also for an even modulus).
         let mont = unsafe { sys::BN_MONT_CTX_new_for_modulus(p.0, ctx.0) };
-        if mont.is_null() {
-            return Err(Error::Internal { what: "AWS-LC Montgomery context" });
-        }
+        let mont = non_null(mont, "AWS-LC Montgomery context")?;
         Ok(Self { p, mont, len: p_be.len() })
     }
 
