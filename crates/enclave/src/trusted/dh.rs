@@ -180,9 +180,8 @@ impl DhSecret {
                 SharedSecret::from_slice(z.raw_secret_bytes())
             }
             Self::X25519(s) => {
-                let mut b = [0u8; 32];
-                b.copy_from_slice(peer);
-                let z = awslc::x25519(&s, &b).ok_or(bad)?;
+                let peer: &[u8; 32] = peer.try_into().map_err(|_| bad.clone())?;
+                let z = awslc::x25519(&s, peer).ok_or(bad)?;
                 SharedSecret::from_slice(&z[..])
             }
         }

@@ -200,21 +200,21 @@ mod tests {
     /// `crypto-bigint`'s generic square-and-multiply gives for another base: two independent
     /// implementations checked against each other.
     fn table_matches_generic<const L: usize>(g: &Group<L>) -> Result<()> {
-        let mut base = vec![0u8; L * 8];
-        base[L * 8 - 1] = 2;
+        let length = || Error::Internal { what: "length" };
+        let mut two = vec![0u8; L * 8];
+        two[L * 8 - 1] = 2;
+        let y = g.params.modulus().wrapping_sub(&Uint::<L>::from_u64(0x1234_5678_9abc_def1));
+        let mut y_be = vec![0u8; L * 8];
+        write_be(&y, &mut y_be).ok_or_else(length)?;
         let (mut a, mut b) = (vec![0u8; L * 8], vec![0u8; L * 8]);
         for x in exponents() {
-            write_be(&g.pow_g(&x), &mut a).ok_or(Error::Internal { what: "length" })?;
-            g.pow(&base, &x, &mut b)?;
+            write_be(&g.pow_g(&x), &mut a).ok_or_else(length)?;
+            g.pow(&two, &x, &mut b)?;
             assert_eq!(a, b, "2^{x}");
-            let y = g.params.modulus().wrapping_sub(&Uint::<L>::from_u64(0x1234_5678_9abc_def1));
             let want = DynResidue::new(&y, g.params).pow_bounded_exp(&x, EXPONENT_BITS).retrieve();
-            write_be(&want, &mut a).ok_or(Error::Internal { what: "length" })?;
-            write_be(&y, &mut base).ok_or(Error::Internal { what: "length" })?;
-            g.pow(&base, &x, &mut b)?;
+            write_be(&want, &mut a).ok_or_else(length)?;
+            g.pow(&y_be, &x, &mut b)?;
             assert_eq!(a, b, "y^{x}");
-            base.fill(0);
-            base[L * 8 - 1] = 2;
         }
         Ok(())
     }
