@@ -18,16 +18,24 @@ fn fold(mut sum: u64) -> u16 {
 /// padded with a zero byte (RFC 1071 §4.1).
 #[inline]
 pub fn data(data: &[u8]) -> u16 {
-    // Summing 32-bit words and folding later gives the same result as 16-bit words
-    // (RFC 1071 §2(C), "parallel summation"); a u64 cannot overflow below 16 GiB of input.
+    // Summing wider words and folding later gives the same result as 16-bit words (RFC 1071
+    // §2(C), "parallel summation"). Eight bytes per step: the two 32-bit halves of each word
+    // are added to a u64, which cannot overflow below 16 GiB of input; an IPv4 header is
+    // two steps and a tail word, with no loop left after inlining.
     let mut sum = 0u64;
-    let mut words = data.chunks_exact(4);
+    let mut words = data.chunks_exact(8);
     for word in &mut words {
-        if let [a, b, c, d] = *word {
-            sum += u64::from(u32::from_be_bytes([a, b, c, d]));
+        if let Ok(w) = <[u8; 8]>::try_from(word) {
+            let w = u64::from_be_bytes(w);
+            sum += (w >> 32) + (w & 0xffff_ffff);
         }
     }
-    sum += match *words.remainder() {
+    let mut tail = words.remainder();
+    if let [a, b, c, d, rest @ ..] = tail {
+        sum += u64::from(u32::from_be_bytes([*a, *b, *c, *d]));
+        tail = rest;
+    }
+    sum += match *tail {
         [a, b, c] => u64::from(u32::from_be_bytes([a, b, c, 0])),
         [a, b] => u64::from(u16::from_be_bytes([a, b])),
         [a] => u64::from(u16::from_be_bytes([a, 0])),
@@ -72,6 +80,24 @@ mod tests {
         assert_eq!(data(&hex!("0001 f203 f4f5 f6")), data(&hex!("0001 f203 f4f5 f600")));
         assert_eq!(data(&hex!("ab")), 0xab00);
         assert_eq!(data(&[]), 0);
+    }
+
+    #[test]
+    fn every_length_matches_a_plain_16_bit_sum() {
+        // The word-wise sum against the RFC 1071 definition, for every length and offset of
+        // a tail an 8-byte step can leave.
+        let bytes: Vec<u8> = (0u8..77).map(|i| i.wrapping_mul(151) ^ (i >> 2)).collect();
+        for len in 0..=bytes.len() {
+            let slice = &bytes[..len];
+            let mut sum = 0u64;
+            for pair in slice.chunks(2) {
+                sum += u64::from(u16::from_be_bytes([pair[0], pair.get(1).copied().unwrap_or(0)]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            assert_eq!(u64::from(data(slice)), sum, "length {len}");
+        }
     }
 
     #[test]
