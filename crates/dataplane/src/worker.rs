@@ -230,7 +230,8 @@ impl<E: Enclave> Worker<E> {
             staging: vec![0; MAX_READ],
             pending: None,
             rx,
-            gro: Gro::new(tun_offloads.tso4, tun_offloads.tso6),
+            gro: Gro::new(tun_offloads.tso4, tun_offloads.tso6)
+                .with_udp(tun_offloads.uso4, tun_offloads.uso6),
         }
     }
 

@@ -1,25 +1,31 @@
-//! Coalescing consecutive TCP segments of one flow into one super-packet for a TUN queue
-//! (receive offload, the inverse of [`crate::gso`]). Pure functions over byte slices.
+//! Coalescing consecutive TCP segments, or UDP datagrams, of one flow into one super-packet
+//! for a TUN queue (receive offload, the inverse of [`crate::gso`]). Pure functions over
+//! byte slices.
 //!
 //! A gateway's receive side otherwise writes every decrypted inner packet into the TUN queue
 //! with a syscall of its own, and the kernel routes each one on its own. Written as one
-//! packet with a virtio-net header (`GSO_TCPV4`/`GSO_TCPV6`, `gso_size` = the segments'
-//! payload, `F_NEEDS_CSUM`), a run of segments crosses once and travels as one `sk_buff`,
-//! cut again only where a device needs it, as Linux's own GRO does for NICs.
+//! packet with a virtio-net header (`GSO_TCPV4`/`GSO_TCPV6`, or `GSO_UDP_L4`, with
+//! `gso_size` = the segments' payload and `F_NEEDS_CSUM`), a run crosses once and travels as
+//! one `sk_buff`, cut again only where a device or the receiving socket needs it, as Linux's
+//! own GRO does for NICs. For small datagrams (a stream of 64-byte UDP packets) the write per
+//! packet is most of the receive side's cost.
 //!
-//! A segment joins the pending super-packet only if cutting that super-packet gives it back
+//! A packet joins the pending super-packet only if cutting that super-packet gives it back
 //! **byte for byte** (what [`crate::gso::Segments`] does, tested against it):
 //!
-//! * IPv4 without options, not a fragment, header checksum good; or IPv6 with TCP as its
-//!   next header (no extension headers);
+//! * IPv4 without options, not a fragment, header checksum good; or IPv6 with TCP or UDP as
+//!   its next header (no extension headers);
 //! * TCP with ACK and at most PSH besides it (no SYN, FIN, RST, URG, CWR: they end runs, or
-//!   need care GSO would not take), a payload, a good checksum;
-//! * the same IP header as the first segment but for the length fields, checksum and (IPv4)
-//!   an Identification that goes up by one per segment; the same TCP header but for the
-//!   sequence number, which must follow on, the checksum, and PSH;
-//! * a payload of the first segment's length, except that a shorter one, or one with PSH,
-//!   may end the run (the super-packet is then written at once);
-//! * at most 65,535 bytes in all (the IPv4 Total Length; no BIG TCP on TUN).
+//!   need care GSO would not take), a payload, a good checksum; or UDP with a payload, its
+//!   Length field matching the packet, and a good, present checksum (an IPv4 datagram sent
+//!   without one would come out of the cut with one);
+//! * the same IP header as the first packet but for the length fields, checksum and (IPv4)
+//!   an Identification that goes up by one per packet; the same TCP header but for the
+//!   sequence number, which must follow on, the checksum, and PSH; the same UDP ports;
+//! * a payload of the first packet's length, except that a shorter one, or (TCP) one with
+//!   PSH, may end the run (the super-packet is then written at once);
+//! * at most 65,535 bytes in all (the IPv4 Total Length; no BIG TCP on TUN), and at most
+//!   [`MAX_UDP_SEGMENTS`] datagrams.
 //!
 //! Anything else is written as it is, after the pending super-packet (order is kept). Only
 //! consecutive segments are merged: a batch from one ESP SA carries a bulk flow's segments
@@ -28,7 +34,8 @@
 use wire::checksum;
 
 use crate::tcpip::{
-    be16, pseudo_header_sum, PROTO_TCP, TCP_ACK, TCP_CWR, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
+    be16, pseudo_header_sum, PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_CWR, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN,
+    TCP_URG,
 };
 use crate::vnet::{self, VnetHeader};
 
@@ -36,14 +43,21 @@ use crate::vnet::{self, VnetHeader};
 /// kept under the same bound).
 pub const MAX_SUPER: usize = 65_535;
 
-/// A TCP segment that may join a super-packet: where its parts are.
+/// The most datagrams in one UDP super-packet: Linux's own bound for USO
+/// (`UDP_MAX_SEGMENTS`, 128 since 6.6, 64 before), kept at the older value.
+pub const MAX_UDP_SEGMENTS: usize = 64;
+
+/// A TCP segment or UDP datagram that may join a super-packet: where its parts are.
 #[derive(Debug, Clone, Copy)]
 struct Segment {
     v6: bool,
-    /// Offset of the TCP header (the IP header's length).
+    /// UDP (else TCP).
+    udp: bool,
+    /// Offset of the TCP or UDP header (the IP header's length).
     l4: usize,
     /// Offset of the payload.
     hdr_end: usize,
+    /// TCP's sequence number and flags (0 for UDP).
     seq: u32,
     flags: u8,
     /// IPv4 Identification (0 for IPv6).
@@ -54,29 +68,47 @@ fn be32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-/// `packet` as a segment that may be merged, or `None`.
+/// `packet` as a segment or datagram that may be merged, or `None`.
 fn parse(packet: &[u8]) -> Option<Segment> {
-    let (v6, l4, ident) = match packet.first()? >> 4 {
+    let (v6, l4, ident, proto) = match packet.first()? >> 4 {
         4 => {
-            // No options, the whole packet, not a fragment, TCP, a good header checksum.
+            // No options, the whole packet, not a fragment, a good header checksum.
             if *packet.first()? != 0x45
                 || usize::from(be16(packet, 2)?) != packet.len()
                 || be16(packet, 6)? & 0x3fff != 0
-                || *packet.get(9)? != PROTO_TCP
                 || checksum::data(packet.get(..20)?) != 0xffff
             {
                 return None;
             }
-            (false, 20, be16(packet, 4)?)
+            (false, 20, be16(packet, 4)?, *packet.get(9)?)
         }
         6 => {
-            if usize::from(be16(packet, 4)?) + 40 != packet.len() || *packet.get(6)? != PROTO_TCP {
+            if usize::from(be16(packet, 4)?) + 40 != packet.len() {
                 return None;
             }
-            (true, 40, 0)
+            (true, 40, 0, *packet.get(6)?)
         }
         _ => return None,
     };
+    match proto {
+        PROTO_TCP => parse_tcp(packet, v6, l4, ident),
+        PROTO_UDP => {
+            let hdr_end = l4 + 8;
+            // The whole datagram, a payload, and a checksum that was sent (zero: none).
+            if usize::from(be16(packet, l4 + 4)?) != packet.len() - l4
+                || hdr_end >= packet.len()
+                || be16(packet, l4 + 6)? == 0
+            {
+                return None;
+            }
+            Some(Segment { v6, udp: true, l4, hdr_end, seq: 0, flags: 0, ident })
+        }
+        _ => None,
+    }
+}
+
+/// The TCP part of [`parse`].
+fn parse_tcp(packet: &[u8], v6: bool, l4: usize, ident: u16) -> Option<Segment> {
     let doff = usize::from(packet.get(l4 + 12)? >> 4) * 4;
     let hdr_end = l4 + doff;
     if doff < 20 || hdr_end >= packet.len() {
@@ -87,17 +119,27 @@ fn parse(packet: &[u8]) -> Option<Segment> {
     if flags & (TCP_SYN | TCP_FIN | TCP_RST | TCP_URG | TCP_CWR) != 0 || flags & TCP_ACK == 0 {
         return None;
     }
-    Some(Segment { v6, l4, hdr_end, seq: be32(packet, l4 + 4)?, flags, ident })
+    Some(Segment { v6, udp: false, l4, hdr_end, seq: be32(packet, l4 + 4)?, flags, ident })
 }
 
-/// Whether the TCP checksum of `packet` (parsed as `seg`) is good. The kernel recomputes a
-/// merged packet's checksum, so a segment that arrived damaged must not join one (it would
-/// be laundered into a good packet); a segment written alone keeps its own checksum and
-/// needs no check here.
-fn tcp_checksum_ok(packet: &[u8], seg: &Segment) -> bool {
-    let Some(tcp) = packet.get(seg.l4..) else { return false };
-    pseudo_header_sum(packet, seg.v6, PROTO_TCP, tcp.len())
-        .is_some_and(|p| checksum::combine(&[p, checksum::data(tcp)]) == 0xffff)
+impl Segment {
+    fn proto(&self) -> u8 {
+        if self.udp {
+            PROTO_UDP
+        } else {
+            PROTO_TCP
+        }
+    }
+}
+
+/// Whether the TCP or UDP checksum of `packet` (parsed as `seg`) is good. The kernel
+/// recomputes a merged packet's checksum, so a packet that arrived damaged must not join one
+/// (it would be laundered into a good packet); a packet written alone keeps its own checksum
+/// and needs no check here.
+fn l4_checksum_ok(packet: &[u8], seg: &Segment) -> bool {
+    let Some(l4) = packet.get(seg.l4..) else { return false };
+    pseudo_header_sum(packet, seg.v6, seg.proto(), l4.len())
+        .is_some_and(|p| checksum::combine(&[p, checksum::data(l4)]) == 0xffff)
 }
 
 /// The run being built.
@@ -114,28 +156,50 @@ struct Run {
     push: bool,
 }
 
-/// Builds super-packets out of the TCP segments offered to it, one run at a time.
+/// Builds super-packets out of the TCP segments and UDP datagrams offered to it, one run at
+/// a time.
 #[derive(Debug)]
 pub struct Gro {
     /// The pending packet: the first segment's headers and every payload so far.
     buf: Vec<u8>,
     run: Option<Run>,
-    /// Whether IPv4 and IPv6 runs may be built (the queue accepted TSO for the family).
+    /// Whether IPv4 and IPv6 TCP runs may be built (the queue accepted TSO for the family).
     v4: bool,
     v6: bool,
+    /// The same for UDP runs (USO).
+    udp4: bool,
+    udp6: bool,
 }
 
 impl Gro {
-    /// A coalescer for the families whose super-packets the TUN queue takes.
+    /// A coalescer of TCP segments for the families whose TSO super-packets the TUN queue
+    /// takes (no UDP: see [`Self::with_udp`]).
     pub fn new(v4: bool, v6: bool) -> Self {
-        Self { buf: Vec::with_capacity(MAX_SUPER), run: None, v4, v6 }
+        Self { buf: Vec::with_capacity(MAX_SUPER), run: None, v4, v6, udp4: false, udp6: false }
+    }
+
+    /// Also merges UDP datagrams, for the families whose USO super-packets the queue takes.
+    #[must_use]
+    pub fn with_udp(mut self, v4: bool, v6: bool) -> Self {
+        self.udp4 = v4;
+        self.udp6 = v6;
+        self
+    }
+
+    fn takes(&self, seg: &Segment) -> bool {
+        match (seg.udp, seg.v6) {
+            (false, false) => self.v4,
+            (false, true) => self.v6,
+            (true, false) => self.udp4,
+            (true, true) => self.udp6,
+        }
     }
 
     /// Offers one IP packet. What must be written first goes to `write` (header, packet,
     /// number of segments it carries): the pending super-packet when `packet` cannot join
     /// it, `packet` itself when it cannot be held, or the run it completes.
     pub fn push(&mut self, packet: &[u8], write: &mut impl FnMut(&VnetHeader, &[u8], usize)) {
-        let seg = parse(packet).filter(|s| if s.v6 { self.v6 } else { self.v4 });
+        let seg = parse(packet).filter(|s| self.takes(s));
         let Some(seg) = seg else {
             self.flush(write);
             write(&VnetHeader::PLAIN, packet, 1);
@@ -146,14 +210,15 @@ impl Gro {
             // Checksums are checked once there is something to merge: the held first segment
             // when a second joins it, then each one that joins.
             let joins = Self::joins(&self.buf, run, &seg, packet)
-                && (run.count > 1 || tcp_checksum_ok(&self.buf, &run.first));
-            if joins && tcp_checksum_ok(packet, &seg) {
+                && (run.count > 1 || l4_checksum_ok(&self.buf, &run.first));
+            if joins && l4_checksum_ok(packet, &seg) {
                 self.buf.extend_from_slice(&packet[seg.hdr_end..]);
                 run.count += 1;
                 run.next_seq = run.next_seq.wrapping_add(u32::try_from(payload).unwrap_or(u32::MAX));
                 run.push = seg.flags & TCP_PSH != 0;
                 // A short segment or PSH ends the run, as it ends Linux's.
-                if payload < run.mss || run.push || self.buf.len() + run.mss > MAX_SUPER {
+                let full = self.buf.len() + run.mss > MAX_SUPER || (seg.udp && run.count >= MAX_UDP_SEGMENTS);
+                if payload < run.mss || run.push || full {
                     self.flush(write);
                 }
                 return;
@@ -197,12 +262,18 @@ impl Gro {
                 && seg.ident == f.ident.wrapping_add(u16::try_from(run.count % 0x1_0000).unwrap_or(0))
         };
         let l4 = f.l4;
-        ip_same
+        let common = ip_same
+            && seg.udp == f.udp
             && seg.hdr_end == f.hdr_end
+            && payload <= run.mss
+            && buf.len() + payload <= MAX_SUPER;
+        if seg.udp {
+            // The ports (length and checksum are the super-packet's own).
+            return common && run.count < MAX_UDP_SEGMENTS && same(l4, l4 + 4);
+        }
+        common
             && seg.seq == run.next_seq
             && !run.push
-            && payload <= run.mss
-            && buf.len() + payload <= MAX_SUPER
             // Ports; acknowledgment number, data offset; window to the end of the options
             // (urgent pointer and options included); the flags but for PSH.
             && same(l4, l4 + 4)
@@ -228,8 +299,9 @@ impl Gro {
         }
     }
 
-    /// Turns the run's packet into a super-packet: lengths, IPv4 header checksum, PSH of
-    /// the last segment, the TCP checksum field holding the pseudo-header sum.
+    /// Turns the run's packet into a super-packet: lengths (UDP's too), IPv4 header
+    /// checksum, PSH of the last segment, the TCP or UDP checksum field holding the
+    /// pseudo-header sum.
     fn finish(buf: &mut [u8], run: &Run) -> Option<VnetHeader> {
         let f = &run.first;
         let len = u16::try_from(buf.len()).ok()?;
@@ -244,17 +316,28 @@ impl Gro {
         if run.push {
             *buf.get_mut(f.l4 + 13)? |= TCP_PSH;
         }
+        let l4_len = buf.len() - f.l4;
+        let (gso_type, csum_offset) = if f.udp {
+            // The kernel rewrites each datagram's Length, and adjusts the partial sum to it.
+            buf.get_mut(f.l4 + 4..f.l4 + 6)?.copy_from_slice(&u16::try_from(l4_len).ok()?.to_be_bytes());
+            (vnet::GSO_UDP_L4, 6)
+        } else if f.v6 {
+            (vnet::GSO_TCPV6, 16)
+        } else {
+            (vnet::GSO_TCPV4, 16)
+        };
         // virtio's partial checksum: the field holds the pseudo-header sum (not
         // complemented); the kernel sums from csum_start and stores the complement.
-        let pseudo = pseudo_header_sum(buf, f.v6, PROTO_TCP, buf.len() - f.l4)?;
-        buf.get_mut(f.l4 + 16..f.l4 + 18)?.copy_from_slice(&pseudo.to_be_bytes());
+        let pseudo = pseudo_header_sum(buf, f.v6, f.proto(), l4_len)?;
+        let at = f.l4 + usize::from(csum_offset);
+        buf.get_mut(at..at + 2)?.copy_from_slice(&pseudo.to_be_bytes());
         Some(VnetHeader {
             flags: vnet::F_NEEDS_CSUM,
-            gso_type: if f.v6 { vnet::GSO_TCPV6 } else { vnet::GSO_TCPV4 },
+            gso_type,
             hdr_len: u16::try_from(f.hdr_end).ok()?,
             gso_size: u16::try_from(run.mss).ok()?,
             csum_start: u16::try_from(f.l4).ok()?,
-            csum_offset: 16,
+            csum_offset,
         })
     }
 }
@@ -462,6 +545,154 @@ mod tests {
             assert!(written.len() >= 2, "{what}: merged across it");
             assert_eq!(written.iter().map(|w| w.2).sum::<usize>(), 4, "{what}: a packet lost");
             // Every packet comes out exactly as it went in (merged ones through a cut).
+            let mut back = Vec::new();
+            for w in &written {
+                if w.2 == 1 {
+                    assert_eq!(w.0, VnetHeader::PLAIN, "{what}");
+                    back.push(w.1.clone());
+                } else {
+                    back.extend(cut(std::slice::from_ref(w)));
+                }
+            }
+            assert_eq!(back, packets, "{what}");
+        }
+    }
+
+    /// An IPv4 or IPv6 UDP datagram 198.18.1.2:40000 (or 2001:db8::1) -> port 5201 with
+    /// good checksums, DF on IPv4 (what Linux sends).
+    fn datagram(v6: bool, ident: u16, payload: &[u8]) -> Vec<u8> {
+        let udp_len = u16::try_from(8 + payload.len()).unwrap();
+        let mut p = if v6 {
+            let mut h = vec![0x60, 0x00, 0x12, 0x34];
+            h.extend_from_slice(&udp_len.to_be_bytes());
+            h.extend_from_slice(&[PROTO_UDP, 64]);
+            h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            h
+        } else {
+            let total = 20 + udp_len;
+            let mut h = vec![0x45, 0x00];
+            h.extend_from_slice(&total.to_be_bytes());
+            h.extend_from_slice(&ident.to_be_bytes());
+            h.extend_from_slice(&[0x40, 0, 63, PROTO_UDP, 0, 0, 198, 18, 1, 2, 198, 18, 2, 3]);
+            h
+        };
+        let l4 = p.len();
+        p.extend_from_slice(&40000u16.to_be_bytes());
+        p.extend_from_slice(&5201u16.to_be_bytes());
+        p.extend_from_slice(&udp_len.to_be_bytes());
+        p.extend_from_slice(&[0, 0]);
+        p.extend_from_slice(payload);
+        reseal_udp(&mut p, l4);
+        p
+    }
+
+    /// Recomputes a datagram's IPv4 header checksum and UDP checksum (0 sent as 0xffff).
+    fn reseal_udp(p: &mut [u8], l4: usize) {
+        if l4 == 20 {
+            p[10..12].copy_from_slice(&[0, 0]);
+            let sum = checksum::finish(checksum::data(&p[..20]));
+            p[10..12].copy_from_slice(&sum.to_be_bytes());
+        }
+        p[l4 + 6..l4 + 8].copy_from_slice(&[0, 0]);
+        let sum = checksum::combine(&[
+            pseudo_header_sum(p, l4 == 40, PROTO_UDP, p.len() - l4).unwrap(),
+            checksum::data(&p[l4..]),
+        ]);
+        let sum = match checksum::finish(sum) {
+            0 => 0xffff,
+            s => s,
+        };
+        p[l4 + 6..l4 + 8].copy_from_slice(&sum.to_be_bytes());
+    }
+
+    /// `n` datagrams of `size` payload bytes, the last one `last` long; Identifications
+    /// from 0xfff0 (they wrap on the way).
+    fn udp_flow(v6: bool, n: usize, size: usize, last: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                let len = if i + 1 == n { last } else { size };
+                let payload: Vec<u8> = (0..len).map(|j| u8::try_from((i * 13 + j) % 253).unwrap()).collect();
+                datagram(v6, 0xfff0u16.wrapping_add(u16::try_from(i).unwrap()), &payload)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_udp_run_becomes_one_uso_super_packet_that_cuts_back_into_the_same_bytes() {
+        for v6 in [false, true] {
+            for (size, last) in [(64, 64), (64, 20), (1372, 1372), (1000, 1)] {
+                let packets = udp_flow(v6, 30, size, last);
+                let written = run(&mut Gro::new(true, true).with_udp(true, true), &packets);
+                assert_eq!(written.len(), 1, "v6 {v6} size {size}: one write for the run");
+                let (h, p, n) = &written[0];
+                assert_eq!(*n, 30);
+                assert_eq!((h.gso_type, usize::from(h.gso_size), h.csum_offset), (vnet::GSO_UDP_L4, size, 6));
+                assert!(h.needs_csum());
+                let l4 = if v6 { 40 } else { 20 };
+                assert_eq!(
+                    usize::from(be16(p, l4 + 4).unwrap()),
+                    p.len() - l4,
+                    "the super-packet's UDP length"
+                );
+                assert_eq!(cut(&written), packets, "v6 {v6} size {size} last {last}");
+            }
+        }
+    }
+
+    #[test]
+    fn udp_runs_stop_at_the_segment_bound_and_never_mix_with_tcp() {
+        let packets = udp_flow(false, 150, 64, 64);
+        let written = run(&mut Gro::new(true, true).with_udp(true, true), &packets);
+        assert!(written.iter().all(|w| w.2 <= MAX_UDP_SEGMENTS));
+        assert_eq!(written.len(), 150usize.div_ceil(MAX_UDP_SEGMENTS));
+        assert_eq!(cut(&written), packets);
+        // Without USO for the family, or without with_udp, datagrams go one by one.
+        for gro in [Gro::new(true, true), Gro::new(true, true).with_udp(false, true)] {
+            let written = run(&mut { gro }, &packets[..5]);
+            assert!(written.iter().all(|w| w.0 == VnetHeader::PLAIN && w.2 == 1));
+        }
+        // A TCP segment between datagrams of the same hosts ends the run and is not merged.
+        let mut mixed = udp_flow(false, 4, 64, 64);
+        mixed.insert(2, segment(false, 0xfff2, 7, TCP_ACK, &[1; 64], &TS));
+        let written = run(&mut Gro::new(true, true).with_udp(true, true), &mixed);
+        assert_eq!(written.iter().map(|w| w.2).collect::<Vec<_>>(), vec![2, 1, 2]);
+    }
+
+    #[test]
+    fn udp_datagrams_that_cannot_join_are_written_as_they_are_and_in_order() {
+        let base = udp_flow(false, 4, 200, 200);
+        let mut cases: Vec<(&str, Vec<Vec<u8>>)> = Vec::new();
+        // Other ports, another destination, another TTL, no DF.
+        for at in [21, 23, 19, 8, 6] {
+            let mut other = base.clone();
+            other[2][at] ^= if at == 6 { 0x40 } else { 1 };
+            reseal_udp(&mut other[2], 20);
+            cases.push(("other header", other));
+        }
+        let mut bad = base.clone();
+        bad[2][100] ^= 0x10;
+        cases.push(("bad checksum", bad));
+        let mut bad_first = base.clone();
+        bad_first[0][100] ^= 0x10;
+        cases.push(("bad checksum on the held first datagram", bad_first));
+        let mut none = base.clone();
+        none[2][26..28].copy_from_slice(&[0, 0]);
+        cases.push(("no checksum", none));
+        let mut long = base.clone();
+        long[2] = datagram(false, 0xfff2, &[3; 201]);
+        cases.push(("longer than the first", long));
+        let mut id = base.clone();
+        id[2] = datagram(false, 0x0100, &[3; 200]);
+        cases.push(("identification", id));
+        let mut length = base.clone();
+        length[2][25] ^= 1;
+        reseal_udp(&mut length[2], 20);
+        cases.push(("UDP length", length));
+        for (what, packets) in cases {
+            let written = run(&mut Gro::new(true, true).with_udp(true, true), &packets);
+            assert!(written.len() >= 2, "{what}: merged across it");
+            assert_eq!(written.iter().map(|w| w.2).sum::<usize>(), 4, "{what}: a packet lost");
             let mut back = Vec::new();
             for w in &written {
                 if w.2 == 1 {
