@@ -446,7 +446,8 @@ impl<E: Enclave> Worker<E> {
 }
 
 /// Decapsulates a batch and writes the inner packets into the TUN queue, merging runs of
-/// TCP segments (every run is written before this returns: nothing waits for a later batch).
+/// TCP segments and of UDP datagrams (every run is written before this returns: nothing
+/// waits for a later batch).
 fn decapsulate<E: Enclave>(
     esp: &mut esp::Worker,
     shared: &Shared<E>,
