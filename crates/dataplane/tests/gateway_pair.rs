@@ -303,17 +303,8 @@ fn ping_crosses_for_every_suite_encapsulation_and_family() {
 /// Runs an iperf3 TCP test from `client` to `server_addr` for `seconds`; `reverse` makes
 /// the server send. Returns the receiver's Mbit/s.
 fn iperf3(client: &Netns, server: &Netns, server_addr: &str, seconds: u32, reverse: bool) -> f64 {
-    let mut srv = server.spawn("iperf3-server", &["iperf3", "-s", "-p", "5201", "--forceflush"]).unwrap();
-    srv.wait_for_log("Server listening", Duration::from_secs(10)).unwrap();
-    let t = seconds.to_string();
-    let mut argv = vec!["iperf3", "-c", server_addr, "-p", "5201", "-t", &t, "--connect-timeout", "3000"];
-    if reverse {
-        argv.push("-R");
-    }
-    let out = client.exec(&argv, Duration::from_secs(u64::from(seconds) + 20)).unwrap();
-    drop(srv);
-    assert!(out.success, "iperf3 {argv:?} failed: {}\n{}", out.stdout, out.stderr);
-    let line = out.stdout.lines().rfind(|l| l.contains("receiver")).unwrap_or_default();
+    let extra: &[&str] = if reverse { &["-R"] } else { &[] };
+    let (line, stdout) = iperf3_receiver(client, server, server_addr, seconds, extra);
     let words: Vec<&str> = line.split_whitespace().collect();
     let rate = words
         .windows(2)
@@ -327,8 +318,29 @@ fn iperf3(client: &Netns, server: &Netns, server_addr: &str, seconds: u32, rever
             w[0].parse::<f64>().ok().map(|v| v * scale)
         })
         .unwrap_or(0.0);
-    assert!(rate > 0.0, "no receiver rate in iperf3 output:\n{}", out.stdout);
+    assert!(rate > 0.0, "no receiver rate in iperf3 output:\n{stdout}");
     rate
+}
+
+/// Runs an iperf3 client from `client` against a server started in `server` for `seconds`,
+/// with `extra` client arguments; returns the summary's "receiver" line and the whole output.
+fn iperf3_receiver(
+    client: &Netns,
+    server: &Netns,
+    server_addr: &str,
+    seconds: u32,
+    extra: &[&str],
+) -> (String, String) {
+    let mut srv = server.spawn("iperf3-server", &["iperf3", "-s", "-p", "5201", "--forceflush"]).unwrap();
+    srv.wait_for_log("Server listening", Duration::from_secs(10)).unwrap();
+    let t = seconds.to_string();
+    let mut argv = vec!["iperf3", "-c", server_addr, "-p", "5201", "-t", &t, "--connect-timeout", "3000"];
+    argv.extend_from_slice(extra);
+    let out = client.exec(&argv, Duration::from_secs(u64::from(seconds) + 20)).unwrap();
+    drop(srv);
+    assert!(out.success, "iperf3 {argv:?} failed: {}\n{}", out.stdout, out.stderr);
+    let line = out.stdout.lines().rfind(|l| l.contains("receiver")).unwrap_or_default().to_string();
+    (line, out.stdout)
 }
 
 /// One case per suite, covering both encapsulations, both outer and both inner families.
@@ -429,26 +441,18 @@ fn iperf3_udp_datagrams_arrive_intact_through_merged_tun_writes() {
             )
         };
         let (errors0, in0) = counters();
-        let mut srv = net
-            .cloud_host
-            .spawn("iperf3-server", &["iperf3", "-s", "-p", "5202", "-1", "--forceflush"])
-            .unwrap();
-        srv.wait_for_log("Server listening", Duration::from_secs(10)).unwrap();
         // 20 Mbit/s of 64-byte payloads: about 39,000 datagrams a second, sent in bursts
         // (iperf3 paces per millisecond), so batches carry runs of them.
-        let argv = ["iperf3", "-c", to_cloud, "-p", "5202", "-u", "-l", "64", "-b", "20M", "-t", "2"];
-        let out = net.site_host.exec(&argv, Duration::from_secs(25)).unwrap();
-        drop(srv);
-        assert!(out.success, "iperf3 {argv:?} failed: {}\n{}", out.stdout, out.stderr);
+        let udp = ["-u", "-l", "64", "-b", "20M"];
+        let (line, stdout) = iperf3_receiver(&net.site_host, &net.cloud_host, to_cloud, 2, &udp);
         // "... 12/78125 (0.015%)  receiver": lost / sent.
-        let line = out.stdout.lines().rfind(|l| l.contains("receiver")).unwrap_or_default();
         let (lost, sent) = line
             .split_whitespace()
             .find_map(|w| {
                 let (a, b) = w.split_once('/')?;
                 Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
             })
-            .unwrap_or_else(|| panic!("no lost/sent in iperf3 output:\n{}", out.stdout));
+            .unwrap_or_else(|| panic!("no lost/sent in iperf3 output:\n{stdout}"));
         let (errors, received) = counters();
         let (errors, received) = (errors - errors0, received - in0);
         let (site, cloud) = pair.stop(case);
