@@ -10,6 +10,7 @@
 //! routes = ["198.18.20.0/24", "2001:db8:b::/48"]   # sent into the TUN device
 //! workers = 2                         # default: the available cores
 //! batch = 64                          # packets per enclave crossing, at most 256
+//! coalesce_us = 20                    # nap under sustained traffic (0: never), at most 1000
 //! offload = true                      # TUN TSO/USO/checksum and UDP GSO/GRO, where accepted
 //!
 //! [[sa]]
@@ -46,6 +47,11 @@ pub use esp::config::suite_by_name;
 pub const MAX_OVERHEAD: u16 = 40 + 8 + 8 + 16 + 15 + 2 + 32;
 /// The default TUN MTU: a 1500-byte path less [`MAX_OVERHEAD`], rounded down to 8.
 pub const DEFAULT_TUN_MTU: u16 = (1500 - MAX_OVERHEAD) / 8 * 8;
+/// The default coalescing nap: at 200,000 small packets/s about four times fewer rounds
+/// (bench/esp-e2e.sh, docs/bench-esp-e2e.md), and well below a WAN round trip.
+pub const DEFAULT_COALESCE_US: u32 = 20;
+/// The longest coalescing nap allowed.
+pub const MAX_COALESCE_US: u32 = 1000;
 /// The largest batch (the enclave's default descriptor limit).
 pub const MAX_BATCH: usize = 256;
 
@@ -80,6 +86,8 @@ struct RawSettings {
     #[serde(default)]
     batch: Option<usize>,
     #[serde(default)]
+    coalesce_us: Option<u32>,
+    #[serde(default)]
     offload: Option<bool>,
     #[serde(default)]
     listen: Vec<String>,
@@ -104,6 +112,10 @@ pub struct Settings {
     pub workers: Option<usize>,
     /// Packets read per batch.
     pub batch: usize,
+    /// Microseconds a worker waits before its next round when its last two rounds found
+    /// traffic but no full batch, so that batches fill up under load; 0: never waits.
+    /// Only packets arriving during such a wait are delayed, by at most this long.
+    pub coalesce_us: u32,
     /// Ask the kernel for offloads.
     pub offload: bool,
     /// ESP-in-UDP endpoints to listen on even before any SA uses them (a gateway whose SAs
@@ -121,6 +133,7 @@ impl Default for Settings {
             routes: Vec::new(),
             workers: None,
             batch: 64,
+            coalesce_us: DEFAULT_COALESCE_US,
             offload: true,
             listen: Vec::new(),
         }
@@ -284,6 +297,13 @@ impl Config {
                 if batch == 0 || batch > MAX_BATCH {
                     return Err(Error::Config { field: "dataplane.batch", why: format!("1 to {MAX_BATCH}") });
                 }
+                let coalesce_us = r.coalesce_us.unwrap_or(defaults.coalesce_us);
+                if coalesce_us > MAX_COALESCE_US {
+                    return Err(Error::Config {
+                        field: "dataplane.coalesce_us",
+                        why: format!("0 to {MAX_COALESCE_US}"),
+                    });
+                }
                 if r.workers == Some(0) || r.workers.is_some_and(|w| w > 64) {
                     return Err(Error::Config { field: "dataplane.workers", why: "1 to 64".into() });
                 }
@@ -307,6 +327,7 @@ impl Config {
                     routes: prefixes(&r.routes, "dataplane.routes")?,
                     workers: r.workers,
                     batch,
+                    coalesce_us,
                     offload: r.offload.unwrap_or(true),
                     listen: r
                         .listen
@@ -436,6 +457,7 @@ mod tests {
         assert_eq!(c.settings.tun_mtu, DEFAULT_TUN_MTU);
         assert_eq!(c.settings.routes.len(), 2);
         assert_eq!(c.settings.workers, Some(2));
+        assert_eq!(c.settings.coalesce_us, DEFAULT_COALESCE_US);
         assert_eq!(c.esp.sas.len(), 2);
         assert_eq!(c.udp_listeners(), vec!["198.18.0.1:4500".parse::<SocketAddr>().unwrap()]);
         assert_eq!(c.raw_families(), vec![true]);
@@ -450,6 +472,13 @@ mod tests {
     }
 
     #[test]
+    fn coalescing_can_be_set_or_turned_off() {
+        assert_eq!(Config::parse(&sample("coalesce_us = 0")).unwrap().settings.coalesce_us, 0);
+        let most = format!("coalesce_us = {MAX_COALESCE_US}");
+        assert_eq!(Config::parse(&sample(&most)).unwrap().settings.coalesce_us, MAX_COALESCE_US);
+    }
+
+    #[test]
     fn bad_settings_name_their_field() {
         let field = |extra: &str| match Config::parse(&sample(extra)) {
             Err(Error::Config { field, .. }) => field,
@@ -457,6 +486,8 @@ mod tests {
         };
         assert_eq!(field("tun_mtu = 1000"), "dataplane.tun_mtu");
         assert_eq!(field("batch = 0"), "dataplane.batch");
+        assert_eq!(field("coalesce_us = 1001"), "dataplane.coalesce_us");
+        assert_eq!(field("coalesce_us = -1"), "file");
         assert_eq!(field("tun_addresses = [\"nope\"]"), "dataplane.tun_addresses");
         assert_eq!(field("wrokers = 3"), "file");
     }

@@ -230,8 +230,16 @@ impl<E: Enclave + 'static> Dataplane<E> {
         for (i, (queue, udp)) in tun.into_queues().into_iter().zip(udp).enumerate() {
             let stats = Arc::new(WorkerStats::default());
             let io = WorkerIo { tun: queue, udp, raw: raw.clone() };
-            let w =
-                Worker::new(Arc::clone(&shared), Arc::clone(&stats), io, settings.batch, slot, tun_offloads);
+            let coalesce = std::time::Duration::from_micros(u64::from(settings.coalesce_us));
+            let w = Worker::new(
+                Arc::clone(&shared),
+                Arc::clone(&stats),
+                io,
+                settings.batch,
+                slot,
+                tun_offloads,
+                coalesce,
+            );
             let spawned = std::thread::Builder::new().name(format!("cloister-dp{i}")).spawn(move || w.run());
             match spawned {
                 Ok(h) => {

@@ -97,6 +97,11 @@ impl RecvBuffers {
         }
     }
 
+    /// How many messages one receive can take.
+    pub fn capacity(&self) -> usize {
+        self.meta.len()
+    }
+
     /// Messages the last receive got (a GRO message may hold several datagrams).
     pub fn messages(&self) -> usize {
         self.received
@@ -527,5 +532,12 @@ mod tests {
         b.received = 2;
         let d: Vec<_> = b.datagrams().map(|d| d.bytes.len()).collect();
         assert_eq!(d, [0, 0]);
+    }
+
+    #[test]
+    fn capacity_is_the_message_count_clamped() {
+        assert_eq!(RecvBuffers::new(8, 100).capacity(), 8);
+        assert_eq!(RecvBuffers::new(0, 100).capacity(), 1);
+        assert_eq!(RecvBuffers::new(MAX_MESSAGES + 1, 1).capacity(), MAX_MESSAGES);
     }
 }
