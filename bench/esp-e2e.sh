@@ -26,6 +26,8 @@
 #
 # Usage (root): bench/esp-e2e.sh [ROUNDS] [SECONDS]   defaults 5 rounds of 5 s per test
 #   E2E_VARIANTS="cloister strongswan ..."  a subset (cloister is needed for the ratios)
+#   E2E_TESTS="udp64 ..."                    a subset of the tests (for profiling one of them)
+#   E2E_COALESCE_US=N                        the Cloister gateways' `coalesce_us` (default: theirs)
 #   E2E_KEEP=1                               keep the work directory (logs, iperf3 JSON)
 #   E2E_CLOISTER=PATH                        use this `cloister` binary instead of building one
 # Installs its own extra dependencies on first use (bench/lib/deps.sh: wireguard-go,
@@ -38,7 +40,7 @@ ROOT=$PWD
 ROUNDS=${1:-5}
 DURATION=${2:-5}
 read -r -a VARIANTS <<<"${E2E_VARIANTS:-cloister cloister-proc strongswan boringtun wireguard-go plain}"
-TESTS=(tcp1 tcp4 udp64 udp1372)
+read -r -a TESTS <<<"${E2E_TESTS:-tcp1 tcp4 udp64 udp1372}"
 
 say() { printf '[esp-e2e] %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -193,6 +195,7 @@ setup_cloister() {
 tun = "cltun$n"
 tun_mtu = 1400
 routes = ["$peer_host/32"]
+${E2E_COALESCE_US:+coalesce_us = $E2E_COALESCE_US}
 
 [[sa]]
 name = "out"

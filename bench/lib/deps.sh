@@ -1,6 +1,7 @@
 # Extra dependencies of bench/esp-e2e.sh, installed on first use (CI runs no benchmarks, so
 # scripts/setup.sh does not pay for them). Sourced; expects ROOT (the repository root).
-#   - wireguard-go and wireguard-tools (`wg`): Debian packages
+#   - wireguard-go and wireguard-tools (`wg`), iperf3, strongSwan, ping, sysctl, python3:
+#     Debian packages
 #   - boringtun-cli: crates.io, built into .deps/cargo
 # Idempotent: each step checks first.
 
@@ -8,7 +9,8 @@ e2e_deps() {
   local deps="$ROOT/.deps"
   mkdir -p "$deps"
   local missing=()
-  for p in wireguard-go wireguard-tools iperf3 iproute2 strongswan-charon strongswan-swanctl libcharon-extra-plugins; do
+  for p in wireguard-go wireguard-tools iperf3 iproute2 iputils-ping procps python3 strongswan-charon strongswan-swanctl libcharon-extra-plugins \
+    libstrongswan-standard-plugins libstrongswan-extra-plugins; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   if ((${#missing[@]})); then
