@@ -360,10 +360,10 @@ impl<E: Enclave> Worker<E> {
     fn outbound(&mut self) -> Work {
         let mut area = core::mem::take(&mut self.area);
         let mut packets = core::mem::take(&mut self.packets);
-        let worked = self.outbound_in(&mut area, &mut packets);
+        let work = self.outbound_in(&mut area, &mut packets);
         self.area = area;
         self.packets = packets;
-        worked
+        work
     }
 
     fn outbound_in(&mut self, area: &mut [u8], packets: &mut [Packet]) -> Work {
