@@ -505,6 +505,7 @@ fn decapsulate<E: Enclave>(
     s.add(Counter::Crossings, u64::from(report.crossings));
     s.add(Counter::Decapsulated, u64::from(report.deliver));
     s.add(Counter::Keepalives, u64::from(report.keepalive));
+    s.add(Counter::EsnResyncs, u64::from(report.resynced));
     let mut write = |header: &VnetHeader, packet: &[u8], segments: usize| {
         let n = segments as u64;
         match tun.write_with(header, packet) {

@@ -12,6 +12,10 @@
 //!   length, next header, all arbitrary), which the peer encrypts and wraps in a valid outer
 //!   header, so the fuzzer reaches everything after authentication; the packet is offered
 //!   twice in one batch, and the second copy must never be delivered.
+//!
+//! With bit 7 of that byte set, every SA starts in a spell of ICV failures, so that its
+//! ESN SAs keep a packet and retry it with higher halves (RFC 4303 A3): no packet may be
+//! left undecided, and a replay still never gets through.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // Harness setup, not a packet path.
 
 use core::cell::RefCell;
@@ -227,6 +231,13 @@ pub fn decap_input(data: &[u8]) {
         let mut guard = cell.borrow_mut();
         let state = guard.get_or_insert_with(setup);
         let sad = sad(&state.sas);
+        if mode & 0x80 != 0 {
+            for sa in &state.sas {
+                if let Some(inbound) = sad.inbound(sa.spi) {
+                    inbound.runtime().record_auth(false, u32::MAX);
+                }
+            }
+        }
         let mut sealed = Vec::new();
         let frames: [(Frame, &[u8]); 2] = match mode % 3 {
             0 => [(Frame::Ip, rest), (Frame::Ip, &[])],

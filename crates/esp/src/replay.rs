@@ -104,8 +104,8 @@ impl ReplayWindow {
     /// call, instead of a guess whose ICV check fails and is counted as a forgery. `None`
     /// when the inference leaves the 64-bit space (a number "before" 2^32 while nothing has
     /// been received yet, or past 2^64), which is a replay or garbage. A wrong guess only
-    /// makes the ICV check fail; the re-synchronisation of Appendix A3 (retrying with
-    /// Th + 1 after many failures) is not implemented.
+    /// makes the ICV check fail; after many failures in a row the worker retries a packet
+    /// with higher halves (Appendix A3, [`crate::WorkerConfig::esn_resync_after`]).
     pub fn infer(&self, seq_lo: u32, esn: bool) -> Option<u64> {
         if !esn {
             return Some(u64::from(seq_lo));

@@ -378,6 +378,9 @@ pub struct InboundRuntime {
     window: ReplayWindow,
     usage: Usage,
     drops: SharedDropCounts,
+    /// ICV failures since the last authenticated packet (RFC 4303 Appendix A3.1), what
+    /// starts an ESN re-synchronisation.
+    auth_failures: AtomicU32,
 }
 
 const _: () = assert!(core::mem::size_of::<InboundRuntime>() <= 256);
@@ -401,6 +404,27 @@ impl InboundRuntime {
     /// Drops of this SA's packets, by reason.
     pub fn drops(&self) -> &SharedDropCounts {
         &self.drops
+    }
+
+    /// ICV failures since the last authenticated packet (consecutive across every worker,
+    /// as closely as batches interleave).
+    pub fn auth_failures(&self) -> u32 {
+        self.auth_failures.load(Ordering::Relaxed)
+    }
+
+    /// Records one batch run's outcome: `failures` ICV failures after its last authenticated
+    /// packet, and whether it had one. Costs a load and no store while packets authenticate
+    /// and nothing failed (the hot path).
+    pub(crate) fn record_auth(&self, authenticated: bool, failures: u32) {
+        if authenticated {
+            if self.auth_failures.load(Ordering::Relaxed) != failures {
+                self.auth_failures.store(failures, Ordering::Relaxed);
+            }
+        } else if failures > 0 {
+            let _ = self
+                .auth_failures
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_add(failures)));
+        }
     }
 
     /// Counts a run of `packets` authenticated packets of `bytes` bytes in all with one
@@ -643,7 +667,12 @@ impl Sad {
             return Err(Error::DuplicateSpi { spi: config.spi });
         }
         let window = ReplayWindow::new(config.replay_window)?;
-        let runtime = InboundRuntime { window, usage: Usage::default(), drops: SharedDropCounts::default() };
+        let runtime = InboundRuntime {
+            window,
+            usage: Usage::default(),
+            drops: SharedDropCounts::default(),
+            auth_failures: AtomicU32::new(0),
+        };
         self.inbound.insert(config.spi, InboundSa { config, runtime, life: LifeState::new(now) });
         Ok(())
     }

@@ -12,7 +12,7 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use enclave::{Enclave, EspDescriptor, EspStatus};
+use enclave::{Enclave, EspDescriptor, EspSaHandle, EspStatus};
 use wire::{Ecn, EspPacket, EspTrailer, IpProtocol, UdpEncapPayload};
 
 use crate::batch::{Action, Batch, Frame, Transmit};
@@ -26,6 +26,13 @@ use crate::spd::{PolicyAction, Spd};
 /// The outer TTL / hop limit (RFC 4301 §5.1.2.1 note 2: "constructed").
 pub const OUTER_TTL: u8 = 64;
 
+/// Default of [`WorkerConfig::esn_resync_after`]: far above what a burst of lost or
+/// damaged packets gives, and cheap to reach once 2^32 packets are gone.
+pub const DEFAULT_ESN_RESYNC_AFTER: u32 = 64;
+
+/// Default of [`WorkerConfig::esn_resync_tries`].
+pub const DEFAULT_ESN_RESYNC_TRIES: u32 = 4;
+
 /// Settings of one worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerConfig {
@@ -36,11 +43,24 @@ pub struct WorkerConfig {
     pub icmp_source_v4: Option<Ipv4Addr>,
     /// Source of ICMPv6 errors; the SA's local address if it is IPv6.
     pub icmp_source_v6: Option<Ipv6Addr>,
+    /// ICV failures in a row on an ESN SA after which a failing packet is retried with
+    /// higher halves of its sequence number (RFC 4303 Appendix A3.1's trigger, a local
+    /// parameter). 0 turns re-synchronisation off.
+    pub esn_resync_after: u32,
+    /// Higher halves one re-synchronisation tries, one enclave call each (A3.2's retry
+    /// limit): it recovers after up to this many times 2^32 lost packets.
+    pub esn_resync_tries: u32,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self { max_batch: 256, icmp_source_v4: None, icmp_source_v6: None }
+        Self {
+            max_batch: 256,
+            icmp_source_v4: None,
+            icmp_source_v6: None,
+            esn_resync_after: DEFAULT_ESN_RESYNC_AFTER,
+            esn_resync_tries: DEFAULT_ESN_RESYNC_TRIES,
+        }
     }
 }
 
@@ -61,9 +81,12 @@ pub struct BatchReport {
     pub keepalive: u32,
     /// Packets dropped (also those answered with an ICMP error).
     pub dropped: u32,
-    /// Enclave calls made (1 unless the batch exceeded `max_batch` descriptors; 0 if no
-    /// packet needed the enclave).
+    /// Enclave calls made (1 unless the batch exceeded `max_batch` descriptors, or an ESN
+    /// re-synchronisation retried a packet; 0 if no packet needed the enclave).
     pub crossings: u32,
+    /// Packets that authenticated only with a higher half of their sequence number: the
+    /// SA's receive side re-synchronised (RFC 4303 Appendix A3).
+    pub resynced: u32,
     /// A packet crossed a soft or hard byte/packet limit: call [`Sad::handle_timeout`] soon.
     pub lifetime_check_due: bool,
 }
@@ -87,6 +110,25 @@ struct Pending {
     /// Offsets within the slot: the outer packet (outbound) / the ESP packet (inbound).
     start: usize,
     len: usize,
+}
+
+/// A packet kept for an ESN re-synchronisation (RFC 4303 Appendix A3.2). Its ciphertext is
+/// copied before the enclave call, because a failed AEAD open overwrites it.
+#[derive(Debug, Clone, Copy)]
+struct ResyncCandidate {
+    packet: usize,
+    /// Its index in `pending` if it went to the enclave with the inferred number; `None` if
+    /// the window refused that number (then it waits, `Pending`, for the retries alone).
+    pending: Option<usize>,
+    spi: u32,
+    handle: EspSaHandle,
+    outer_ecn: Ecn,
+    /// The ESP packet's offset within the slot, and its length.
+    start: usize,
+    len: usize,
+    seq_lo: u32,
+    /// The number the enclave already refused.
+    tried: Option<u64>,
 }
 
 /// The policy decision for the last inner packet of a call, reused while the next ones
@@ -162,6 +204,9 @@ pub struct Worker {
     /// answers, in the run's order.
     seqs: Vec<u64>,
     verdicts: Vec<Result<(), DropReason>>,
+    /// This call's re-synchronisation candidate (at most one), and its saved ciphertext.
+    resync: Option<ResyncCandidate>,
+    resync_copy: Vec<u8>,
     drops: DropCounts,
 }
 
@@ -175,6 +220,9 @@ impl Worker {
             pending: Vec::with_capacity(capacity),
             seqs: Vec::with_capacity(capacity),
             verdicts: Vec::with_capacity(capacity),
+            resync: None,
+            // Allocated on first use: most SAs never lose 2^32 packets.
+            resync_copy: Vec::new(),
             drops: DropCounts::default(),
         }
     }
@@ -556,6 +604,8 @@ impl Worker {
         let mut report = BatchReport::default();
         self.descriptors.clear();
         self.pending.clear();
+        self.status.clear();
+        self.resync = None;
         let mut last = None;
         for i in 0..batch.len {
             if let Err(r) = self.decap_prepare(sad, batch, i, &mut last, &mut report) {
@@ -566,6 +616,7 @@ impl Worker {
         if !self.descriptors.is_empty() {
             self.cross(enclave, batch.area, &mut report);
         }
+        self.resync_esn(enclave, sad, batch, &mut report);
         self.decap_finish(sad, batch, &mut report);
         report
     }
@@ -660,13 +711,37 @@ impl Worker {
         }) {
             return Err(with_sa(DropReason::Malformed));
         }
-        let window = sa.runtime().window();
-        let seq = window.infer(esp.sequence_number(), cfg.esn).ok_or(with_sa(DropReason::Replay))?;
+        let rt = sa.runtime();
+        let window = rt.window();
+        let seq_lo = esp.sequence_number();
         // Anti-replay check before the enclave spends work on the packet (RFC 4303 §3.4.3).
-        window.check(seq).map_err(with_sa)?;
+        let seq = window.infer(seq_lo, cfg.esn).filter(|&seq| window.check(seq).is_ok());
         let esp_start = pkt.offset + outer.payload.start;
         let offset = u32::try_from(slot_start + esp_start).map_err(|_| with_sa(DropReason::NoRoom))?;
         let len = u32::try_from(payload.len()).map_err(|_| with_sa(DropReason::NoRoom))?;
+        let after = self.config.esn_resync_after;
+        if cfg.esn && self.resync.is_none() && after > 0 && rt.auth_failures() >= after {
+            // Many ICV failures in a row: perhaps 2^32 or more packets were lost and the
+            // inferred high half is behind. This packet is kept for retries with higher
+            // ones, also when the window placed it behind itself.
+            self.resync_copy.clear();
+            self.resync_copy.extend_from_slice(payload);
+            self.resync = Some(ResyncCandidate {
+                packet: i,
+                pending: seq.map(|_| self.pending.len()),
+                spi,
+                handle: cfg.handle,
+                outer_ecn: outer.ecn,
+                start: esp_start,
+                len: payload.len(),
+                seq_lo,
+                tried: seq,
+            });
+            if seq.is_none() {
+                return Ok(());
+            }
+        }
+        let seq = seq.ok_or(with_sa(DropReason::Replay))?;
         self.descriptors.push(EspDescriptor::decrypt(cfg.handle, offset, len, seq));
         self.pending.push(Pending {
             packet: i,
@@ -676,6 +751,87 @@ impl Worker {
             len: payload.len(),
         });
         Ok(())
+    }
+
+    /// RFC 4303 Appendix A3.2: retries this call's kept packet, if the enclave refused it
+    /// or never saw it, with the next higher halves of its sequence number. One that
+    /// authenticates becomes an `Ok` packet with that number, and committing it moves the
+    /// window there; a kept packet that none opens is dropped as the replay it seemed.
+    fn resync_esn<E: Enclave + ?Sized>(
+        &mut self,
+        enclave: &mut E,
+        sad: &Sad,
+        batch: &mut Batch<'_>,
+        report: &mut BatchReport,
+    ) {
+        let Some(c) = self.resync.take() else { return };
+        if let Some(k) = c.pending {
+            if self.status.get(k) != Some(&EspStatus::IcvMismatch) {
+                return;
+            }
+        }
+        let sa = sad.inbound(c.spi);
+        let found = sa.and_then(|sa| self.retry_halves(enclave, sa, batch, &c, report));
+        match (found, c.pending) {
+            (Some(seq), Some(k)) => {
+                if let (Some(s), Some(p)) = (self.status.get_mut(k), self.pending.get_mut(k)) {
+                    *s = EspStatus::Ok;
+                    p.seq = seq;
+                    report.resynced += 1;
+                }
+            }
+            (Some(seq), None) => {
+                self.pending.push(Pending {
+                    packet: c.packet,
+                    owner: Owner::In { spi: c.spi, outer_ecn: c.outer_ecn },
+                    seq,
+                    start: c.start,
+                    len: c.len,
+                });
+                self.status.push(EspStatus::Ok);
+                report.resynced += 1;
+            }
+            // Still an ICV failure, counted as such by `decap_finish`.
+            (None, Some(_)) => {}
+            (None, None) => {
+                let drops = sa.map(|sa| sa.runtime().drops());
+                drop_packet(&mut self.drops, report, batch, c.packet, DropReason::Replay, drops);
+            }
+        }
+    }
+
+    /// The first higher-half sequence number under which the kept ciphertext authenticates,
+    /// trying at most `esn_resync_tries` of them, each on a fresh copy.
+    fn retry_halves<E: Enclave + ?Sized>(
+        &self,
+        enclave: &mut E,
+        sa: &InboundSa,
+        batch: &mut Batch<'_>,
+        c: &ResyncCandidate,
+        report: &mut BatchReport,
+    ) -> Option<u64> {
+        let at = c.packet * batch.slot_len + c.start;
+        let (offset, len) = (u32::try_from(at).ok()?, u32::try_from(c.len).ok()?);
+        if self.resync_copy.len() != c.len {
+            return None;
+        }
+        // Above the window's high half, so the window takes whichever number opens it.
+        let top_hi = sa.runtime().window().top() >> 32;
+        for k in 1..=u64::from(self.config.esn_resync_tries) {
+            let hi = top_hi.checked_add(k).filter(|&hi| hi <= u64::from(u32::MAX))?;
+            let seq = hi << 32 | u64::from(c.seq_lo);
+            if c.tried == Some(seq) {
+                continue;
+            }
+            batch.area.get_mut(at..at + c.len)?.copy_from_slice(&self.resync_copy);
+            let d = [EspDescriptor::decrypt(c.handle, offset, len, seq)];
+            let mut status = [EspStatus::NotProcessed];
+            report.crossings += 1;
+            if enclave.esp_batch(batch.area, &d, &mut status).is_ok() && status == [EspStatus::Ok] {
+                return Some(seq);
+            }
+        }
+        None
     }
 
     fn decap_finish(&mut self, sad: &Sad, batch: &mut Batch<'_>, report: &mut BatchReport) {
@@ -700,11 +856,18 @@ impl Worker {
             self.decap_commit(sa, k..end);
             // The window's answers, one per authenticated packet of the run, in order.
             let mut verdicts = 0;
+            // ICV failures after the run's last authenticated packet (RFC 4303 A3.1).
+            let (mut authenticated, mut failures) = (false, 0u32);
             for n in k..end {
                 let (Some(mut p), Some(&status)) = (self.pending.get(n).copied(), self.status.get(n)) else {
                     continue;
                 };
                 let Owner::In { outer_ecn, .. } = p.owner else { continue };
+                match status {
+                    EspStatus::Ok => (authenticated, failures) = (true, 0),
+                    EspStatus::IcvMismatch => failures += 1,
+                    _ => {}
+                }
                 let opened = if status == EspStatus::Ok {
                     let committed = self.verdicts.get(verdicts).copied().unwrap_or(Err(DropReason::Replay));
                     verdicts += 1;
@@ -726,6 +889,7 @@ impl Worker {
                     }
                 }
             }
+            sa.runtime().record_auth(authenticated, failures);
             k = end;
         }
         self.pending.truncate(kept);

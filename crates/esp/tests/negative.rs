@@ -457,6 +457,145 @@ fn esn_carries_traffic_across_the_2_pow_32_boundary() {
     assert!(r.iter().all(|(a, _)| *a == Action::Drop(DropReason::Replay)));
 }
 
+/// B's inbound SA of `setup`.
+fn inbound(b: &Gateway) -> &InboundRuntime {
+    b.sad.inbound(0x2000).unwrap().runtime()
+}
+
+/// A's next sequence number moved `lost` numbers on, as if that many packets were lost.
+fn lose(a: &Gateway, id: OutboundSaId, lost: u64) {
+    let rt = a.sad.outbound(id).unwrap().runtime();
+    rt.set_next_seq(rt.peek_seq() + lost);
+}
+
+#[test]
+fn esn_resynchronises_after_2_pow_32_lost_packets() {
+    for suite in [GCM, CBC] {
+        let (mut a, mut b, id) = setup(Shape { esn: true, ..v4(suite) });
+        let (r, _) = decapsulate(&mut b, &outers(&mut a, &packets(4, false)));
+        assert_eq!(delivered(&r), 4);
+        lose(&a, id, (1 << 32) + 10);
+        // B infers the old high half: every packet fails its ICV check, and counts.
+        let after = DEFAULT_ESN_RESYNC_AFTER as usize;
+        let (r, report) = decapsulate(&mut b, &outers(&mut a, &packets(after, false)));
+        assert_eq!((delivered(&r), report.resynced, report.crossings), (0, 0, 1));
+        assert_eq!(inbound(&b).auth_failures(), DEFAULT_ESN_RESYNC_AFTER);
+        // The next batch's first packet is retried with high half 1, and opens.
+        let o = outers(&mut a, &packets(4, false));
+        let (r, report) = decapsulate(&mut b, &o);
+        assert_eq!((report.resynced, report.crossings), (1, 2), "{suite:?}");
+        assert!(matches!(r[0].0, Action::Deliver { .. }));
+        assert_eq!(
+            r[0].1,
+            after_hops(&packets(1, false)[0], 2),
+            "the inner packet, whole (a hop at each gateway)"
+        );
+        // The rest of that batch was inferred before the window moved.
+        assert!(r[1..].iter().all(|(a, _)| *a == Action::Drop(DropReason::IcvMismatch)));
+        assert_eq!(inbound(&b).window().top() >> 32, 1);
+        assert_eq!(sa_drops(&b).get(DropReason::IcvMismatch), u64::from(DEFAULT_ESN_RESYNC_AFTER) + 3);
+        // From here on the inference is right again.
+        let (r, report) = decapsulate(&mut b, &outers(&mut a, &packets(8, false)));
+        assert_eq!((delivered(&r), report.resynced, report.crossings), (8, 0, 1));
+        assert_eq!(inbound(&b).auth_failures(), 0);
+        // The packet that opened after the retries is not taken twice.
+        let (r, _) = decapsulate(&mut b, &o[..1]);
+        assert_eq!(r[0].0, Action::Drop(DropReason::Replay));
+    }
+}
+
+#[test]
+fn esn_resync_retries_a_packet_the_window_placed_behind_itself() {
+    let (mut a, mut b, id) = setup(Shape { esn: true, ..v4(GCM) });
+    inbound(&b).window().commit(1_000_000).unwrap();
+    lose(&a, id, (1 << 32) + 2_000_000);
+    let after = DEFAULT_ESN_RESYNC_AFTER as usize;
+    let (r, _) = decapsulate(&mut b, &outers(&mut a, &packets(after, false)));
+    assert_eq!(delivered(&r), 0);
+    // Now A's low half (10) is below B's window in B's own subspace: without the retries
+    // these would be replays for the next 2^31 packets.
+    a.sad.outbound(id).unwrap().runtime().set_next_seq((2 << 32) + 10);
+    let (r, report) = decapsulate(&mut b, &outers(&mut a, &packets(3, false)));
+    assert!(matches!(r[0].0, Action::Deliver { .. }), "{r:?}");
+    assert_eq!((report.resynced, report.crossings), (1, 2), "high halves 1 and 2, no call for the rest");
+    assert!(r[1..].iter().all(|(a, _)| *a == Action::Drop(DropReason::Replay)));
+    assert_eq!(inbound(&b).window().top(), (2 << 32) + 10);
+    let (r, _) = decapsulate(&mut b, &outers(&mut a, &packets(4, false)));
+    assert_eq!(delivered(&r), 4);
+}
+
+#[test]
+fn esn_resync_gives_up_after_its_tries_and_costs_a_bounded_number_of_calls() {
+    let (mut a, mut b, id) = setup(Shape { esn: true, ..v4(GCM) });
+    lose(&a, id, (u64::from(DEFAULT_ESN_RESYNC_TRIES) + 1) << 32);
+    let after = DEFAULT_ESN_RESYNC_AFTER as usize;
+    decapsulate(&mut b, &outers(&mut a, &packets(after, false)));
+    for _ in 0..3 {
+        let (r, report) = decapsulate(&mut b, &outers(&mut a, &packets(8, false)));
+        assert_eq!(delivered(&r), 0);
+        // One packet per call is retried, with each allowed high half.
+        assert_eq!((report.resynced, report.crossings), (0, 1 + DEFAULT_ESN_RESYNC_TRIES));
+    }
+    assert_eq!(inbound(&b).window().top() >> 32, 0, "the window did not move");
+    assert_eq!(sa_drops(&b).get(DropReason::IcvMismatch), u64::from(DEFAULT_ESN_RESYNC_AFTER) + 24);
+}
+
+#[test]
+fn esn_resync_opens_no_forgery_or_replay_and_good_packets_end_it() {
+    let (mut a, mut b, _) = setup(Shape { esn: true, ..v4(GCM) });
+    let old = outers(&mut a, &packets(2, false));
+    decapsulate(&mut b, &old);
+    let after = DEFAULT_ESN_RESYNC_AFTER as usize;
+    let mut forged = outers(&mut a, &packets(after + 1, false));
+    for o in &mut forged {
+        let last = o.len() - 1;
+        o[last] ^= 1;
+    }
+    let (r, _) = decapsulate(&mut b, &forged[..after]);
+    assert_eq!(delivered(&r), 0);
+    assert_eq!(inbound(&b).auth_failures(), DEFAULT_ESN_RESYNC_AFTER);
+    // A forgery and a replay are retried and refused; the good packets after them pass.
+    let mut batch = vec![forged[after].clone(), old[0].clone()];
+    let good = outers(&mut a, &packets(3, false));
+    batch.extend(good.iter().cloned());
+    let (r, report) = decapsulate(&mut b, &batch);
+    assert_eq!(report.resynced, 0);
+    assert_eq!(r[0].0, Action::Drop(DropReason::IcvMismatch));
+    assert_eq!(r[1].0, Action::Drop(DropReason::Replay));
+    assert_eq!(delivered(&r), 3);
+    assert_eq!(inbound(&b).auth_failures(), 0, "an authenticated packet ends the failure run");
+    assert_eq!(inbound(&b).window().top() >> 32, 0);
+    // No more retries: one call for the next batch.
+    let (_, report) = decapsulate(&mut b, &outers(&mut a, &packets(2, false)));
+    assert_eq!(report.crossings, 1);
+}
+
+#[test]
+fn without_esn_or_with_resync_off_no_packet_is_retried() {
+    for (esn, after) in [(false, DEFAULT_ESN_RESYNC_AFTER), (true, 0)] {
+        let (mut a, mut b, id) = setup(Shape { esn, ..v4(GCM) });
+        b.worker = Worker::new(WorkerConfig { esn_resync_after: after, ..WorkerConfig::default() }, 64);
+        decapsulate(&mut b, &outers(&mut a, &packets(2, false)));
+        lose(&a, id, 1 << 32);
+        if !esn {
+            // A 32-bit SA cannot send past 2^32: make B's packets fail their ICV instead.
+            a.sad.outbound(id).unwrap().runtime().set_next_seq(10);
+        }
+        let n = DEFAULT_ESN_RESYNC_AFTER as usize + 8;
+        let mut o = outers(&mut a, &packets(n, false));
+        if !esn {
+            for p in &mut o {
+                let last = p.len() - 1;
+                p[last] ^= 1;
+            }
+        }
+        for chunk in o.chunks(8) {
+            let (r, report) = decapsulate(&mut b, chunk);
+            assert_eq!((delivered(&r), report.resynced, report.crossings), (0, 0, 1), "esn {esn}");
+        }
+    }
+}
+
 #[test]
 fn df_packets_too_big_get_an_icmp_error_toward_the_source() {
     let (mut a, _, id) = setup(v4(GCM));
