@@ -132,6 +132,16 @@ wait_for() {
 
 hex() { head -c "$1" /dev/urandom | od -An -v -tx1 | tr -d ' \n'; }
 
+# Where a test's packets were lost (counters are per namespace, read before and after each
+# test): datagrams the namespace's UDP sockets dropped for a full receive buffer, and
+# packets its devices dropped on transmit (a TUN queue its reader did not empty).
+rcvbuf_errors() {
+  ip netns exec "$1" awk '/^Udp:/ { if (!c) { for (i = 1; i <= NF; i++) if ($i == "RcvbufErrors") c = i } else { print $c; exit } }' /proc/net/snmp
+}
+tx_drops() {
+  ip netns exec "$1" sed 's/^ *//; s/:/ /' /proc/net/dev | awk 'NR > 2 { s += $13 } END { print s + 0 }'
+}
+
 # ---- topology ----------------------------------------------------------------------------
 declare -A HOST=([cloister]=11 [boringtun]=13 [wireguard-go]=14 [plain]=15 [cloister-proc]=16 [strongswan]=20)
 
@@ -401,7 +411,9 @@ for v in cloister cloister-proc; do
   [ -f "$WORK/$v/site.log" ] && echo "$v site-gw: $(grep -m1 'offloads:' "$WORK/$v/site.log")"
 done
 RESULTS=$WORK/results
+LOSSES=$WORK/losses
 : >"$RESULTS"
+: >"$LOSSES"
 nv=${#VARIANTS[@]}
 for ((r = 1; r <= ROUNDS; r++)); do
   for ((j = 0; j < nv; j++)); do
@@ -415,10 +427,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
         udp1372) args=(-u -b 0 -l 1372) ;;
       esac
       out=$WORK/r$r-$v-$t.json
+      before="$(tx_drops "$SG") $(rcvbuf_errors "$CG") $(rcvbuf_errors "$CH")"
       ip netns exec "$SH" timeout $((DURATION + 20)) iperf3 -c "198.18.20.$n" -B "198.18.10.$n" \
         -p $((5200 + n)) -t "$DURATION" --connect-timeout 3000 -J "${args[@]}" >"$out" 2>"$out.err" || true
       read -r val loss < <(python3 "$STATS" extract "$t" "$out")
       echo "$r $v $t $val $loss" >>"$RESULTS"
+      read -r sg0 cg0 ch0 <<<"$before"
+      echo "$r $v $t $(($(tx_drops "$SG") - sg0)) $(($(rcvbuf_errors "$CG") - cg0)) $(($(rcvbuf_errors "$CH") - ch0))" >>"$LOSSES"
       printf '[esp-e2e] round %d %-14s %-8s %s\n' "$r" "$v" "$t" "$val" >&2
       sleep 0.3
     done
@@ -438,4 +453,5 @@ for v in cloister cloister-proc; do
     echo "$v $side-gw $(grep -m1 '^total:' "$WORK/$v/$side.log" || echo 'total: (no counters)')"
   done
 done
+python3 "$STATS" losses "$LOSSES" "${VARIANTS[@]}"
 python3 "$STATS" summary "$RESULTS" "${VARIANTS[@]}"

@@ -10,6 +10,11 @@
       and test (median, min-max, rounds; loss medians for UDP), and the last line
       esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>
       where a peer is strongswan, boringtun or wireguard-go (the best median of them).
+  e2e_stats.py losses LOSSES VARIANTS...
+      LOSSES holds lines "round variant test site_gw_tx_drops cloud_gw_rcvbuf cloud_host_rcvbuf"
+      (per-namespace counter deltas over one test); prints their medians per variant and
+      test: where the datagrams that iperf3 counts as lost went (and, for TCP, where the
+      segments it retransmitted were lost).
 """
 import json
 import math
@@ -90,12 +95,39 @@ def summary(path, variants):
     print(f"esp e2e tcp1 ratio vs best peer={r1} udp64 ratio vs best peer={r64}")
 
 
+def losses(path, variants):
+    data = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 6:
+                continue
+            try:
+                counts = [int(x) for x in parts[3:]]
+            except ValueError:
+                continue
+            data.setdefault((parts[1], parts[2]), []).append(counts)
+    if not data:
+        return
+    print("where packets were lost, per test (medians over the rounds):")
+    print(f"{'variant':<15} {'test':<8} {'site-gw tx drops':>17} {'cloud-gw rcvbuf':>16} {'cloud-host rcvbuf':>18}")
+    for variant in variants:
+        for test in TESTS:
+            runs = data.get((variant, test))
+            if not runs:
+                continue
+            med = [statistics.median(c[i] for c in runs) for i in range(3)]
+            print(f"{variant:<15} {test:<8} {med[0]:>17.0f} {med[1]:>16.0f} {med[2]:>18.0f}")
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "extract":
         v, l = extract(sys.argv[2], sys.argv[3])
         print(f"{v} {l}")
     elif len(sys.argv) >= 3 and sys.argv[1] == "summary":
         summary(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "losses":
+        losses(sys.argv[2], sys.argv[3:])
     else:
         sys.exit(__doc__)
 
