@@ -858,6 +858,8 @@ impl Worker {
             let mut verdicts = 0;
             // ICV failures after the run's last authenticated packet (RFC 4303 A3.1).
             let (mut authenticated, mut failures) = (false, 0u32);
+            // The flow the SA's selectors last admitted: a run mostly holds one.
+            let mut admitted = None;
             for n in k..end {
                 let (Some(mut p), Some(&status)) = (self.pending.get(n).copied(), self.status.get(n)) else {
                     continue;
@@ -871,7 +873,7 @@ impl Worker {
                 let opened = if status == EspStatus::Ok {
                     let committed = self.verdicts.get(verdicts).copied().unwrap_or(Err(DropReason::Replay));
                     verdicts += 1;
-                    committed.and_then(|()| Self::decap_one(sa, batch, &p, outer_ecn))
+                    committed.and_then(|()| Self::decap_one(sa, batch, &p, outer_ecn, &mut admitted))
                 } else {
                     Err(DropReason::from_status(status))
                 };
@@ -970,6 +972,7 @@ impl Worker {
         batch: &mut Batch<'_>,
         p: &Pending,
         outer_ecn: Ecn,
+        admitted: &mut Option<FlowKey>,
     ) -> Result<(usize, usize), DropReason> {
         let cfg = sa.config();
         let shape = Shape::of(cfg);
@@ -996,8 +999,11 @@ impl Worker {
         }
         // Bytes between the inner packet's end and the padding are TFC padding (§2.7).
         let inner = Inner::parse(inner_bytes)?;
-        if !selectors_admit(cfg, &inner.key.tuple()) {
-            return Err(DropReason::SelectorMismatch);
+        if *admitted != Some(inner.key) {
+            if !selectors_admit(cfg, &inner.key.tuple()) {
+                return Err(DropReason::SelectorMismatch);
+            }
+            *admitted = Some(inner.key);
         }
         let ecn = ecn::decapsulated(inner.ecn, outer_ecn).ok_or(DropReason::EcnCeOnNotEct)?;
         // Forwarding: the decapsulator decrements the inner TTL (RFC 4301 §5.1.2.1 note 2).
