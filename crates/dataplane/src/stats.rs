@@ -68,7 +68,8 @@ counted_enum! {
         Batches => "batches",
         /// Enclave crossings.
         Crossings => "crossings",
-        /// Inbound ESN SAs re-synchronised after 2^32 or more lost packets (RFC 4303 A3).
+        /// Packets that re-synchronised an inbound ESN SA after 2^32 or more lost packets
+        /// (RFC 4303 Appendix A3).
         EsnResyncs => "esn_resyncs",
     }
 }
