@@ -51,15 +51,25 @@ def fmt(test, v):
     return f"{v / 1000:.1f}k"
 
 
-def summary(path, variants):
+def rows(path, values, convert):
+    """Lines "round variant test VALUE..." with `values` values each, converted: a dict from
+    (variant, test) to the list of value lists, in file order. Other lines are skipped."""
     data = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             parts = line.split()
-            if len(parts) != 5:
+            if len(parts) != 3 + values:
                 continue
-            _, variant, test, value, loss = parts
-            data.setdefault((variant, test), []).append((float(value), float(loss)))
+            try:
+                converted = [convert(x) for x in parts[3:]]
+            except ValueError:
+                continue
+            data.setdefault((parts[1], parts[2]), []).append(converted)
+    return data
+
+
+def summary(path, variants):
+    data = rows(path, 2, float)
     med = {}
     print(f"{'variant':<15} {'test':<8} {'median':>9} {'min-max':>19} {'unit':<7} {'loss% (median)':>14}  rounds")
     for variant in variants:
@@ -96,17 +106,7 @@ def summary(path, variants):
 
 
 def losses(path, variants):
-    data = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) != 6:
-                continue
-            try:
-                counts = [int(x) for x in parts[3:]]
-            except ValueError:
-                continue
-            data.setdefault((parts[1], parts[2]), []).append(counts)
+    data = rows(path, 3, int)
     if not data:
         return
     print("where packets were lost, per test (medians over the rounds):")

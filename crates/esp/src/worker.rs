@@ -12,7 +12,7 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use enclave::{Enclave, EspDescriptor, EspSaHandle, EspStatus};
+use enclave::{Enclave, EspDescriptor, EspStatus};
 use wire::{Ecn, EspPacket, EspTrailer, IpProtocol, UdpEncapPayload};
 
 use crate::batch::{Action, Batch, Frame, Transmit};
@@ -121,14 +121,11 @@ struct ResyncCandidate {
     /// the window refused that number (then it waits, `Pending`, for the retries alone).
     pending: Option<usize>,
     spi: u32,
-    handle: EspSaHandle,
     outer_ecn: Ecn,
     /// The ESP packet's offset within the slot, and its length.
     start: usize,
     len: usize,
     seq_lo: u32,
-    /// The number the enclave already refused.
-    tried: Option<u64>,
 }
 
 /// The policy decision for the last inner packet of a call, reused while the next ones
@@ -730,12 +727,10 @@ impl Worker {
                 packet: i,
                 pending: seq.map(|_| self.pending.len()),
                 spi,
-                handle: cfg.handle,
                 outer_ecn: outer.ecn,
                 start: esp_start,
                 len: payload.len(),
                 seq_lo,
-                tried: seq,
             });
             if seq.is_none() {
                 return Ok(());
@@ -815,16 +810,18 @@ impl Worker {
         if self.resync_copy.len() != c.len {
             return None;
         }
+        // The number the enclave already refused, if it saw the packet.
+        let tried = c.pending.and_then(|i| self.pending.get(i)).map(|p| p.seq);
         // Above the window's high half, so the window takes whichever number opens it.
         let top_hi = sa.runtime().window().top() >> 32;
         for k in 1..=u64::from(self.config.esn_resync_tries) {
             let hi = top_hi.checked_add(k).filter(|&hi| hi <= u64::from(u32::MAX))?;
             let seq = hi << 32 | u64::from(c.seq_lo);
-            if c.tried == Some(seq) {
+            if tried == Some(seq) {
                 continue;
             }
             batch.area.get_mut(at..at + c.len)?.copy_from_slice(&self.resync_copy);
-            let d = [EspDescriptor::decrypt(c.handle, offset, len, seq)];
+            let d = [EspDescriptor::decrypt(sa.config().handle, offset, len, seq)];
             let mut status = [EspStatus::NotProcessed];
             report.crossings += 1;
             if enclave.esp_batch(batch.area, &d, &mut status).is_ok() && status == [EspStatus::Ok] {

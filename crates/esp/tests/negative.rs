@@ -460,6 +460,15 @@ fn esn_carries_traffic_across_the_2_pow_32_boundary() {
     assert!(r.iter().all(|(a, _)| *a == Action::Drop(DropReason::Replay)));
 }
 
+/// Flips the last ICV bit of every packet: forgeries.
+fn forge(outers: &mut [Vec<u8>]) {
+    for o in outers {
+        if let Some(last) = o.last_mut() {
+            *last ^= 1;
+        }
+    }
+}
+
 /// B's inbound SA of `setup`.
 fn inbound(b: &Gateway) -> &InboundRuntime {
     b.sad.inbound(0x2000).unwrap().runtime()
@@ -550,10 +559,7 @@ fn esn_resync_opens_no_forgery_or_replay_and_good_packets_end_it() {
     decapsulate(&mut b, &old);
     let after = DEFAULT_ESN_RESYNC_AFTER as usize;
     let mut forged = outers(&mut a, &packets(after + 1, false));
-    for o in &mut forged {
-        let last = o.len() - 1;
-        o[last] ^= 1;
-    }
+    forge(&mut forged);
     let (r, _) = decapsulate(&mut b, &forged[..after]);
     assert_eq!(delivered(&r), 0);
     assert_eq!(inbound(&b).auth_failures(), DEFAULT_ESN_RESYNC_AFTER);
@@ -587,10 +593,7 @@ fn without_esn_or_with_resync_off_no_packet_is_retried() {
         let n = DEFAULT_ESN_RESYNC_AFTER as usize + 8;
         let mut o = outers(&mut a, &packets(n, false));
         if !esn {
-            for p in &mut o {
-                let last = p.len() - 1;
-                p[last] ^= 1;
-            }
+            forge(&mut o);
         }
         for chunk in o.chunks(8) {
             let (r, report) = decapsulate(&mut b, chunk);
