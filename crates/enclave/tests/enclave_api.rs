@@ -331,6 +331,53 @@ fn esp_batches_round_trip_for_every_transform_with_and_without_esn() {
 }
 
 #[test]
+fn outbound_numbers_may_cross_out_of_order_but_never_twice() {
+    // Two gateway workers draw 1..=4 and 5..=8 from one SA's counter; the second crosses
+    // first. Both batches are sealed, the peer opens all eight, and no number goes twice.
+    let suite = Suite::aead(Cipher::AesGcm16_256);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let (ci, cr) = child(&mut p, suite, false, None);
+    let (mut area, regions) = layout(suite, 8, 64);
+    let enc = |seqs: core::ops::RangeInclusive<u64>| -> Vec<EspDescriptor> {
+        seqs.map(|s| {
+            let (o, l) = regions[usize::try_from(s - 1).unwrap()];
+            EspDescriptor::encrypt(ci.outbound, o, l, s)
+        })
+        .collect()
+    };
+    let mut st = vec![EspStatus::NotProcessed; 4];
+    for run in [5..=8, 1..=4] {
+        let s = p.i.esp_batch(&mut area, &enc(run), &mut st).unwrap();
+        assert_eq!((s.ok, s.failed), (4, 0), "{st:?}");
+    }
+    let dec: Vec<_> = (1..=8u64)
+        .map(|s| {
+            let (o, l) = regions[usize::try_from(s - 1).unwrap()];
+            EspDescriptor::decrypt(cr.inbound, o, l, s)
+        })
+        .collect();
+    let mut st8 = vec![EspStatus::NotProcessed; 8];
+    assert_eq!(p.r.esp_batch(&mut area, &dec, &mut st8).unwrap().ok, 8, "{st8:?}");
+    // Every number again, in either order: refused, and nothing in the area changes.
+    let before = area.clone();
+    for run in [1..=4, 5..=8] {
+        let s = p.i.esp_batch(&mut area, &enc(run), &mut st).unwrap();
+        assert_eq!((s.ok, s.failed), (0, 4));
+        assert!(st.iter().all(|&x| x == EspStatus::SeqReused), "{st:?}");
+    }
+    assert_eq!(area, before);
+    // A number far above, then one more than the window below it: refused as unknown.
+    let (o, l) = regions[0];
+    let far = [EspDescriptor::encrypt(ci.outbound, o, l, 10_000)];
+    let old = [EspDescriptor::encrypt(ci.outbound, o, l, 9)];
+    let mut one = [EspStatus::NotProcessed];
+    assert_eq!(p.i.esp_batch(&mut area, &far, &mut one).unwrap().ok, 1);
+    assert_eq!(p.i.esp_batch(&mut area, &old, &mut one).unwrap().failed, 1);
+    assert_eq!(one[0], EspStatus::SeqReused);
+    assert_eq!(p.i.counters().esp_status(EspStatus::SeqReused), 9);
+}
+
+#[test]
 fn inbound_sas_do_only_the_operation_the_measured_config_allows() {
     let cfg = |inbound| EnclaveConfig {
         tenant: TenantId(1),
@@ -446,7 +493,7 @@ fn bad_descriptors_get_a_status_each_and_are_counted() {
             OutOfBounds,
             BadLength,
             Ok,
-            SeqNotIncreasing,
+            SeqReused,
             SeqExhausted,
             ForeignSa,
         ]

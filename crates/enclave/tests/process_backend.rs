@@ -129,7 +129,7 @@ fn a_zero_copy_batch_crosses_and_the_inline_peer_decrypts_it() {
     let again = [descs[0]];
     let mut one = [EspStatus::NotProcessed];
     p.esp_batch(area.as_mut_slice(), &again, &mut one).unwrap();
-    assert_eq!(one[0], EspStatus::SeqNotIncreasing);
+    assert_eq!(one[0], EspStatus::SeqReused);
     assert_eq!(p.counters().esp_status(EspStatus::Ok), 32);
 }
 
@@ -348,7 +348,7 @@ fn pipelined_batches_overlap_and_complete_in_order() {
     let mut st = vec![EspStatus::NotProcessed; 256];
     for f in more {
         p.complete_esp(f, &mut st).unwrap();
-        assert_eq!(st[0], EspStatus::SeqNotIncreasing);
+        assert_eq!(st[0], EspStatus::SeqReused);
         assert!(st[1..].iter().all(|&s| s == EspStatus::Overlap));
     }
     p.random_nonce(&mut n).unwrap();

@@ -199,7 +199,7 @@ mod tests {
         assert_eq!(DropReason::from_status(EspStatus::IcvMismatch), DropReason::IcvMismatch);
         assert_eq!(DropReason::from_status(EspStatus::SeqExhausted), DropReason::SeqExhausted);
         assert_eq!(DropReason::from_status(EspStatus::UnknownSa), DropReason::NoSa);
-        assert_eq!(DropReason::from_status(EspStatus::SeqNotIncreasing), DropReason::EnclaveRefused);
+        assert_eq!(DropReason::from_status(EspStatus::SeqReused), DropReason::EnclaveRefused);
     }
 
     #[test]

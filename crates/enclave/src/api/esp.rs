@@ -172,8 +172,9 @@ pub enum EspStatus {
     SpiMismatch = 8,
     /// The header's sequence number is not the low half of `seq`, or `seq` needs ESN.
     SeqMismatch = 9,
-    /// ENCRYPT with a sequence number not above the last one used: would repeat an IV.
-    SeqNotIncreasing = 10,
+    /// ENCRYPT with a sequence number this SA already used, or one so far below the highest
+    /// used (more than 2048) that the enclave no longer knows: it would risk repeating an IV.
+    SeqReused = 10,
     /// The sequence number space is used up: rekey.
     SeqExhausted = 11,
     /// The ICV is wrong: nothing was decrypted for the caller.
@@ -210,7 +211,7 @@ impl EspStatus {
         Self::BadLength,
         Self::SpiMismatch,
         Self::SeqMismatch,
-        Self::SeqNotIncreasing,
+        Self::SeqReused,
         Self::SeqExhausted,
         Self::IcvMismatch,
         Self::BadOuterHeader,

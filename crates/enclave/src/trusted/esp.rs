@@ -10,6 +10,7 @@ use super::esp_keys::{next_owner_id, KeyCache, NO_SLOT};
 use super::ike_keys::{EspKeys, MAX_ENC_KEY, MAX_INTEG_KEY};
 use super::keybuf::KeyBuf;
 use super::prf::{ct_eq, integ_alg, scrub_hmac_key};
+use super::sent::SentWindow;
 use super::sk::{aead_alg, nonce};
 use super::table::Table;
 use crate::api::alg::Suite;
@@ -63,8 +64,8 @@ pub(crate) struct EspSa {
     /// Where this SA's expanded AEAD key may be in the [`KeyCache`] (a hint, checked
     /// against `owner`).
     cache_slot: u32,
-    /// Outbound: the highest sequence number used (0 = none yet).
-    last_seq: u64,
+    /// Outbound: the sequence numbers used (boxed: inbound SAs do not pay for it).
+    sent: Option<Box<SentWindow>>,
     /// Outbound: the highest sequence number this instance may still use. `u64::MAX` until
     /// the SA is exported for migration; then the destination starts above it, so the two
     /// instances never send one (key, IV) pair twice.
@@ -123,7 +124,7 @@ impl EspSa {
             esn,
             suite,
             cache_slot: NO_SLOT,
-            last_seq: 0,
+            sent: (dir == Direction::Outbound).then(|| Box::new(SentWindow::new())),
             seq_ceiling: u64::MAX,
             owner: next_owner_id(),
             cipher,
@@ -132,14 +133,16 @@ impl EspSa {
         })
     }
 
-    /// Bytes held for this SA: itself and its boxed HMAC key (its share of the key cache is
-    /// counted with the cache, [`KeyCache::bytes`]).
+    /// Bytes held for this SA: itself, its boxed HMAC key and, outbound, its window of used
+    /// sequence numbers (its share of the key cache is counted with the cache,
+    /// [`KeyCache::bytes`]).
     pub(crate) fn footprint(&self) -> usize {
         let mac = match self.cipher {
             EspCipher::Aead { .. } => 0,
             EspCipher::CbcOut { .. } | EspCipher::CbcIn { .. } => core::mem::size_of::<CbcMac>(),
         };
-        core::mem::size_of::<Self>() + mac
+        let sent = if self.sent.is_some() { core::mem::size_of::<SentWindow>() } else { 0 };
+        core::mem::size_of::<Self>() + mac + sent
     }
 
     /// The SPI.
@@ -162,9 +165,9 @@ impl EspSa {
         self.suite
     }
 
-    /// Outbound: the highest sequence number used so far.
+    /// Outbound: the highest sequence number used so far (0: none, or inbound).
     pub(crate) fn last_seq(&self) -> u64 {
-        self.last_seq
+        self.sent.as_ref().map_or(0, |w| w.top())
     }
 
     /// Whether this SA's sending range was already handed to a migration destination.
@@ -177,9 +180,11 @@ impl EspSa {
         self.seq_ceiling = self.seq_ceiling.min(ceiling);
     }
 
-    /// Makes the next outbound sequence number at least `last + 1` (import for migration).
+    /// Refuses every outbound sequence number up to `last` (import for migration).
     pub(crate) fn raise_seq_floor(&mut self, last: u64) {
-        self.last_seq = self.last_seq.max(last);
+        if let Some(w) = self.sent.as_mut() {
+            w.raise_floor(last);
+        }
     }
 
     /// The raw keys as [`EspSa::new`] takes them (encryption key with the AEAD salt after
@@ -284,11 +289,14 @@ fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) ->
         Ok(l) => l,
         Err(s) => return s,
     };
-    if (!sa.esn && seq > u64::from(u32::MAX)) || (seq <= sa.last_seq && sa.last_seq == u64::MAX) {
+    let Some(sent) = sa.sent.as_deref() else {
+        return EspStatus::WrongDirection;
+    };
+    if (!sa.esn && seq > u64::from(u32::MAX)) || sent.top() == u64::MAX {
         return EspStatus::SeqExhausted;
     }
-    if seq <= sa.last_seq {
-        return EspStatus::SeqNotIncreasing;
+    if !sent.may_use(seq) {
+        return EspStatus::SeqReused;
     }
     // Past the range this instance kept when its state was exported: the migration
     // destination sends from here on.
@@ -344,7 +352,9 @@ fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) ->
         EspCipher::CbcIn { .. } => false,
     };
     if ok {
-        sa.last_seq = seq;
+        if let Some(w) = sa.sent.as_mut() {
+            w.mark(seq);
+        }
         EspStatus::Ok
     } else {
         EspStatus::WrongDirection
@@ -766,6 +776,9 @@ mod tests {
         #[cfg(feature = "test-export")]
         let size = size - core::mem::size_of::<EspKeys>();
         assert!(size <= 96, "EspSa is {size} bytes");
+        // An outbound SA also holds its window of used sequence numbers.
+        let out = size + core::mem::size_of::<super::super::sent::SentWindow>();
+        assert!(out <= 360, "an outbound EspSa with its window is {out} bytes");
         let cbc = size + core::mem::size_of::<CbcMac>();
         assert!(cbc <= 400, "a CBC EspSa with its HMAC key is {cbc} bytes");
     }

@@ -18,6 +18,7 @@ pub(crate) mod prf;
 pub(crate) mod provisioning;
 pub(crate) mod seal;
 pub(crate) mod selftest;
+pub(crate) mod sent;
 pub(crate) mod sk;
 #[cfg(test)]
 mod strongswan_kat;
