@@ -19,9 +19,9 @@
 //! forwarding of BYPASS traffic (counted and dropped), signal handling or printing (the
 //! binary does), rekeying.
 //!
-//! Known limit: the tenant has one enclave instance, locked for each batch (see [`worker`]
-//! for why this keeps the enclave's increasing-sequence-number rule on every worker); so
-//! cryptography is serialised across workers and the workers parallelise I/O.
+//! Known limit: the tenant has one enclave instance, locked for each crossing (see
+//! [`worker`]); workers parallelise I/O and the ESP core's header work, and one tenant's
+//! cryptography is one enclave call at a time.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

@@ -21,13 +21,13 @@
 //!    arrives while the worker was idle is handled at once: only packets arriving during
 //!    a nap wait, at most `coalesce_us`.
 //!
-//! The enclave of the tenant is one instance behind a mutex, held for a whole
-//! `encapsulate`/`decapsulate` call: sequence numbers are drawn and handed to the enclave
-//! under the same lock, so the enclave sees each outbound SA's numbers in increasing order
-//! whichever worker read the packets (it refuses numbers that do not increase, to rule out
-//! IV reuse). That is why every worker may read its TUN queue; the price is that the
-//! crossings of all workers are serialised, so workers add parallel I/O, not parallel
-//! cryptography.
+//! The enclave of the tenant is one instance behind a mutex, taken for each crossing only
+//! ([`esp::SharedEnclave`]): parsing, policy lookup, numbering, headers and checksums of
+//! the workers run in parallel, and their enclave calls take turns. Outbound sequence
+//! numbers are drawn before the crossing, so one SA's batches may reach the enclave out of
+//! order; the enclave accepts each number once within a window (and refuses a repeat, to
+//! rule out IV reuse), so every worker may carry every SA. The cryptography of one tenant
+//! is still one call at a time.
 
 use core::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
@@ -44,7 +44,7 @@ use cio::udp::UdpSocket;
 use cio::vnet::{VnetHeader, VNET_HDR_LEN};
 use cio::{Datagram, Outgoing, RecvBuffers};
 use enclave::Enclave;
-use esp::{Action, Batch, Encapsulation, Frame, Packet, Sad, Spd, HEADROOM, TAILROOM};
+use esp::{Action, Batch, Encapsulation, Frame, Packet, Sad, SharedEnclave, Spd, HEADROOM, TAILROOM};
 use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 
 use crate::ike::IkeInbox;
@@ -216,12 +216,17 @@ fn push_raw(batch: &mut Batch<'_>, d: &Datagram<'_>) -> Result<(), IoDrop> {
     batch.push_in_place(Frame::Ip, HEADROOM, header + payload_len).map(drop).map_err(|_| IoDrop::Oversize)
 }
 
-/// Hands a batch to the ESP core under the tables' read lock and the enclave's mutex;
-/// `None` if a lock is poisoned (another worker panicked inside the enclave call).
-fn crossing<E: Enclave, R>(shared: &Shared<E>, f: impl FnOnce(&mut E, &Tables) -> R) -> Option<R> {
+/// Hands a batch to the ESP core under the tables' read lock, with the enclave's mutex taken
+/// for each crossing only ([`SharedEnclave`]); `None` if a lock is poisoned (another worker
+/// panicked inside an enclave call).
+fn crossing<E: Enclave, R>(
+    shared: &Shared<E>,
+    f: impl FnOnce(&mut SharedEnclave<'_, E>, &Tables) -> R,
+) -> Option<R> {
     let tables = shared.tables.read().ok()?;
-    let mut enclave = shared.enclave.lock().ok()?;
-    Some(f(&mut enclave, &tables))
+    let mut enclave = SharedEnclave::new(&shared.enclave);
+    let r = f(&mut enclave, &tables);
+    (!enclave.poisoned()).then_some(r)
 }
 
 impl<E: Enclave> Worker<E> {

@@ -28,14 +28,16 @@
 //! any SA's traffic at once. Outbound sequence numbers are one atomic `fetch_add` each; the
 //! inbound [`ReplayWindow`] is lock-free (tagged bitmap words updated by compare-and-swap);
 //! counters are relaxed atomics. Changing the tables takes `&mut`: the I/O layer publishes
-//! new tables to its workers. One limit remains outside this crate: the enclave refuses an
-//! ENCRYPT whose sequence number is not above the last it used for that SA (IV safety), so
-//! until it tracks a window of used numbers, one outbound SA should stay on one worker.
+//! new tables to its workers. The enclave is reached through a [`Crossing`]; workers that
+//! share one enclave lock it per crossing ([`SharedEnclave`]), and since the enclave takes
+//! an outbound SA's numbers in any order within a window (never one twice), one SA's
+//! batches may cross in any order.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod batch;
 pub mod config;
+mod crossing;
 mod drop;
 pub mod ecn;
 mod error;
@@ -49,6 +51,7 @@ mod spd;
 mod worker;
 
 pub use batch::{Action, Batch, Frame, Packet, Transmit, HEADROOM, TAILROOM};
+pub use crossing::{Crossing, SharedEnclave};
 pub use drop::{DropCounts, DropReason, SharedDropCounts};
 pub use error::{ConfigItem, Error, Result};
 pub use replay::{ReplayWindow, DEFAULT_WINDOW, MAX_WINDOW, MIN_WINDOW};

@@ -11,12 +11,11 @@
 //! each; the inbound replay window is lock-free ([`crate::ReplayWindow`]). Installing and removing SAs takes
 //! `&mut Sad`: the I/O layer publishes a new table to its workers (RCU-style) or pauses them.
 //!
-//! One caveat of spreading one outbound SA over several workers: the enclave refuses an
-//! ENCRYPT whose sequence number is not above the last one it used for that SA (it guards
-//! against IV reuse), so two workers whose batches reach the enclave out of order lose the
-//! later-numbered packets of the earlier batch as [`DropReason::EnclaveRefused`]. Until the
-//! enclave tracks used numbers in a window, keep each outbound SA on one worker; inbound
-//! has no such limit.
+//! Spreading one outbound SA over several workers means their batches can reach the
+//! enclave out of order. The enclave accepts each number once within a window of 2048
+//! below the highest it used (it guards against IV reuse): a batch that crosses later
+//! than that, or a number used twice, is refused packet by packet and counted as
+//! [`DropReason::EnclaveRefused`].
 //!
 //! Lifetimes (RFC 4301 §4.4.2.1, RFC 7296 §2.8): byte and packet limits are enforced per
 //! packet against the hard limit; soft limits, time limits and the events for the IKE

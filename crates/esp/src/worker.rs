@@ -12,10 +12,11 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use enclave::{Enclave, EspDescriptor, EspStatus};
+use enclave::{EspDescriptor, EspStatus};
 use wire::{Ecn, EspPacket, EspTrailer, IpProtocol, UdpEncapPayload};
 
 use crate::batch::{Action, Batch, Frame, Transmit};
+use crate::crossing::Crossing;
 use crate::drop::{DropCounts, DropReason, SharedDropCounts};
 use crate::ecn;
 use crate::packet::{self, IcmpSources, Inner, Outer, OuterFields, Shape};
@@ -230,13 +231,13 @@ impl Worker {
     }
 
     /// Hands every descriptor to the enclave: one call per `max_batch` descriptors.
-    fn cross<E: Enclave + ?Sized>(&mut self, enclave: &mut E, area: &mut [u8], report: &mut BatchReport) {
+    fn cross<C: Crossing + ?Sized>(&mut self, enclave: &mut C, area: &mut [u8], report: &mut BatchReport) {
         self.status.clear();
         self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
         let max = self.config.max_batch.max(1);
         for (d, s) in self.descriptors.chunks(max).zip(self.status.chunks_mut(max)) {
             report.crossings += 1;
-            if enclave.esp_batch(area, d, s).is_err() {
+            if enclave.run_batch(area, d, s).is_none() {
                 // The whole call was refused: nothing was processed.
                 s.fill(EspStatus::NotProcessed);
             }
@@ -247,9 +248,9 @@ impl Worker {
 
     /// Encapsulates every packet of `batch` (inner IPv4/IPv6 packets at their offsets) and
     /// sets each one's [`Action`]: `Transmit`, `Bypass`, `IcmpError` or `Drop`.
-    pub fn encapsulate<E: Enclave + ?Sized>(
+    pub fn encapsulate<C: Crossing + ?Sized>(
         &mut self,
-        enclave: &mut E,
+        enclave: &mut C,
         sad: &Sad,
         spd: &Spd,
         batch: &mut Batch<'_>,
@@ -592,9 +593,9 @@ impl Worker {
 
     /// Decapsulates every packet of `batch` (outer packets, see [`Frame`]) and sets each
     /// one's [`Action`]: `Deliver` (the inner packet), `Ike`, `Keepalive` or `Drop`.
-    pub fn decapsulate<E: Enclave + ?Sized>(
+    pub fn decapsulate<C: Crossing + ?Sized>(
         &mut self,
-        enclave: &mut E,
+        enclave: &mut C,
         sad: &Sad,
         batch: &mut Batch<'_>,
     ) -> BatchReport {
@@ -752,9 +753,9 @@ impl Worker {
     /// or never saw it, with the next higher halves of its sequence number. One that
     /// authenticates becomes an `Ok` packet with that number, and committing it moves the
     /// window there; a kept packet that none opens is dropped as the replay it seemed.
-    fn resync_esn<E: Enclave + ?Sized>(
+    fn resync_esn<C: Crossing + ?Sized>(
         &mut self,
-        enclave: &mut E,
+        enclave: &mut C,
         sad: &Sad,
         batch: &mut Batch<'_>,
         report: &mut BatchReport,
@@ -797,9 +798,9 @@ impl Worker {
 
     /// The first higher-half sequence number under which the kept ciphertext authenticates,
     /// trying at most `esn_resync_tries` of them, each on a fresh copy.
-    fn retry_halves<E: Enclave + ?Sized>(
+    fn retry_halves<C: Crossing + ?Sized>(
         &self,
-        enclave: &mut E,
+        enclave: &mut C,
         sa: &InboundSa,
         batch: &mut Batch<'_>,
         c: &ResyncCandidate,
@@ -824,7 +825,7 @@ impl Worker {
             let d = [EspDescriptor::decrypt(sa.config().handle, offset, len, seq)];
             let mut status = [EspStatus::NotProcessed];
             report.crossings += 1;
-            if enclave.esp_batch(batch.area, &d, &mut status).is_ok() && status == [EspStatus::Ok] {
+            if enclave.run_batch(batch.area, &d, &mut status).is_some() && status == [EspStatus::Ok] {
                 return Some(seq);
             }
         }
