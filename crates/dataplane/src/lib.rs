@@ -19,9 +19,8 @@
 //! forwarding of BYPASS traffic (counted and dropped), signal handling or printing (the
 //! binary does), rekeying.
 //!
-//! Known limit: the tenant has one enclave instance, locked for each crossing (see
-//! [`worker`]); workers parallelise I/O and the ESP core's header work, and one tenant's
-//! cryptography is one enclave call at a time.
+//! Known limit: the tenant has one enclave instance behind a mutex (see [`worker`]); so one
+//! tenant's cryptography is one enclave call at a time and the workers parallelise I/O.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

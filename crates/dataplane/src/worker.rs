@@ -21,13 +21,12 @@
 //!    arrives while the worker was idle is handled at once: only packets arriving during
 //!    a nap wait, at most `coalesce_us`.
 //!
-//! The enclave of the tenant is one instance behind a mutex, taken for each crossing only
-//! ([`esp::SharedEnclave`]): parsing, policy lookup, numbering, headers and checksums of
-//! the workers run in parallel, and their enclave calls take turns. Outbound sequence
-//! numbers are drawn before the crossing, so one SA's batches may reach the enclave out of
-//! order; the enclave accepts each number once within a window (and refuses a repeat, to
-//! rule out IV reuse), so every worker may carry every SA. The cryptography of one tenant
-//! is still one call at a time.
+//! The enclave of the tenant is one instance behind a mutex ([`esp::SharedEnclave`]), held
+//! for each whole `encapsulate` call, so outbound sequence numbers are drawn and handed to
+//! the enclave in one hold and reach it in order whichever worker read the packets; and for
+//! each crossing of `decapsulate` only, whose checks before and commits after the crossing
+//! are safe across workers. Every worker may carry every SA; one tenant's cryptography is
+//! one enclave call at a time.
 
 use core::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
@@ -217,8 +216,8 @@ fn push_raw(batch: &mut Batch<'_>, d: &Datagram<'_>) -> Result<(), IoDrop> {
 }
 
 /// Hands a batch to the ESP core under the tables' read lock, with the enclave's mutex taken
-/// for each crossing only ([`SharedEnclave`]); `None` if a lock is poisoned (another worker
-/// panicked inside an enclave call).
+/// as [`SharedEnclave`] says; `None` if a lock is poisoned (another worker panicked inside
+/// an enclave call).
 fn crossing<E: Enclave, R>(
     shared: &Shared<E>,
     f: impl FnOnce(&mut SharedEnclave<'_, E>, &Tables) -> R,

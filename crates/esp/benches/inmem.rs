@@ -7,7 +7,9 @@
 //! Usage: `inmem [ROUNDS]` (default 7). Prints a table of medians and min–max, then
 //! `esp inmem ratio 64B=<r> 1420B=<r>` (the lower of the encapsulation and decapsulation
 //! median ratios over raw seal). Rates count the time inside the `esp` calls; a second table
-//! also counts the copy of each packet into its batch slot.
+//! also counts the copy of each packet into its batch slot. A third: one SA carried by one
+//! and by two workers sharing one inline enclave, with the mutex held for every whole call
+//! and as `SharedEnclave` holds it (packets/s over wall time).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_truncation)]
 #![allow(missing_docs, unreachable_pub)]
 
@@ -18,6 +20,7 @@ use cloister_esp::{Action, Frame};
 use common::*;
 use enclave::{Cipher, Suite};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use wire::Ecn;
 
@@ -191,6 +194,146 @@ fn main() {
         );
     }
     let drops = a.worker.drops().total() + b.worker.drops().total();
+    workers(a, b, rounds);
     println!("drops: {drops}");
     println!("esp inmem ratio {}", last.join(" "));
+}
+
+/// How the workers of one tenant take turns at its one enclave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    /// The mutex held for each whole `encapsulate`/`decapsulate` call (before session 21).
+    Call,
+    /// [`cloister_esp::SharedEnclave`]: the whole call for encapsulation (the same as
+    /// `Call`, a check on the noise), each crossing for decapsulation.
+    Shared,
+}
+
+/// Packets/s over wall time of `threads` workers encapsulating (or decapsulating) their
+/// share of `n` packets of one SA, every step counted (the copy into the batch slots too).
+#[allow(clippy::too_many_arguments)]
+fn spread(
+    enclave: &Mutex<enclave::InlineEnclave>,
+    sad: &cloister_esp::Sad,
+    spd: &cloister_esp::Spd,
+    inner: &[u8],
+    outers: &[Vec<u8>],
+    threads: usize,
+    lock: Lock,
+    n: usize,
+) -> f64 {
+    // Decapsulating workers meet every 16 batches, as packets that arrive in order would
+    // keep them: free-running, one could get further ahead of the other than the SA's
+    // replay window (4096) reaches.
+    let meet = std::sync::Barrier::new(threads);
+    let common = outers.len() / BATCH / threads;
+    let work = |t: usize| {
+        let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
+        let mut area = Area::new(BATCH);
+        let mut done = 0usize;
+        // Decapsulation: worker t takes every threads-th chunk, so the SA's window sees
+        // little reordering; encapsulation: its share of batches.
+        let chunks: Vec<&[Vec<u8>]> = outers.chunks(BATCH).skip(t).step_by(threads).collect();
+        let batches = if outers.is_empty() { n / BATCH / threads } else { chunks.len() };
+        for k in 0..batches {
+            let mut batch = area.batch();
+            if outers.is_empty() {
+                for _ in 0..BATCH {
+                    batch.push(Frame::Ip, OFFSET, inner).unwrap();
+                }
+            } else if let Some(chunk) = chunks.get(k) {
+                for o in *chunk {
+                    batch.push(Frame::Ip, OFFSET, o).unwrap();
+                }
+            }
+            let r = match (lock, outers.is_empty()) {
+                (Lock::Call, true) => w.encapsulate(&mut *enclave.lock().unwrap(), sad, spd, &mut batch),
+                (Lock::Shared, true) => {
+                    w.encapsulate(&mut cloister_esp::SharedEnclave::new(enclave), sad, spd, &mut batch)
+                }
+                (Lock::Call, false) => w.decapsulate(&mut *enclave.lock().unwrap(), sad, &mut batch),
+                (Lock::Shared, false) => {
+                    w.decapsulate(&mut cloister_esp::SharedEnclave::new(enclave), sad, &mut batch)
+                }
+            };
+            done += (r.transmit + r.deliver) as usize;
+            if !outers.is_empty() && k % 16 == 15 && k < common {
+                meet.wait();
+            }
+        }
+        assert_eq!(w.drops().total(), 0, "worker {t} of {threads}, {lock:?}: {:?}", w.drops());
+        done
+    };
+    let start = Instant::now();
+    let done: usize = std::thread::scope(|s| {
+        let work = &work;
+        let hs: Vec<_> = (1..threads).map(|t| s.spawn(move || work(t))).collect();
+        work(0) + hs.into_iter().map(|h| h.join().unwrap()).sum::<usize>()
+    });
+    let per_s = done as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(done, if outers.is_empty() { n / BATCH / threads * BATCH * threads } else { outers.len() });
+    per_s
+}
+
+/// One SA carried by 1 and 2 workers sharing one inline enclave, with the old lock (whole
+/// call) and the new (per crossing), interleaved round by round.
+fn workers(a: Gateway, b: Gateway, rounds: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let Gateway { enclave: ea, sad: sad_a, spd: spd_a, .. } = a;
+    let Gateway { enclave: eb, sad: sad_b, spd: spd_b, .. } = b;
+    let (ea, eb) = (Mutex::new(ea), Mutex::new(eb));
+    let (src, dst) = inner_hosts(false);
+    let cases = [(1, Lock::Shared), (2, Lock::Call), (2, Lock::Shared)];
+    println!(
+        "one SA on several workers ({cores} cores), one inline enclave shared: packets/s over wall time, copy into the batch included; median (min-max) over {rounds} rounds"
+    );
+    println!(
+        "{:>6} | {:>9} | {:>26} | {:>26} | {:>26} | {:>14} | {:>14}",
+        "size",
+        "direction",
+        "1 worker",
+        "2 workers, call lock",
+        "2 workers, shared lock",
+        "call lock/1",
+        "shared/1"
+    );
+    for size in [64usize, 1420] {
+        let inner = udp_packet(src, dst, size - 28, 64, Ecn::NotEct, true);
+        let n = packets_per_round(size);
+        let mut enc: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+        let mut dec: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+        for _ in 0..rounds {
+            for (i, &(threads, lock)) in cases.iter().enumerate() {
+                enc[i].push(spread(&ea, &sad_a, &spd_a, &inner, &[], threads, lock, n));
+                // Fresh packets for B, made outside the timing (single worker, in order).
+                let mut outers = Vec::with_capacity(n);
+                let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
+                let mut area = Area::new(BATCH);
+                for _ in 0..n / BATCH {
+                    let mut batch = area.batch();
+                    for _ in 0..BATCH {
+                        batch.push(Frame::Ip, OFFSET, &inner).unwrap();
+                    }
+                    w.encapsulate(&mut *ea.lock().unwrap(), &sad_a, &spd_a, &mut batch);
+                    outers.extend(batch.iter().map(|(_, bytes)| bytes.to_vec()));
+                }
+                dec[i].push(spread(&eb, &sad_b, &spd_b, &inner, &outers, threads, lock, n));
+            }
+        }
+        for (name, v) in [("encap", &enc), ("decap", &dec)] {
+            let m: Vec<(f64, f64, f64)> = v.iter().map(|x| median_min_max(x.clone())).collect();
+            let ratio = |i: usize| median_min_max(v[i].iter().zip(&v[0]).map(|(x, one)| x / one).collect());
+            let (rc, rx) = (ratio(1), ratio(2));
+            println!(
+                "{:>5}B | {:>9} | {:>26} | {:>26} | {:>26} | {:>14} | {:>14}",
+                size,
+                name,
+                format!("{:.0} ({:.0}-{:.0})", m[0].0, m[0].1, m[0].2),
+                format!("{:.0} ({:.0}-{:.0})", m[1].0, m[1].1, m[1].2),
+                format!("{:.0} ({:.0}-{:.0})", m[2].0, m[2].1, m[2].2),
+                format!("{:.2} ({:.2}-{:.2})", rc.0, rc.1, rc.2),
+                format!("{:.2} ({:.2}-{:.2})", rx.0, rx.1, rx.2),
+            );
+        }
+    }
 }

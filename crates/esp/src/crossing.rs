@@ -1,41 +1,37 @@
-//! How the ESP core reaches the enclave: [`Crossing`], one `esp_batch` call per crossing.
-//! Any [`Enclave`] is one; [`SharedEnclave`] is one enclave instance that several workers
-//! share, locked for each crossing only, so that their parsing, numbering and header work
-//! runs in parallel and only the enclave calls take turns.
+//! How the ESP core reaches the enclave: a [`Crossing`] lends it the enclave for a stretch
+//! of work. Any [`Enclave`] is one; [`SharedEnclave`] is one enclave instance that several
+//! workers share behind a mutex, taken for each stretch.
 //!
-//! Why that is safe for outbound sequence numbers: workers draw them from the SA's one
-//! counter before they cross, so one SA's batches can reach the enclave out of order. The
-//! enclave accepts a number once, in any order, within a window below the highest it used,
-//! and refuses a repeat (`EspStatus::SeqReused`), so no IV is ever used twice.
+//! Encapsulation holds the enclave for its whole call, so one SA's sequence numbers reach
+//! the enclave in the order they were drawn, whichever worker drew them (the enclave would
+//! take them out of order within a window, and never one twice, but a worker waiting at
+//! the lock with numbers in hand could fall behind that window). Decapsulation holds it for
+//! each crossing only: its checks before and its commits after the crossing are safe
+//! across workers without it.
 
 use std::sync::Mutex;
 
-use enclave::{BatchSummary, Enclave, EspDescriptor, EspStatus};
+use enclave::Enclave;
 
-/// Something that runs a batch of ESP descriptors in the enclave.
+/// Something that lends the ESP core an enclave for a stretch of work.
 pub trait Crossing {
-    /// Processes `descriptors` over `packets` in one enclave call, one status each
-    /// ([`Enclave::esp_batch`]); `None` when the call as a whole did not happen.
-    fn run_batch(
-        &mut self,
-        packets: &mut [u8],
-        descriptors: &[EspDescriptor],
-        status: &mut [EspStatus],
-    ) -> Option<BatchSummary>;
+    /// The enclave lent.
+    type Target: Enclave + ?Sized;
+
+    /// Runs `f` with the enclave to itself; `None` (and `f` not run) when the enclave is
+    /// unavailable.
+    fn with<R>(&mut self, f: impl FnOnce(&mut Self::Target) -> R) -> Option<R>;
 }
 
 impl<E: Enclave + ?Sized> Crossing for E {
-    fn run_batch(
-        &mut self,
-        packets: &mut [u8],
-        descriptors: &[EspDescriptor],
-        status: &mut [EspStatus],
-    ) -> Option<BatchSummary> {
-        Enclave::esp_batch(self, packets, descriptors, status).ok()
+    type Target = E;
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
+        Some(f(self))
     }
 }
 
-/// An enclave shared by workers behind a mutex, taken for each crossing.
+/// An enclave shared by workers behind a mutex, taken for each stretch.
 #[derive(Debug)]
 pub struct SharedEnclave<'a, E: ?Sized> {
     enclave: &'a Mutex<E>,
@@ -43,29 +39,26 @@ pub struct SharedEnclave<'a, E: ?Sized> {
 }
 
 impl<'a, E: ?Sized> SharedEnclave<'a, E> {
-    /// Crossings into `enclave`, one lock each.
+    /// Stretches of work with `enclave`, one lock each.
     pub fn new(enclave: &'a Mutex<E>) -> Self {
         Self { enclave, poisoned: false }
     }
 
-    /// Whether a crossing found the lock poisoned (a worker panicked inside an enclave
-    /// call): that crossing did not happen, and the caller should stop.
+    /// Whether a stretch found the lock poisoned (a worker panicked while holding it): that
+    /// stretch did not run, and the caller should stop.
     pub fn poisoned(&self) -> bool {
         self.poisoned
     }
 }
 
 impl<E: Enclave + ?Sized> Crossing for SharedEnclave<'_, E> {
-    fn run_batch(
-        &mut self,
-        packets: &mut [u8],
-        descriptors: &[EspDescriptor],
-        status: &mut [EspStatus],
-    ) -> Option<BatchSummary> {
+    type Target = E;
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
         let Ok(mut enclave) = self.enclave.lock() else {
             self.poisoned = true;
             return None;
         };
-        Enclave::esp_batch(&mut *enclave, packets, descriptors, status).ok()
+        Some(f(&mut enclave))
     }
 }

@@ -29,9 +29,8 @@
 //! inbound [`ReplayWindow`] is lock-free (tagged bitmap words updated by compare-and-swap);
 //! counters are relaxed atomics. Changing the tables takes `&mut`: the I/O layer publishes
 //! new tables to its workers. The enclave is reached through a [`Crossing`]; workers that
-//! share one enclave lock it per crossing ([`SharedEnclave`]), and since the enclave takes
-//! an outbound SA's numbers in any order within a window (never one twice), one SA's
-//! batches may cross in any order.
+//! share one enclave lock it for each encapsulation call (numbers are drawn and used in one
+//! hold) and for each decapsulation crossing ([`SharedEnclave`]).
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

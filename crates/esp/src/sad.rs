@@ -11,11 +11,11 @@
 //! each; the inbound replay window is lock-free ([`crate::ReplayWindow`]). Installing and removing SAs takes
 //! `&mut Sad`: the I/O layer publishes a new table to its workers (RCU-style) or pauses them.
 //!
-//! Spreading one outbound SA over several workers means their batches can reach the
-//! enclave out of order. The enclave accepts each number once within a window of 2048
-//! below the highest it used (it guards against IV reuse): a batch that crosses later
-//! than that, or a number used twice, is refused packet by packet and counted as
-//! [`DropReason::EnclaveRefused`].
+//! Spreading one outbound SA over several workers: the enclave accepts each number once
+//! within a window of 2048 below the highest it used (it guards against IV reuse), and a
+//! number used twice or further behind is refused packet by packet and counted as
+//! [`DropReason::EnclaveRefused`]. Workers that share one enclave draw a batch's numbers
+//! while they hold it ([`crate::SharedEnclave`]), so the numbers arrive in order.
 //!
 //! Lifetimes (RFC 4301 §4.4.2.1, RFC 7296 §2.8): byte and packet limits are enforced per
 //! packet against the hard limit; soft limits, time limits and the events for the IKE

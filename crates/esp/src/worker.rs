@@ -12,7 +12,7 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use enclave::{EspDescriptor, EspStatus};
+use enclave::{Enclave, EspDescriptor, EspStatus};
 use wire::{Ecn, EspPacket, EspTrailer, IpProtocol, UdpEncapPayload};
 
 use crate::batch::{Action, Batch, Frame, Transmit};
@@ -231,13 +231,13 @@ impl Worker {
     }
 
     /// Hands every descriptor to the enclave: one call per `max_batch` descriptors.
-    fn cross<C: Crossing + ?Sized>(&mut self, enclave: &mut C, area: &mut [u8], report: &mut BatchReport) {
+    fn cross<E: Enclave + ?Sized>(&mut self, enclave: &mut E, area: &mut [u8], report: &mut BatchReport) {
         self.status.clear();
         self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
         let max = self.config.max_batch.max(1);
         for (d, s) in self.descriptors.chunks(max).zip(self.status.chunks_mut(max)) {
             report.crossings += 1;
-            if enclave.run_batch(area, d, s).is_none() {
+            if enclave.esp_batch(area, d, s).is_err() {
                 // The whole call was refused: nothing was processed.
                 s.fill(EspStatus::NotProcessed);
             }
@@ -248,9 +248,32 @@ impl Worker {
 
     /// Encapsulates every packet of `batch` (inner IPv4/IPv6 packets at their offsets) and
     /// sets each one's [`Action`]: `Transmit`, `Bypass`, `IcmpError` or `Drop`.
+    ///
+    /// Holds the enclave for the whole call (see `crossing`: numbers are drawn and used in
+    /// one hold). Should the enclave be unavailable, nothing is numbered or sealed and every
+    /// packet is dropped as [`DropReason::EnclaveRefused`].
     pub fn encapsulate<C: Crossing + ?Sized>(
         &mut self,
         enclave: &mut C,
+        sad: &Sad,
+        spd: &Spd,
+        batch: &mut Batch<'_>,
+    ) -> BatchReport {
+        let held = enclave.with(|e| self.encapsulate_held(e, sad, spd, batch));
+        held.unwrap_or_else(|| {
+            let mut report = BatchReport::default();
+            for i in 0..batch.len {
+                if batch.packets.get(i).is_some_and(|p| p.action == Action::Pending) {
+                    drop_packet(&mut self.drops, &mut report, batch, i, DropReason::EnclaveRefused, None);
+                }
+            }
+            report
+        })
+    }
+
+    fn encapsulate_held<E: Enclave + ?Sized>(
+        &mut self,
+        enclave: &mut E,
         sad: &Sad,
         spd: &Spd,
         batch: &mut Batch<'_>,
@@ -611,8 +634,9 @@ impl Worker {
                 drop_packet(&mut self.drops, &mut report, batch, i, r.0, sa);
             }
         }
+        self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
         if !self.descriptors.is_empty() {
-            self.cross(enclave, batch.area, &mut report);
+            enclave.with(|e| self.cross(e, batch.area, &mut report));
         }
         self.resync_esn(enclave, sad, batch, &mut report);
         self.decap_finish(sad, batch, &mut report);
@@ -825,7 +849,8 @@ impl Worker {
             let d = [EspDescriptor::decrypt(sa.config().handle, offset, len, seq)];
             let mut status = [EspStatus::NotProcessed];
             report.crossings += 1;
-            if enclave.run_batch(batch.area, &d, &mut status).is_some() && status == [EspStatus::Ok] {
+            let crossed = enclave.with(|e| e.esp_batch(batch.area, &d, &mut status).is_ok());
+            if crossed == Some(true) && status == [EspStatus::Ok] {
                 return Some(seq);
             }
         }

@@ -1,7 +1,7 @@
-//! Several workers on one outbound SA with one shared enclave, locked per crossing
-//! ([`SharedEnclave`]): their batches draw sequence numbers from the SA's counter and may
-//! reach the enclave out of order. Every packet must still be sealed once, with its own
-//! number, and open at the peer.
+//! Several workers on one outbound SA with one shared enclave ([`SharedEnclave`]): each
+//! draws its batch's sequence numbers while it holds the enclave, so the numbers reach the
+//! enclave in order whichever worker gets there first, and every packet is sealed once,
+//! with its own number, and opens at the peer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use cloister_esp::*;
 use common::*;
-use enclave::{BatchSummary, Cipher, EspDescriptor, EspStatus, InlineEnclave, Suite};
+use enclave::{Cipher, InlineEnclave, Suite};
 use wire::Ecn;
 
 const SHAPE: Shape = Shape {
@@ -24,22 +24,21 @@ const SHAPE: Shape = Shape {
     udp: true,
 };
 
-/// A crossing that waits for a signal before it takes the enclave: the test decides which
-/// worker's batch reaches the enclave first.
+/// A crossing that says when it reached the enclave's door and waits for a signal before
+/// it takes the enclave: the test decides which worker gets in first.
 struct Held<'e> {
     inner: SharedEnclave<'e, InlineEnclave>,
+    arrived: mpsc::Sender<()>,
     go: mpsc::Receiver<()>,
 }
 
 impl Crossing for Held<'_> {
-    fn run_batch(
-        &mut self,
-        packets: &mut [u8],
-        descriptors: &[EspDescriptor],
-        status: &mut [EspStatus],
-    ) -> Option<BatchSummary> {
+    type Target = InlineEnclave;
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut InlineEnclave) -> R) -> Option<R> {
+        self.arrived.send(()).ok()?;
         self.go.recv().ok()?;
-        self.inner.run_batch(packets, descriptors, status)
+        self.inner.with(f)
     }
 }
 
@@ -66,48 +65,44 @@ fn sent(batch: &Batch<'_>) -> Vec<(u32, Vec<u8>)> {
 }
 
 #[test]
-fn a_batch_that_crosses_late_is_still_sealed_with_its_own_numbers() {
+fn a_worker_waiting_at_the_enclave_draws_its_numbers_when_it_gets_in() {
     let (mut a, mut b) = (Gateway::new(), Gateway::new());
-    let id = tunnel(&mut a, &mut b, SHAPE, 0x2000, Instant::now());
+    tunnel(&mut a, &mut b, SHAPE, 0x2000, Instant::now());
     let Gateway { enclave, sad, spd, .. } = a;
     let enclave = &Mutex::new(enclave);
     let (sad, spd) = (&sad, &spd);
-    let (tx, rx) = mpsc::channel();
-    let (first, second) = std::thread::scope(|s| {
-        // Worker 1 numbers its batch (1..=32) and then waits at the enclave's door.
+    let (arrived_tx, arrived) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    let (late, early) = std::thread::scope(|s| {
+        // Worker 1 prepares its batch first and waits at the enclave's door.
         let late = s.spawn(move || {
             let mut w = Worker::new(WorkerConfig::default(), 64);
             let mut area = Area::new(32);
             let mut batch = area.batch();
             fill(&mut batch, 0);
-            let mut crossing = Held { inner: SharedEnclave::new(enclave), go: rx };
+            let mut crossing = Held { inner: SharedEnclave::new(enclave), arrived: arrived_tx, go: go_rx };
             let r = w.encapsulate(&mut crossing, sad, spd, &mut batch);
             (r.transmit, w.drops().total(), sent(&batch))
         });
-        // Worker 2 numbers 33..=64 once worker 1 has drawn its numbers, and crosses first.
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        let out = sad.outbound(id).unwrap();
-        while out.runtime().peek_seq() < 33 {
-            assert!(Instant::now() < deadline, "worker 1 never numbered its batch");
-            std::thread::yield_now();
-        }
+        // Worker 2 gets in while worker 1 waits, then lets it in.
+        arrived.recv_timeout(std::time::Duration::from_secs(10)).expect("worker 1 reached the door");
         let mut w = Worker::new(WorkerConfig::default(), 64);
         let mut area = Area::new(32);
         let mut batch = area.batch();
         fill(&mut batch, 32);
         let r = w.encapsulate(&mut SharedEnclave::new(enclave), sad, spd, &mut batch);
         let early = (r.transmit, w.drops().total(), sent(&batch));
-        tx.send(()).unwrap();
+        go.send(()).unwrap();
         (late.join().unwrap(), early)
     });
-    assert_eq!((first.0, first.1), (32, 0), "the late batch is sealed, nothing dropped");
-    assert_eq!((second.0, second.1), (32, 0));
-    let seqs: BTreeSet<u32> = first.2.iter().chain(&second.2).map(|(s, _)| *s).collect();
-    assert_eq!(seqs, (1..=64).collect(), "each number once");
-    assert!(first.2.iter().all(|(s, _)| *s <= 32), "the late batch kept the numbers it drew");
+    assert_eq!((early.0, early.1), (32, 0));
+    assert_eq!((late.0, late.1), (32, 0), "the worker that waited is sealed too, nothing dropped");
+    let nums = |v: &[(u32, Vec<u8>)]| v.iter().map(|(s, _)| *s).collect::<Vec<_>>();
+    assert_eq!(nums(&early.2), (1..=32).collect::<Vec<_>>(), "the first in draws the first numbers");
+    assert_eq!(nums(&late.2), (33..=64).collect::<Vec<_>>(), "the one that waited draws the next");
 
-    // The peer opens all 64, in the order they arrived (late batch last).
-    let outers: Vec<Vec<u8>> = second.2.into_iter().chain(first.2).map(|(_, p)| p).collect();
+    // The peer opens all 64.
+    let outers: Vec<Vec<u8>> = early.2.into_iter().chain(late.2).map(|(_, p)| p).collect();
     let (got, report) = decapsulate(&mut b, &outers);
     assert_eq!(report.deliver, 64, "{got:?}");
     let ids: BTreeSet<u32> =
@@ -153,4 +148,32 @@ fn two_workers_share_one_sa_and_lose_nothing() {
     }
     assert_eq!(delivered, 2560);
     assert_eq!(b.worker.drops().total(), 0);
+}
+
+#[test]
+fn a_poisoned_enclave_lock_sends_nothing() {
+    // A worker that panicked holding the enclave leaves its mutex poisoned: the next batch
+    // must not go out, numbered or not, and the caller learns why.
+    let (mut a, mut b) = (Gateway::new(), Gateway::new());
+    tunnel(&mut a, &mut b, SHAPE, 0x2002, Instant::now());
+    let Gateway { enclave, sad, spd, .. } = a;
+    let enclave = Mutex::new(enclave);
+    let _ = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _held = enclave.lock().unwrap();
+            panic!("a worker dies inside an enclave call");
+        })
+        .join()
+    });
+    assert!(enclave.is_poisoned());
+    let mut w = Worker::new(WorkerConfig::default(), 64);
+    let mut area = Area::new(32);
+    let mut batch = area.batch();
+    fill(&mut batch, 0);
+    let mut crossing = SharedEnclave::new(&enclave);
+    let r = w.encapsulate(&mut crossing, &sad, &spd, &mut batch);
+    assert!(crossing.poisoned());
+    assert_eq!(r.transmit, 0);
+    assert_eq!(w.drops().get(DropReason::EnclaveRefused), 32);
+    assert!(batch.iter().all(|(p, _)| p.action == Action::Drop(DropReason::EnclaveRefused)));
 }
