@@ -54,7 +54,6 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     let inner = udp_packet(src, dst, size - 28, 64, Ecn::NotEct, true);
     assert_eq!(inner.len(), size);
     let mut area = Area::new(BATCH);
-    let mut outers: Vec<Vec<u8>> = Vec::with_capacity(n);
 
     let mut inside = Duration::ZERO;
     let start = Instant::now();
@@ -72,18 +71,7 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     let encap_fill = n as f64 / start.elapsed().as_secs_f64();
     let encap = n as f64 / inside.as_secs_f64();
 
-    // Fresh packets for B (its replay window refuses repeats), made outside the timing.
-    for _ in 0..n / BATCH {
-        let mut batch = area.batch();
-        for _ in 0..BATCH {
-            batch.push(Frame::Ip, OFFSET, &inner).unwrap();
-        }
-        a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch);
-        for (p, bytes) in batch.iter() {
-            assert!(matches!(p.action, Action::Transmit(_)));
-            outers.push(bytes.to_vec());
-        }
-    }
+    let outers = fresh_outers(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &inner, n);
 
     let mut inside = Duration::ZERO;
     let start = Instant::now();
@@ -118,6 +106,32 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     }
     let raw = n as f64 / start.elapsed().as_secs_f64();
     Sample { encap, decap, encap_fill, decap_fill, raw }
+}
+
+/// `n` fresh ESP packets of `inner` for the peer (its replay window refuses repeats), made
+/// by one worker in order, outside any timing.
+fn fresh_outers(
+    w: &mut cloister_esp::Worker,
+    enclave: &mut enclave::InlineEnclave,
+    sad: &cloister_esp::Sad,
+    spd: &cloister_esp::Spd,
+    inner: &[u8],
+    n: usize,
+) -> Vec<Vec<u8>> {
+    let mut area = Area::new(BATCH);
+    let mut outers = Vec::with_capacity(n);
+    for _ in 0..n / BATCH {
+        let mut batch = area.batch();
+        for _ in 0..BATCH {
+            batch.push(Frame::Ip, OFFSET, inner).unwrap();
+        }
+        w.encapsulate(enclave, sad, spd, &mut batch);
+        for (p, bytes) in batch.iter() {
+            assert!(matches!(p.action, Action::Transmit(_)));
+            outers.push(bytes.to_vec());
+        }
+    }
+    outers
 }
 
 fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -305,18 +319,8 @@ fn workers(a: Gateway, b: Gateway, rounds: usize) {
         for _ in 0..rounds {
             for (i, &(threads, lock)) in cases.iter().enumerate() {
                 enc[i].push(spread(&ea, &sad_a, &spd_a, &inner, &[], threads, lock, n));
-                // Fresh packets for B, made outside the timing (single worker, in order).
-                let mut outers = Vec::with_capacity(n);
                 let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
-                let mut area = Area::new(BATCH);
-                for _ in 0..n / BATCH {
-                    let mut batch = area.batch();
-                    for _ in 0..BATCH {
-                        batch.push(Frame::Ip, OFFSET, &inner).unwrap();
-                    }
-                    w.encapsulate(&mut *ea.lock().unwrap(), &sad_a, &spd_a, &mut batch);
-                    outers.extend(batch.iter().map(|(_, bytes)| bytes.to_vec()));
-                }
+                let outers = fresh_outers(&mut w, &mut ea.lock().unwrap(), &sad_a, &spd_a, &inner, n);
                 dec[i].push(spread(&eb, &sad_b, &spd_b, &inner, &outers, threads, lock, n));
             }
         }

@@ -634,9 +634,10 @@ impl Worker {
                 drop_packet(&mut self.drops, &mut report, batch, i, r.0, sa);
             }
         }
-        self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
-        if !self.descriptors.is_empty() {
-            enclave.with(|e| self.cross(e, batch.area, &mut report));
+        // An unavailable enclave processed nothing: every descriptor stays `NotProcessed`.
+        if !self.descriptors.is_empty() && enclave.with(|e| self.cross(e, batch.area, &mut report)).is_none()
+        {
+            self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
         }
         self.resync_esn(enclave, sad, batch, &mut report);
         self.decap_finish(sad, batch, &mut report);

@@ -52,16 +52,37 @@ fn fill(batch: &mut Batch<'_>, first: u32) {
     }
 }
 
+/// Each packet of `batch`: its action, where its bytes start in its slot, and the bytes.
+fn packets(batch: &Batch<'_>) -> Vec<(Action, usize, Vec<u8>)> {
+    batch.iter().map(|(p, bytes)| (p.action, p.offset, bytes.to_vec())).collect()
+}
+
 /// The ESP sequence number of each transmitted packet, and the packets.
-fn sent(batch: &Batch<'_>) -> Vec<(u32, Vec<u8>)> {
-    batch
+fn sent(packets: &[(Action, usize, Vec<u8>)]) -> Vec<(u32, Vec<u8>)> {
+    packets
         .iter()
-        .map(|(p, bytes)| {
-            let Action::Transmit(t) = p.action else { panic!("{:?}", p.action) };
-            let esp = t.esp_offset - p.offset;
-            (u32::from_be_bytes(bytes[esp + 4..esp + 8].try_into().unwrap()), bytes.to_vec())
+        .map(|(action, offset, bytes)| {
+            let Action::Transmit(t) = action else { panic!("{action:?}") };
+            let esp = t.esp_offset - offset;
+            (u32::from_be_bytes(bytes[esp + 4..esp + 8].try_into().unwrap()), bytes.clone())
         })
         .collect()
+}
+
+/// What one fresh worker made of one batch of 32 (`fill` from `first`) through `crossing`.
+struct Outcome {
+    transmit: u32,
+    dropped: u64,
+    packets: Vec<(Action, usize, Vec<u8>)>,
+}
+
+fn one_batch<C: Crossing>(crossing: &mut C, sad: &Sad, spd: &Spd, first: u32) -> Outcome {
+    let mut w = Worker::new(WorkerConfig::default(), 64);
+    let mut area = Area::new(32);
+    let mut batch = area.batch();
+    fill(&mut batch, first);
+    let r = w.encapsulate(crossing, sad, spd, &mut batch);
+    Outcome { transmit: r.transmit, dropped: w.drops().total(), packets: packets(&batch) }
 }
 
 #[test]
@@ -76,22 +97,14 @@ fn a_worker_waiting_at_the_enclave_draws_its_numbers_when_it_gets_in() {
     let (late, early) = std::thread::scope(|s| {
         // Worker 1 prepares its batch first and waits at the enclave's door.
         let late = s.spawn(move || {
-            let mut w = Worker::new(WorkerConfig::default(), 64);
-            let mut area = Area::new(32);
-            let mut batch = area.batch();
-            fill(&mut batch, 0);
             let mut crossing = Held { inner: SharedEnclave::new(enclave), arrived: arrived_tx, go: go_rx };
-            let r = w.encapsulate(&mut crossing, sad, spd, &mut batch);
-            (r.transmit, w.drops().total(), sent(&batch))
+            let o = one_batch(&mut crossing, sad, spd, 0);
+            (o.transmit, o.dropped, sent(&o.packets))
         });
         // Worker 2 gets in while worker 1 waits, then lets it in.
         arrived.recv_timeout(std::time::Duration::from_secs(10)).expect("worker 1 reached the door");
-        let mut w = Worker::new(WorkerConfig::default(), 64);
-        let mut area = Area::new(32);
-        let mut batch = area.batch();
-        fill(&mut batch, 32);
-        let r = w.encapsulate(&mut SharedEnclave::new(enclave), sad, spd, &mut batch);
-        let early = (r.transmit, w.drops().total(), sent(&batch));
+        let o = one_batch(&mut SharedEnclave::new(enclave), sad, spd, 32);
+        let early = (o.transmit, o.dropped, sent(&o.packets));
         go.send(()).unwrap();
         (late.join().unwrap(), early)
     });
@@ -126,7 +139,7 @@ fn two_workers_share_one_sa_and_lose_nothing() {
             fill(&mut batch, base + k * 32);
             let r = w.encapsulate(&mut SharedEnclave::new(&enclave), &sad, &spd, &mut batch);
             assert_eq!(r.transmit, 32, "drops {:?}", w.drops());
-            out.extend(sent(&batch));
+            out.extend(sent(&packets(&batch)));
         }
         out
     };
@@ -166,14 +179,10 @@ fn a_poisoned_enclave_lock_sends_nothing() {
         .join()
     });
     assert!(enclave.is_poisoned());
-    let mut w = Worker::new(WorkerConfig::default(), 64);
-    let mut area = Area::new(32);
-    let mut batch = area.batch();
-    fill(&mut batch, 0);
     let mut crossing = SharedEnclave::new(&enclave);
-    let r = w.encapsulate(&mut crossing, &sad, &spd, &mut batch);
+    let o = one_batch(&mut crossing, &sad, &spd, 0);
     assert!(crossing.poisoned());
-    assert_eq!(r.transmit, 0);
-    assert_eq!(w.drops().get(DropReason::EnclaveRefused), 32);
-    assert!(batch.iter().all(|(p, _)| p.action == Action::Drop(DropReason::EnclaveRefused)));
+    assert_eq!(o.transmit, 0);
+    assert_eq!(o.dropped, 32);
+    assert!(o.packets.iter().all(|(a, ..)| *a == Action::Drop(DropReason::EnclaveRefused)));
 }
