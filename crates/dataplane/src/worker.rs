@@ -21,12 +21,16 @@
 //!    arrives while the worker was idle is handled at once: only packets arriving during
 //!    a nap wait, at most `coalesce_us`.
 //!
-//! The enclave of the tenant is one instance behind a mutex ([`esp::SharedEnclave`]), held
-//! for each whole `encapsulate` call, so outbound sequence numbers are drawn and handed to
-//! the enclave in one hold and reach it in order whichever worker read the packets; and for
-//! each crossing of `decapsulate` only, whose checks before and commits after the crossing
-//! are safe across workers. Every worker may carry every SA; one tenant's cryptography is
-//! one enclave call at a time.
+//! Every worker may carry every SA. Where the tenant's enclave offers lanes
+//! (`Enclave::esp_lane`: the inline backend), each worker takes one at start and crosses
+//! through it without a lock: the workers' batches of one tenant, one SA's included, run
+//! at once, and the enclave takes an SA's sequence numbers from them in any order within
+//! its window, never one twice. Otherwise (the process backend) the enclave is one instance
+//! behind a mutex ([`esp::SharedEnclave`]), held for each whole `encapsulate` call, so
+//! outbound sequence numbers are drawn and handed to the enclave in one hold and reach it
+//! in order whichever worker read the packets; and for each crossing of `decapsulate` only,
+//! whose checks before and commits after the crossing are safe across workers; one
+//! tenant's cryptography is then one enclave call at a time.
 
 use core::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
@@ -42,8 +46,10 @@ use cio::tun::{TunOffloads, TunQueue, MAX_READ};
 use cio::udp::UdpSocket;
 use cio::vnet::{VnetHeader, VNET_HDR_LEN};
 use cio::{Datagram, Outgoing, RecvBuffers};
-use enclave::Enclave;
-use esp::{Action, Batch, Encapsulation, Frame, Packet, Sad, SharedEnclave, Spd, HEADROOM, TAILROOM};
+use enclave::{Enclave, EspCrossing};
+use esp::{
+    Action, Batch, Crossing, Encapsulation, Frame, Packet, Sad, SharedEnclave, Spd, HEADROOM, TAILROOM,
+};
 use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 
 use crate::ike::IkeInbox;
@@ -111,6 +117,8 @@ struct PendingRead {
 /// One worker's state.
 pub(crate) struct Worker<E> {
     shared: Arc<Shared<E>>,
+    /// This worker's own lane into the tenant's enclave, where the backend has lanes.
+    lane: Option<Box<dyn EspCrossing>>,
     stats: Arc<WorkerStats>,
     io: WorkerIo,
     esp: esp::Worker,
@@ -215,20 +223,44 @@ fn push_raw(batch: &mut Batch<'_>, d: &Datagram<'_>) -> Result<(), IoDrop> {
     batch.push_in_place(Frame::Ip, HEADROOM, header + payload_len).map(drop).map_err(|_| IoDrop::Oversize)
 }
 
-/// Hands a batch to the ESP core under the tables' read lock, with the enclave's mutex taken
-/// as [`SharedEnclave`] says; `None` if a lock is poisoned (another worker panicked inside
-/// an enclave call).
-fn crossing<E: Enclave, R>(
-    shared: &Shared<E>,
-    f: impl FnOnce(&mut SharedEnclave<'_, E>, &Tables) -> R,
-) -> Option<R> {
-    let tables = shared.tables.read().ok()?;
-    let mut enclave = SharedEnclave::new(&shared.enclave);
-    let r = f(&mut enclave, &tables);
-    (!enclave.poisoned()).then_some(r)
+/// How a worker reaches its tenant's enclave: through its own lane, or the shared instance.
+enum Door<'a, E> {
+    Lane(&'a mut (dyn EspCrossing + 'static)),
+    Shared(SharedEnclave<'a, E>),
 }
 
-impl<E: Enclave> Worker<E> {
+impl<E: Enclave + 'static> Crossing for Door<'_, E> {
+    type Target = dyn EspCrossing;
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut Self::Target) -> R) -> Option<R> {
+        match self {
+            Door::Lane(lane) => Some(f(&mut **lane)),
+            Door::Shared(shared) => shared.with(|e| f(e)),
+        }
+    }
+}
+
+/// Hands a batch to the ESP core under the tables' read lock, through the worker's lane or
+/// with the enclave's mutex taken as [`SharedEnclave`] says; `None` if a lock is poisoned
+/// (another worker panicked inside an enclave call).
+fn crossing<E: Enclave + 'static, R>(
+    shared: &Shared<E>,
+    lane: Option<&mut Box<dyn EspCrossing>>,
+    f: impl FnOnce(&mut Door<'_, E>, &Tables) -> R,
+) -> Option<R> {
+    let tables = shared.tables.read().ok()?;
+    let mut door = match lane {
+        Some(lane) => Door::Lane(&mut **lane),
+        None => Door::Shared(SharedEnclave::new(&shared.enclave)),
+    };
+    let r = f(&mut door, &tables);
+    match door {
+        Door::Shared(shared) if shared.poisoned() => None,
+        _ => Some(r),
+    }
+}
+
+impl<E: Enclave + 'static> Worker<E> {
     /// A worker with batches of `batch` packets in slots of `slot_len` bytes, napping
     /// `coalesce` between rounds under sustained traffic.
     pub(crate) fn new(
@@ -245,7 +277,9 @@ impl<E: Enclave> Worker<E> {
         let gro = io.udp.iter().any(|s| s.offloads().gro);
         let max_datagram = slot_len - HEADROOM;
         let rx = if gro { RecvBuffers::new(8, 65_536) } else { RecvBuffers::new(batch, max_datagram) };
+        let lane = shared.enclave.lock().ok().and_then(|mut e| e.esp_lane());
         Self {
+            lane,
             shared,
             stats,
             io,
@@ -381,9 +415,9 @@ impl<E: Enclave> Worker<E> {
         let work = if self.pending.is_some() || added >= self.fill { Work::Full } else { Work::Partial };
         self.stats.add(Counter::TunRx, u64::try_from(added).unwrap_or(u64::MAX));
         let esp = &mut self.esp;
-        let Some(report) =
-            crossing(&self.shared, |enclave, t| esp.encapsulate(enclave, &t.sad, &t.spd, &mut batch))
-        else {
+        let Some(report) = crossing(&self.shared, self.lane.as_mut(), |enclave, t| {
+            esp.encapsulate(enclave, &t.sad, &t.spd, &mut batch)
+        }) else {
             self.shared.halt();
             return Work::None;
         };
@@ -466,6 +500,7 @@ impl<E: Enclave> Worker<E> {
                 decapsulate(
                     &mut self.esp,
                     &self.shared,
+                    self.lane.as_mut(),
                     &self.stats,
                     &self.io.tun,
                     &mut self.gro,
@@ -482,7 +517,15 @@ impl<E: Enclave> Worker<E> {
                 self.stats.drop_io(reason, 1);
             }
         }
-        decapsulate(&mut self.esp, &self.shared, &self.stats, &self.io.tun, &mut self.gro, &mut batch);
+        decapsulate(
+            &mut self.esp,
+            &self.shared,
+            self.lane.as_mut(),
+            &self.stats,
+            &self.io.tun,
+            &mut self.gro,
+            &mut batch,
+        );
         work
     }
 }
@@ -490,9 +533,10 @@ impl<E: Enclave> Worker<E> {
 /// Decapsulates a batch and writes the inner packets into the TUN queue, merging runs of
 /// TCP segments and of UDP datagrams (every run is written before this returns: nothing
 /// waits for a later batch).
-fn decapsulate<E: Enclave>(
+fn decapsulate<E: Enclave + 'static>(
     esp: &mut esp::Worker,
     shared: &Shared<E>,
+    lane: Option<&mut Box<dyn EspCrossing>>,
     s: &WorkerStats,
     tun: &TunQueue,
     gro: &mut Gro,
@@ -501,7 +545,7 @@ fn decapsulate<E: Enclave>(
     if batch.is_empty() {
         return;
     }
-    let Some(report) = crossing(shared, |enclave, t| esp.decapsulate(enclave, &t.sad, batch)) else {
+    let Some(report) = crossing(shared, lane, |enclave, t| esp.decapsulate(enclave, &t.sad, batch)) else {
         shared.halt();
         return;
     };

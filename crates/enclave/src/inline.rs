@@ -14,11 +14,12 @@ use crate::api::ike::{
     PeerCredential, SealedBlob,
 };
 use crate::api::report::{Counters, EnclaveConfig, MemoryReport};
-use crate::api::Enclave;
+use crate::api::{Enclave, EspCrossing};
 use crate::attest::{AttestationProvider, Evidence};
 use crate::error::Result;
 use crate::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
 use crate::provision::ProvisioningOffer;
+use crate::trusted::lane::EspLaneParts;
 use crate::trusted::TrustedCore;
 use core::ops::Range;
 
@@ -32,6 +33,33 @@ impl InlineEnclave {
     /// Runs the start-up self-tests and starts an instance for `config.tenant`.
     pub fn start(config: EnclaveConfig, attestation: Box<dyn AttestationProvider>) -> Result<Self> {
         Ok(Self { core: TrustedCore::start(config, attestation)? })
+    }
+}
+
+/// One worker's lane into an [`InlineEnclave`] ([`Enclave::esp_lane`]): its batches run
+/// alongside other lanes' on the same SAs. Each lane has its own cache of expanded keys,
+/// counters and scratch; the SA table is shared, read-locked per batch, and an outbound
+/// SA's window of used sequence numbers is locked once per run of its descriptors, so no
+/// number is used twice whichever lanes the numbers go to. The lane holds no key of an SA
+/// deleted, or of an instance dropped, after its next batch at the latest.
+pub struct InlineEspLane {
+    parts: EspLaneParts,
+}
+
+impl core::fmt::Debug for InlineEspLane {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("InlineEspLane").finish_non_exhaustive()
+    }
+}
+
+impl EspCrossing for InlineEspLane {
+    fn esp_crossing(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary> {
+        self.parts.batch(packets, descriptors, status)
     }
 }
 
@@ -306,6 +334,10 @@ impl Enclave for InlineEnclave {
     ) -> Result<BatchSummary> {
         let r = self.core.esp_batch(packets, descriptors, status);
         self.core.counted(r)
+    }
+
+    fn esp_lane(&mut self) -> Option<Box<dyn EspCrossing>> {
+        Some(Box::new(InlineEspLane { parts: self.core.esp_lane() }))
     }
 
     fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {

@@ -38,9 +38,9 @@ pub use api::ike::{
     IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
 };
 pub use api::report::{Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey};
-pub use api::Enclave;
+pub use api::{Enclave, EspCrossing};
 pub use error::{BlobRejection, Error, ErrorKind, Result};
-pub use inline::InlineEnclave;
 #[cfg(feature = "test-export")]
 pub use inline::{EspKeysExport, IkeKeysExport};
+pub use inline::{InlineEnclave, InlineEspLane};
 pub use provision::{seal_format, ProvisioningOffer};

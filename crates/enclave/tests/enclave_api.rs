@@ -377,6 +377,113 @@ fn outbound_numbers_may_cross_out_of_order_but_never_twice() {
     assert_eq!(p.i.counters().esp_status(EspStatus::SeqReused), 9);
 }
 
+/// Seals `seqs` of `sa` through `e`, one batch of up to 16 per call, in an area of its own;
+/// returns each number with its ESP packet. Every packet must be sealed.
+fn seal_numbers(e: &mut dyn EspCrossing, sa: EspSaHandle, suite: Suite, seqs: &[u64]) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    for chunk in seqs.chunks(16) {
+        let (mut area, regions) = layout(suite, chunk.len(), 64);
+        let d: Vec<_> =
+            chunk.iter().zip(&regions).map(|(&s, &(o, l))| EspDescriptor::encrypt(sa, o, l, s)).collect();
+        let mut st = vec![EspStatus::NotProcessed; d.len()];
+        let sum = e.esp_crossing(&mut area, &d, &mut st).unwrap();
+        assert_eq!(sum.ok as usize, d.len(), "{st:?}");
+        for (&s, &(o, l)) in chunk.iter().zip(&regions) {
+            out.push((s, area[o as usize..(o + l) as usize].to_vec()));
+        }
+    }
+    out
+}
+
+#[test]
+fn lanes_seal_one_sa_at_once_and_never_use_a_number_twice() {
+    // Two workers' lanes seal one SA's odd and even numbers on two threads at the same
+    // time; the peer opens all of them; no number is taken twice by any lane or the
+    // instance itself; the instance's counters include its lanes'.
+    let suite = Suite::aead(Cipher::AesGcm16_256);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let (ci, cr) = child(&mut p, suite, false, None);
+    let no_lane = p.i.memory_report().fixed_bytes;
+    let mut lanes = [p.i.esp_lane().unwrap(), p.i.esp_lane().unwrap()];
+    let sealed: Vec<(u64, Vec<u8>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = lanes
+            .iter_mut()
+            .enumerate()
+            .map(|(k, lane)| {
+                let seqs: Vec<u64> = (1..=2048u64).filter(|n| n % 2 == k as u64).collect();
+                s.spawn(move || seal_numbers(&mut **lane, ci.outbound, suite, &seqs))
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(sealed.len(), 2048);
+    for chunk in sealed.chunks(32) {
+        let mut area: Vec<u8> = chunk.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+        let len = u32::try_from(chunk[0].1.len()).unwrap();
+        let d: Vec<_> = (0u32..)
+            .zip(chunk)
+            .map(|(k, (seq, _))| EspDescriptor::decrypt(cr.inbound, k * len, len, *seq))
+            .collect();
+        let mut st = vec![EspStatus::NotProcessed; d.len()];
+        assert_eq!(p.r.esp_batch(&mut area, &d, &mut st).unwrap().ok as usize, d.len(), "{st:?}");
+    }
+    // Any number again, through either lane or the instance: refused, area untouched.
+    let (mut area, regions) = layout(suite, 2, 64);
+    let again = [
+        EspDescriptor::encrypt(ci.outbound, regions[0].0, regions[0].1, 7),
+        EspDescriptor::encrypt(ci.outbound, regions[1].0, regions[1].1, 2048),
+    ];
+    let untouched = area.clone();
+    let mut st = [EspStatus::NotProcessed; 2];
+    let [la, lb] = &mut lanes;
+    for e in [&mut **la, &mut **lb, &mut p.i as &mut dyn EspCrossing] {
+        assert_eq!(e.esp_crossing(&mut area, &again, &mut st).unwrap().failed, 2);
+        assert_eq!(st, [EspStatus::SeqReused; 2]);
+    }
+    assert_eq!(area, untouched);
+    let c = p.i.counters();
+    assert_eq!(c.esp_status(EspStatus::Ok), 2048);
+    assert_eq!(c.esp_status(EspStatus::SeqReused), 6);
+    assert!(c.batches >= 2048 / 16 + 3, "{}", c.batches);
+    // Each lane's scratch and state are trusted memory of the instance until it is dropped
+    // (and pruned at the next SA deletion or new lane).
+    let two = p.i.memory_report().fixed_bytes;
+    let [a, _b] = lanes;
+    drop(a);
+    p.i.esp_sa_delete(ci.inbound).unwrap();
+    let one = p.i.memory_report().fixed_bytes;
+    assert!(no_lane < one && one < two, "{no_lane} < {one} < {two}");
+}
+
+#[test]
+fn a_lane_outlives_neither_its_sa_nor_its_instance() {
+    let suite = Suite::aead(Cipher::AesGcm16_128);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let (ci, _cr) = child(&mut p, suite, false, None);
+    let mut lane = p.i.esp_lane().unwrap();
+    assert_eq!(seal_numbers(&mut *lane, ci.outbound, suite, &[1, 2]).len(), 2);
+    // A batch larger than the limit is refused whole, and counted by the instance.
+    let max = Limits::default().max_batch;
+    let (mut area, regions) = layout(suite, max + 1, 64);
+    let d: Vec<_> = regions.iter().map(|&(o, l)| EspDescriptor::encrypt(ci.outbound, o, l, 99)).collect();
+    let mut st = vec![EspStatus::NotProcessed; d.len()];
+    assert!(matches!(lane.esp_crossing(&mut area, &d, &mut st), Err(Error::BatchTooLarge { .. })));
+    assert_eq!(p.i.counters().error(ErrorKind::BadBatch), 1);
+    // The SA deleted: the lane no longer finds it.
+    p.i.esp_sa_delete(ci.outbound).unwrap();
+    let (mut area, regions) = layout(suite, 1, 64);
+    let one = [EspDescriptor::encrypt(ci.outbound, regions[0].0, regions[0].1, 3)];
+    let mut st = [EspStatus::NotProcessed];
+    assert_eq!(lane.esp_crossing(&mut area, &one, &mut st).unwrap().failed, 1);
+    assert_eq!(st[0], EspStatus::UnknownSa);
+    // The instance dropped: its SAs are gone for the lane too.
+    let inbound = ci.inbound;
+    drop(p);
+    let dec = [EspDescriptor::decrypt(inbound, regions[0].0, regions[0].1, 1)];
+    assert_eq!(lane.esp_crossing(&mut area, &dec, &mut st).unwrap().failed, 1);
+    assert_eq!(st[0], EspStatus::UnknownSa);
+}
+
 #[test]
 fn inbound_sas_do_only_the_operation_the_measured_config_allows() {
     let cfg = |inbound| EnclaveConfig {

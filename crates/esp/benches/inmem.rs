@@ -18,7 +18,7 @@ mod common;
 
 use cloister_esp::{Action, Frame};
 use common::*;
-use enclave::{Cipher, Suite};
+use enclave::{Cipher, Enclave, Suite};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -139,12 +139,49 @@ fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
+/// `INMEM_PROFILE=encap:64` (or `decap:1420`): loops one direction at one size for about
+/// five seconds and prints nothing else, for `perf record`.
+fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
+    let (dir, size) = spec.split_once(':').expect("INMEM_PROFILE=encap:SIZE or decap:SIZE");
+    let size: usize = size.parse().expect("size in bytes");
+    let (src, dst) = inner_hosts(false);
+    let inner = udp_packet(src, dst, size - 28, 64, Ecn::NotEct, true);
+    let mut area = Area::new(BATCH);
+    let n = packets_per_round(size);
+    let start = Instant::now();
+    let mut done = 0usize;
+    while start.elapsed() < Duration::from_secs(5) {
+        if dir == "encap" {
+            for _ in 0..n / BATCH {
+                let mut batch = area.batch();
+                for _ in 0..BATCH {
+                    batch.push(Frame::Ip, OFFSET, &inner).unwrap();
+                }
+                done += a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch).transmit as usize;
+            }
+        } else {
+            let outers = fresh_outers(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &inner, n);
+            for chunk in outers.chunks(BATCH) {
+                let mut batch = area.batch();
+                for o in chunk {
+                    batch.push(Frame::Ip, OFFSET, o).unwrap();
+                }
+                done += b.worker.decapsulate(&mut b.enclave, &b.sad, &mut batch).deliver as usize;
+            }
+        }
+    }
+    println!("{dir} {size}B: {done} packets");
+}
+
 fn main() {
     let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(7);
     let suite = Suite::aead(Cipher::AesGcm16_256);
     let shape = Shape { suite, esn: false, inner_v6: false, outer_v6: false, udp: true };
     let (mut a, mut b) = (Gateway::new(), Gateway::new());
     tunnel(&mut a, &mut b, shape, 0x1000, Instant::now());
+    if let Ok(spec) = std::env::var("INMEM_PROFILE") {
+        return profile(&spec, &mut a, &mut b);
+    }
 
     let mut samples: Vec<Vec<Sample>> = SIZES.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds {
@@ -221,6 +258,8 @@ enum Lock {
     /// [`cloister_esp::SharedEnclave`]: the whole call for encapsulation (the same as
     /// `Call`, a check on the noise), each crossing for decapsulation.
     Shared,
+    /// No lock: each worker crosses through its own lane (`Enclave::esp_lane`).
+    Lanes,
 }
 
 /// Packets/s over wall time of `threads` workers encapsulating (or decapsulating) their
@@ -243,6 +282,7 @@ fn spread(
     let common = outers.len() / BATCH / threads;
     let work = |t: usize| {
         let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
+        let mut lane = (lock == Lock::Lanes).then(|| enclave.lock().unwrap().esp_lane().unwrap());
         let mut area = Area::new(BATCH);
         let mut done = 0usize;
         // Decapsulation: worker t takes every threads-th chunk, so the SA's window sees
@@ -261,6 +301,8 @@ fn spread(
                 }
             }
             let r = match (lock, outers.is_empty()) {
+                (Lock::Lanes, true) => w.encapsulate(&mut **lane.as_mut().unwrap(), sad, spd, &mut batch),
+                (Lock::Lanes, false) => w.decapsulate(&mut **lane.as_mut().unwrap(), sad, &mut batch),
                 (Lock::Call, true) => w.encapsulate(&mut *enclave.lock().unwrap(), sad, spd, &mut batch),
                 (Lock::Shared, true) => {
                     w.encapsulate(&mut cloister_esp::SharedEnclave::new(enclave), sad, spd, &mut batch)
@@ -289,27 +331,30 @@ fn spread(
     per_s
 }
 
-/// One SA carried by 1 and 2 workers sharing one inline enclave, with the old lock (whole
-/// call) and the new (per crossing), interleaved round by round.
+/// One SA carried by 1 and 2 workers sharing one inline enclave: with the old lock (whole
+/// call), the shared lock (per crossing) and a lane each (no lock), interleaved round by
+/// round.
 fn workers(a: Gateway, b: Gateway, rounds: usize) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let Gateway { enclave: ea, sad: sad_a, spd: spd_a, .. } = a;
     let Gateway { enclave: eb, sad: sad_b, spd: spd_b, .. } = b;
     let (ea, eb) = (Mutex::new(ea), Mutex::new(eb));
     let (src, dst) = inner_hosts(false);
-    let cases = [(1, Lock::Shared), (2, Lock::Call), (2, Lock::Shared)];
+    let cases = [(1, Lock::Shared), (2, Lock::Call), (2, Lock::Shared), (2, Lock::Lanes)];
     println!(
         "one SA on several workers ({cores} cores), one inline enclave shared: packets/s over wall time, copy into the batch included; median (min-max) over {rounds} rounds"
     );
     println!(
-        "{:>6} | {:>9} | {:>26} | {:>26} | {:>26} | {:>14} | {:>14}",
+        "{:>6} | {:>9} | {:>26} | {:>26} | {:>26} | {:>26} | {:>14} | {:>14} | {:>14}",
         "size",
         "direction",
         "1 worker",
         "2 workers, call lock",
         "2 workers, shared lock",
+        "2 workers, own lanes",
         "call lock/1",
-        "shared/1"
+        "shared/1",
+        "lanes/1"
     );
     for size in [64usize, 1420] {
         let inner = udp_packet(src, dst, size - 28, 64, Ecn::NotEct, true);
@@ -327,16 +372,20 @@ fn workers(a: Gateway, b: Gateway, rounds: usize) {
         for (name, v) in [("encap", &enc), ("decap", &dec)] {
             let m: Vec<(f64, f64, f64)> = v.iter().map(|x| median_min_max(x.clone())).collect();
             let ratio = |i: usize| median_min_max(v[i].iter().zip(&v[0]).map(|(x, one)| x / one).collect());
-            let (rc, rx) = (ratio(1), ratio(2));
+            let (rc, rx, rl) = (ratio(1), ratio(2), ratio(3));
+            let pps = |i: usize| format!("{:.0} ({:.0}-{:.0})", m[i].0, m[i].1, m[i].2);
+            let r = |r: (f64, f64, f64)| format!("{:.2} ({:.2}-{:.2})", r.0, r.1, r.2);
             println!(
-                "{:>5}B | {:>9} | {:>26} | {:>26} | {:>26} | {:>14} | {:>14}",
+                "{:>5}B | {:>9} | {:>26} | {:>26} | {:>26} | {:>26} | {:>14} | {:>14} | {:>14}",
                 size,
                 name,
-                format!("{:.0} ({:.0}-{:.0})", m[0].0, m[0].1, m[0].2),
-                format!("{:.0} ({:.0}-{:.0})", m[1].0, m[1].1, m[1].2),
-                format!("{:.0} ({:.0}-{:.0})", m[2].0, m[2].1, m[2].2),
-                format!("{:.2} ({:.2}-{:.2})", rc.0, rc.1, rc.2),
-                format!("{:.2} ({:.2}-{:.2})", rx.0, rx.1, rx.2),
+                pps(0),
+                pps(1),
+                pps(2),
+                pps(3),
+                r(rc),
+                r(rx),
+                r(rl),
             );
         }
     }

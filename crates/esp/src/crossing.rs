@@ -1,29 +1,32 @@
 //! How the ESP core reaches the enclave: a [`Crossing`] lends it the enclave for a stretch
-//! of work. Any [`Enclave`] is one; [`SharedEnclave`] is one enclave instance that several
-//! workers share behind a mutex, taken for each stretch.
+//! of work. Anything that crosses ([`EspCrossing`]: any `Enclave`, or a lane of one) is
+//! one; [`SharedEnclave`] is one enclave instance that several workers share behind a
+//! mutex, taken for each stretch.
 //!
-//! Encapsulation holds the enclave for its whole call, so one SA's sequence numbers reach
-//! the enclave in the order they were drawn, whichever worker drew them (the enclave would
-//! take them out of order within a window, and never one twice, but a worker waiting at
-//! the lock with numbers in hand could fall behind that window). Decapsulation holds it for
-//! each crossing only: its checks before and its commits after the crossing are safe
-//! across workers without it.
+//! A worker with a lane of its own (`Enclave::esp_lane`) needs no lock: lanes of one
+//! instance run their batches at once, and the enclave takes one SA's numbers from them in
+//! any order within its window, never one twice. Behind a [`SharedEnclave`], encapsulation
+//! holds the enclave for its whole call, so one SA's sequence numbers reach the enclave in
+//! the order they were drawn, whichever worker drew them (a worker waiting at the lock with
+//! numbers in hand could fall behind that window). Decapsulation holds it for each crossing
+//! only: its checks before and its commits after the crossing are safe across workers
+//! without it.
 
 use std::sync::Mutex;
 
-use enclave::Enclave;
+use enclave::EspCrossing;
 
 /// Something that lends the ESP core an enclave for a stretch of work.
 pub trait Crossing {
-    /// The enclave lent.
-    type Target: Enclave + ?Sized;
+    /// The enclave (or lane) lent.
+    type Target: EspCrossing + ?Sized;
 
     /// Runs `f` with the enclave to itself; `None` (and `f` not run) when the enclave is
     /// unavailable.
     fn with<R>(&mut self, f: impl FnOnce(&mut Self::Target) -> R) -> Option<R>;
 }
 
-impl<E: Enclave + ?Sized> Crossing for E {
+impl<E: EspCrossing + ?Sized> Crossing for E {
     type Target = E;
 
     fn with<R>(&mut self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
@@ -51,7 +54,7 @@ impl<'a, E: ?Sized> SharedEnclave<'a, E> {
     }
 }
 
-impl<E: Enclave + ?Sized> Crossing for SharedEnclave<'_, E> {
+impl<E: EspCrossing + ?Sized> Crossing for SharedEnclave<'_, E> {
     type Target = E;
 
     fn with<R>(&mut self, f: impl FnOnce(&mut E) -> R) -> Option<R> {

@@ -12,7 +12,7 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use enclave::{Enclave, EspDescriptor, EspStatus};
+use enclave::{EspCrossing, EspDescriptor, EspStatus};
 use wire::{Ecn, EspPacket, EspTrailer, IpProtocol, UdpEncapPayload};
 
 use crate::batch::{Action, Batch, Frame, Transmit};
@@ -231,13 +231,13 @@ impl Worker {
     }
 
     /// Hands every descriptor to the enclave: one call per `max_batch` descriptors.
-    fn cross<E: Enclave + ?Sized>(&mut self, enclave: &mut E, area: &mut [u8], report: &mut BatchReport) {
+    fn cross<E: EspCrossing + ?Sized>(&mut self, enclave: &mut E, area: &mut [u8], report: &mut BatchReport) {
         self.status.clear();
         self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
         let max = self.config.max_batch.max(1);
         for (d, s) in self.descriptors.chunks(max).zip(self.status.chunks_mut(max)) {
             report.crossings += 1;
-            if enclave.esp_batch(area, d, s).is_err() {
+            if enclave.esp_crossing(area, d, s).is_err() {
                 // The whole call was refused: nothing was processed.
                 s.fill(EspStatus::NotProcessed);
             }
@@ -271,7 +271,7 @@ impl Worker {
         })
     }
 
-    fn encapsulate_held<E: Enclave + ?Sized>(
+    fn encapsulate_held<E: EspCrossing + ?Sized>(
         &mut self,
         enclave: &mut E,
         sad: &Sad,
@@ -850,7 +850,7 @@ impl Worker {
             let d = [EspDescriptor::decrypt(sa.config().handle, offset, len, seq)];
             let mut status = [EspStatus::NotProcessed];
             report.crossings += 1;
-            let crossed = enclave.with(|e| e.esp_batch(batch.area, &d, &mut status).is_ok());
+            let crossed = enclave.with(|e| e.esp_crossing(batch.area, &d, &mut status).is_ok());
             if crossed == Some(true) && status == [EspStatus::Ok] {
                 return Some(seq);
             }

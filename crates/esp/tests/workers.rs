@@ -1,7 +1,9 @@
 //! Several workers on one outbound SA with one shared enclave ([`SharedEnclave`]): each
 //! draws its batch's sequence numbers while it holds the enclave, so the numbers reach the
 //! enclave in order whichever worker gets there first, and every packet is sealed once,
-//! with its own number, and opens at the peer.
+//! with its own number, and opens at the peer. And with a lane of the enclave each
+//! (`Enclave::esp_lane`): no lock, the numbers reach the enclave in any order, and still
+//! every packet is sealed once and opens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -13,7 +15,7 @@ use std::time::Instant;
 
 use cloister_esp::*;
 use common::*;
-use enclave::{Cipher, InlineEnclave, Suite};
+use enclave::{Cipher, Enclave, InlineEnclave, Suite};
 use wire::Ecn;
 
 const SHAPE: Shape = Shape {
@@ -161,6 +163,74 @@ fn two_workers_share_one_sa_and_lose_nothing() {
     }
     assert_eq!(delivered, 2560);
     assert_eq!(b.worker.drops().total(), 0);
+}
+
+#[test]
+fn two_workers_with_lanes_of_their_own_seal_and_open_one_sa_at_once() {
+    // As above, but each worker crosses through its own lane (no lock): the two seal at the
+    // same time and their numbers reach the enclave in any order. Then two workers open
+    // the packets through two lanes of the peer's enclave, every other chunk each.
+    let (mut a, mut b) = (Gateway::new(), Gateway::new());
+    tunnel(&mut a, &mut b, SHAPE, 0x2002, Instant::now());
+    let lanes = [a.enclave.esp_lane().unwrap(), a.enclave.esp_lane().unwrap()];
+    let (sad, spd) = (&a.sad, &a.spd);
+    let sealed: Vec<Vec<(u32, Vec<u8>)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = lanes
+            .into_iter()
+            .zip([0u32, 40 * 32])
+            .map(|(mut lane, base)| {
+                s.spawn(move || {
+                    let mut w = Worker::new(WorkerConfig::default(), 64);
+                    let mut area = Area::new(32);
+                    let mut out = Vec::new();
+                    for k in 0..40 {
+                        let mut batch = area.batch();
+                        fill(&mut batch, base + k * 32);
+                        let r = w.encapsulate(&mut *lane, sad, spd, &mut batch);
+                        assert_eq!(r.transmit, 32, "drops {:?}", w.drops());
+                        out.extend(sent(&packets(&batch)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<(u32, Vec<u8>)> = sealed.into_iter().flatten().collect();
+    all.sort_by_key(|(s, _)| *s);
+    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (1..=2560).collect::<Vec<_>>());
+    let chunks: Vec<&[(u32, Vec<u8>)]> = all.chunks(64).collect();
+    let peer_lanes = [b.enclave.esp_lane().unwrap(), b.enclave.esp_lane().unwrap()];
+    let sad_b = &b.sad;
+    let ids: Vec<BTreeSet<u32>> = std::thread::scope(|s| {
+        let hs: Vec<_> = peer_lanes
+            .into_iter()
+            .enumerate()
+            .map(|(t, mut lane)| {
+                let mine: Vec<_> = chunks.iter().skip(t).step_by(2).copied().collect();
+                s.spawn(move || {
+                    let mut w = Worker::new(WorkerConfig::default(), 64);
+                    let mut area = Area::new(64);
+                    let mut ids = BTreeSet::new();
+                    for chunk in mine {
+                        let mut batch = area.batch();
+                        for (_, p) in chunk {
+                            batch.push(Frame::Ip, OFFSET, p).unwrap();
+                        }
+                        let r = w.decapsulate(&mut *lane, sad_b, &mut batch);
+                        assert_eq!(r.deliver as usize, chunk.len(), "drops {:?}", w.drops());
+                        for (_, inner) in batch.iter() {
+                            ids.insert(u32::from_be_bytes(inner[28..32].try_into().unwrap()));
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let opened: BTreeSet<u32> = ids.into_iter().flatten().collect();
+    assert_eq!(opened, (0..2560).collect(), "every packet opened once, by one lane or the other");
 }
 
 #[test]

@@ -56,6 +56,9 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn counters(&self) -> Counters {
         self.lock().counters()
     }
+    fn esp_lane(&mut self) -> Option<Box<dyn enclave::EspCrossing>> {
+        self.lock().esp_lane()
+    }
     fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
         self.lock().provision_secret(wrapped)
     }

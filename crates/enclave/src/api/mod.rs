@@ -23,6 +23,29 @@ use ike::{
 };
 use report::{Counters, MemoryReport};
 
+/// What the ESP data path needs of an enclave: one crossing per batch. Every [`Enclave`] is
+/// one; so is a lane ([`Enclave::esp_lane`]).
+pub trait EspCrossing: Send {
+    /// Processes a batch of ESP packets, as [`Enclave::esp_batch`].
+    fn esp_crossing(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary>;
+}
+
+impl<E: Enclave + ?Sized> EspCrossing for E {
+    fn esp_crossing(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[EspDescriptor],
+        status: &mut [EspStatus],
+    ) -> Result<BatchSummary> {
+        self.esp_batch(packets, descriptors, status)
+    }
+}
+
 /// The enclave's calls ("ECalls"): one per IKE step, one per ESP batch.
 ///
 /// Implemented by [`crate::InlineEnclave`] (trusted code in-process) and, later, by the
@@ -319,6 +342,13 @@ pub trait Enclave: Send {
         descriptors: &[EspDescriptor],
         status: &mut [EspStatus],
     ) -> Result<BatchSummary>;
+
+    /// A lane of this instance for one worker: batches on it run at the same time as other
+    /// lanes' and this instance's own `esp_batch`, on the same SAs. `None` where the backend
+    /// runs one batch at a time (then workers share the instance behind a lock).
+    fn esp_lane(&mut self) -> Option<Box<dyn EspCrossing>> {
+        None
+    }
 
     /// Forgets one direction of an ESP SA.
     fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()>;

@@ -201,6 +201,17 @@ impl Counters {
         }
     }
 
+    /// Adds `other`'s counts to these (a lane's into its instance's).
+    pub(crate) fn add(&mut self, other: &Counters) {
+        self.batches = self.batches.saturating_add(other.batches);
+        for (a, b) in self.esp.iter_mut().zip(other.esp.iter()) {
+            *a = a.saturating_add(*b);
+        }
+        for (a, b) in self.errors.iter_mut().zip(other.errors.iter()) {
+            *a = a.saturating_add(*b);
+        }
+    }
+
     pub(crate) fn record_status(&mut self, status: EspStatus) {
         if let Some(c) = self.esp.get_mut(status.index()) {
             *c = c.saturating_add(1);

@@ -6,20 +6,21 @@
 //! packet is transformed in place (or, for forwarding, in the preallocated scratch buffer).
 
 use super::cbc_mode::{CbcDecryptor, CbcEncryptor, BLOCK};
-use super::esp_keys::{next_owner_id, KeyCache, NO_SLOT};
+use super::esp_keys::{next_owner_id, KeyCache};
 use super::ike_keys::{EspKeys, MAX_ENC_KEY, MAX_INTEG_KEY};
 use super::keybuf::KeyBuf;
+use super::lane::Lane;
 use super::prf::{ct_eq, integ_alg, scrub_hmac_key};
 use super::sent::SentWindow;
 use super::sk::{aead_alg, nonce};
 use super::table::Table;
 use crate::api::alg::Suite;
 use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
-use crate::api::report::Counters;
 use crate::api::report::InboundMode;
 use crate::error::{Error, Result};
 use ring::aead::{Aad, LessSafeKey};
 use ring::hmac;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// ESP header: SPI and sequence number.
 const HDR: usize = 8;
@@ -61,11 +62,9 @@ pub(crate) struct EspSa {
     dir: Direction,
     esn: bool,
     suite: Suite,
-    /// Where this SA's expanded AEAD key may be in the [`KeyCache`] (a hint, checked
-    /// against `owner`).
-    cache_slot: u32,
-    /// Outbound: the sequence numbers used (boxed: inbound SAs do not pay for it).
-    sent: Option<Box<SentWindow>>,
+    /// Outbound: the sequence numbers used (boxed: inbound SAs do not pay for it). Lanes
+    /// share it: each locks it once per run of this SA's descriptors in a batch.
+    sent: Option<Box<Mutex<SentWindow>>>,
     /// Outbound: the highest sequence number this instance may still use. `u64::MAX` until
     /// the SA is exported for migration; then the destination starts above it, so the two
     /// instances never send one (key, IV) pair twice.
@@ -123,8 +122,7 @@ impl EspSa {
             dir,
             esn,
             suite,
-            cache_slot: NO_SLOT,
-            sent: (dir == Direction::Outbound).then(|| Box::new(SentWindow::new())),
+            sent: (dir == Direction::Outbound).then(|| Box::new(Mutex::new(SentWindow::new()))),
             seq_ceiling: u64::MAX,
             owner: next_owner_id(),
             cipher,
@@ -141,7 +139,7 @@ impl EspSa {
             EspCipher::Aead { .. } => 0,
             EspCipher::CbcOut { .. } | EspCipher::CbcIn { .. } => core::mem::size_of::<CbcMac>(),
         };
-        let sent = if self.sent.is_some() { core::mem::size_of::<SentWindow>() } else { 0 };
+        let sent = if self.sent.is_some() { core::mem::size_of::<Mutex<SentWindow>>() } else { 0 };
         core::mem::size_of::<Self>() + mac + sent
     }
 
@@ -167,7 +165,7 @@ impl EspSa {
 
     /// Outbound: the highest sequence number used so far (0: none, or inbound).
     pub(crate) fn last_seq(&self) -> u64 {
-        self.sent.as_ref().map_or(0, |w| w.top())
+        self.sent.as_ref().map_or(0, |w| w.lock().unwrap_or_else(PoisonError::into_inner).top())
     }
 
     /// Whether this SA's sending range was already handed to a migration destination.
@@ -183,7 +181,7 @@ impl EspSa {
     /// Refuses every outbound sequence number up to `last` (import for migration).
     pub(crate) fn raise_seq_floor(&mut self, last: u64) {
         if let Some(w) = self.sent.as_mut() {
-            w.raise_floor(last);
+            w.get_mut().unwrap_or_else(PoisonError::into_inner).raise_floor(last);
         }
     }
 
@@ -205,16 +203,16 @@ impl EspSa {
         }
     }
 
-    /// Clears this SA's expanded key from `keys` (before the SA is dropped).
-    pub(crate) fn forget_key(&self, keys: &mut KeyCache) {
-        keys.forget(self.cache_slot, self.owner);
+    /// What the lanes' key caches know this SA by.
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
     }
 
-    /// The expanded AEAD key and the salt, from the cache or expanded now.
-    fn aead<'k>(&mut self, keys: &'k mut KeyCache) -> Option<(&'k LessSafeKey, [u8; 4])> {
+    /// The expanded AEAD key and the salt, from `keys` (where `slot` says) or expanded now.
+    fn aead<'k>(&self, keys: &'k mut KeyCache, slot: &mut u32) -> Option<(&'k LessSafeKey, [u8; 4])> {
         let EspCipher::Aead { key, salt } = &self.cipher else { return None };
         let alg = aead_alg(self.suite.cipher)?;
-        let k = keys.get(&mut self.cache_slot, self.owner, alg, key.as_slice())?;
+        let k = keys.get(slot, self.owner, alg, key.as_slice())?;
         Some((k, *salt))
     }
 }
@@ -284,14 +282,9 @@ fn split_lengths(
     ok.then_some((iv, payload, icv)).ok_or(EspStatus::BadLength)
 }
 
-fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) -> EspStatus {
-    let (iv_len, payload, icv_len) = match split_lengths(&sa.suite, pkt.len(), true) {
-        Ok(l) => l,
-        Err(s) => return s,
-    };
-    let Some(sent) = sa.sent.as_deref() else {
-        return EspStatus::WrongDirection;
-    };
+/// Takes number `seq` of `sa` out of its window `sent`: `Ok` once per number; from then on
+/// it counts as used whatever becomes of the packet.
+fn claim(sa: &EspSa, sent: &mut SentWindow, seq: u64) -> EspStatus {
     if (!sa.esn && seq > u64::from(u32::MAX)) || sent.top() == u64::MAX {
         return EspStatus::SeqExhausted;
     }
@@ -303,6 +296,63 @@ fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) ->
     if seq > sa.seq_ceiling {
         return EspStatus::SeqExhausted;
     }
+    sent.mark(seq);
+    EspStatus::Ok
+}
+
+/// Takes the numbers of a batch's ENCRYPT descriptors from their SAs' windows before any
+/// packet is sealed, one lock per run of one SA's descriptors, so that the window is held
+/// for a few comparisons, never across the cryptography, and lanes on one SA seal at once.
+/// `claims[i]` becomes `Ok` or the refusal for descriptor `i`; `NotProcessed` where the
+/// descriptor is no well-formed ENCRYPT (the batch pass says what is wrong with it).
+fn claim_numbers(
+    table: &Table<EspSa>,
+    area_len: usize,
+    descriptors: &[EspDescriptor],
+    claims: &mut [EspStatus],
+) {
+    let mut held: Option<(u32, MutexGuard<'_, SentWindow>)> = None;
+    for (d, c) in descriptors.iter().zip(claims.iter_mut()) {
+        *c = EspStatus::NotProcessed;
+        if d.opcode != EspOpcode::ENCRYPT {
+            continue;
+        }
+        let Ok(sa) = table.get(d.sa.0) else { continue };
+        let Some(window) = sa.sent.as_deref() else { continue };
+        // A number is used up only by a packet that will be sealed.
+        let fits = (d.offset as usize).checked_add(d.len as usize).is_some_and(|end| end <= area_len);
+        if !fits || split_lengths(&sa.suite, d.len as usize, true).is_err() {
+            continue;
+        }
+        if held.as_ref().is_none_or(|(h, _)| *h != d.sa.0) {
+            // Release the previous run's window before taking the next one.
+            held = None;
+            // A lane that panicked holding the window may have left it half-updated:
+            // refuse rather than risk a number twice.
+            let Ok(guard) = window.lock() else { continue };
+            held = Some((d.sa.0, guard));
+        }
+        if let Some((_, sent)) = held.as_mut() {
+            *c = claim(sa, sent, d.seq);
+        }
+    }
+}
+
+/// Encrypts `pkt` in place as number `seq`, which `claimed` says whether it was given.
+fn encrypt_one(
+    sa: &EspSa,
+    claimed: EspStatus,
+    keys: (&mut KeyCache, &mut u32),
+    pkt: &mut [u8],
+    seq: u64,
+) -> EspStatus {
+    let (iv_len, payload, icv_len) = match split_lengths(&sa.suite, pkt.len(), true) {
+        Ok(l) => l,
+        Err(s) => return s,
+    };
+    if claimed != EspStatus::Ok {
+        return claimed;
+    }
     let (hdr, rest) = pkt.split_at_mut(HDR);
     hdr[..4].copy_from_slice(&sa.spi.to_be_bytes());
     hdr[4..].copy_from_slice(&seq_lo(seq));
@@ -311,7 +361,7 @@ fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) ->
     let esn = sa.esn;
     let ok = match &sa.cipher {
         EspCipher::Aead { .. } => {
-            let Some((key, salt)) = sa.aead(keys) else {
+            let Some((key, salt)) = sa.aead(keys.0, keys.1) else {
                 return EspStatus::NotProcessed;
             };
             let iv = seq.to_be_bytes();
@@ -352,9 +402,6 @@ fn encrypt_one(sa: &mut EspSa, keys: &mut KeyCache, pkt: &mut [u8], seq: u64) ->
         EspCipher::CbcIn { .. } => false,
     };
     if ok {
-        if let Some(w) = sa.sent.as_mut() {
-            w.mark(seq);
-        }
         EspStatus::Ok
     } else {
         EspStatus::WrongDirection
@@ -385,8 +432,8 @@ fn check_inbound_header(
 /// the ICV over `pkt` and decrypting `pkt` again would let a racing gateway swap in
 /// unauthenticated ciphertext between the two reads (a double fetch).
 pub(crate) fn decrypt_one(
-    sa: &mut EspSa,
-    keys: &mut KeyCache,
+    sa: &EspSa,
+    keys: (&mut KeyCache, &mut u32),
     pkt: &mut [u8],
     seq: u64,
     scratch: &mut [u8],
@@ -398,7 +445,7 @@ pub(crate) fn decrypt_one(
     let esn = sa.esn;
     match &sa.cipher {
         EspCipher::Aead { .. } => {
-            let Some((key, salt)) = sa.aead(keys) else {
+            let Some((key, salt)) = sa.aead(keys.0, keys.1) else {
                 return EspStatus::NotProcessed;
             };
             let (hdr, rest) = pkt.split_at_mut(HDR);
@@ -471,8 +518,8 @@ fn cbc_open_private(
 /// Verifies `pkt`, decrypts what forwarding needs into `scratch` (never into `pkt`), and
 /// returns the inner packet's destination address (4 or 16 bytes) in `dst`.
 fn decrypt_private(
-    sa: &mut EspSa,
-    keys: &mut KeyCache,
+    sa: &EspSa,
+    keys: (&mut KeyCache, &mut u32),
     pkt: &[u8],
     seq: u64,
     scratch: &mut [u8],
@@ -484,7 +531,7 @@ fn decrypt_private(
     let esn = sa.esn;
     let (first, next_header) = match &sa.cipher {
         EspCipher::Aead { .. } => {
-            let (key, salt) = sa.aead(keys).ok_or(EspStatus::NotProcessed)?;
+            let (key, salt) = sa.aead(keys.0, keys.1).ok_or(EspStatus::NotProcessed)?;
             let body = pkt.get(ct_start..).ok_or(EspStatus::BadLength)?;
             let work = scratch.get_mut(..body.len()).ok_or(EspStatus::BadLength)?;
             work.copy_from_slice(body);
@@ -609,8 +656,8 @@ fn rewrite_outer(outer: &mut [u8], dst: &[u8]) -> core::result::Result<(), EspSt
 }
 
 fn forward_one(
-    sa: &mut EspSa,
-    keys: &mut KeyCache,
+    sa: &EspSa,
+    keys: (&mut KeyCache, &mut u32),
     packets: &mut [u8],
     desc: &EspDescriptor,
     region: core::ops::Range<usize>,
@@ -649,16 +696,16 @@ fn status_of(e: &Error) -> EspStatus {
 }
 
 fn one(
-    table: &mut Table<EspSa>,
-    keys: &mut KeyCache,
+    table: &Table<EspSa>,
+    lane: &mut Lane,
+    claimed: EspStatus,
     packets: &mut [u8],
     d: &EspDescriptor,
-    scratch: &mut [u8],
 ) -> EspStatus {
     if ![EspOpcode::ENCRYPT, EspOpcode::DECRYPT, EspOpcode::DECRYPT_FORWARD].contains(&d.opcode) {
         return EspStatus::UnknownOpcode;
     }
-    let sa = match table.get_mut(d.sa.0) {
+    let sa = match table.get(d.sa.0) {
         Ok(sa) => sa,
         Err(e) => return status_of(&e),
     };
@@ -681,37 +728,48 @@ fn one(
     };
     match d.opcode {
         EspOpcode::ENCRYPT => match packets.get_mut(start..end) {
-            Some(pkt) => encrypt_one(sa, keys, pkt, d.seq),
+            Some(pkt) => {
+                let (keys, slot, _) = lane.parts(d.sa.0);
+                encrypt_one(sa, claimed, (keys, slot), pkt, d.seq)
+            }
             None => EspStatus::OutOfBounds,
         },
         EspOpcode::DECRYPT => match packets.get_mut(start..end) {
-            Some(pkt) => decrypt_one(sa, keys, pkt, d.seq, scratch),
+            Some(pkt) => {
+                let (keys, slot, scratch) = lane.parts(d.sa.0);
+                decrypt_one(sa, (keys, slot), pkt, d.seq, scratch)
+            }
             None => EspStatus::OutOfBounds,
         },
-        _ => forward_one(sa, keys, packets, d, start..end, scratch),
+        _ => {
+            let (keys, slot, scratch) = lane.parts(d.sa.0);
+            forward_one(sa, (keys, slot), packets, d, start..end, scratch)
+        }
     }
 }
 
-/// Runs one batch; the caller has checked the batch's shape.
+/// Runs one batch on `lane`; the caller has checked the batch's shape.
 pub(crate) fn batch(
-    table: &mut Table<EspSa>,
-    keys: &mut KeyCache,
+    table: &Table<EspSa>,
+    lane: &mut Lane,
     packets: &mut [u8],
     descriptors: &[EspDescriptor],
     status: &mut [EspStatus],
-    scratch: &mut [u8],
-    counters: &mut Counters,
 ) -> BatchSummary {
     let mut summary = BatchSummary::default();
-    for (d, s) in descriptors.iter().zip(status.iter_mut()) {
-        *s = one(table, keys, packets, d, scratch);
-        counters.record_status(*s);
+    let mut claims = core::mem::take(&mut lane.claims);
+    claims.resize(descriptors.len(), EspStatus::NotProcessed);
+    claim_numbers(table, packets.len(), descriptors, &mut claims);
+    for ((d, s), &claimed) in descriptors.iter().zip(status.iter_mut()).zip(claims.iter()) {
+        *s = one(table, lane, claimed, packets, d);
+        lane.counters.record_status(*s);
         if *s == EspStatus::Ok {
             summary.ok += 1;
         } else {
             summary.failed += 1;
         }
     }
+    lane.claims = claims;
     summary
 }
 

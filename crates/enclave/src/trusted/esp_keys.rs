@@ -108,6 +108,11 @@ impl KeyCache {
         }
     }
 
+    /// The most keys this cache holds.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     /// Expanded keys held now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

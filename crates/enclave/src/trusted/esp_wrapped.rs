@@ -204,12 +204,12 @@ mod tests {
     // ---- through the trusted core: install, encrypt, decrypt with an SA made another way ----
 
     use super::super::esp::{self, Direction, EspSa};
-    use super::super::esp_keys::KeyCache;
+    use super::super::lane::Lane;
     use super::super::table::Table;
     use super::super::TrustedCore;
     use crate::api::esp::{EspDescriptor, EspStatus};
     use crate::api::handle::{EspSaHandle, HandleKind, TenantId};
-    use crate::api::report::{Counters, EnclaveConfig, InboundMode, Limits, ProvisioningKey};
+    use crate::api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
     use crate::attest::{CodeIdentity, SoftwareAttestation};
     use crate::error::BlobRejection;
     use crate::provision::{wrap_esp_sa_keys, wrap_secret};
@@ -289,16 +289,15 @@ mod tests {
                     esp::keys(&enc, &integ),
                 );
                 let h = EspSaHandle(table.insert(sa.unwrap()).unwrap());
-                let (mut keys, mut scratch, mut counters) =
-                    (KeyCache::new(2), vec![0u8; esp::SCRATCH_LEN], Counters::default());
+                let mut lane = Lane::new(2);
                 let d = [EspDescriptor::decrypt(h, 0, len, seq)];
-                esp::batch(&mut table, &mut keys, &mut pkt, &d, &mut st, &mut scratch, &mut counters);
+                esp::batch(&table, &mut lane, &mut pkt, &d, &mut st);
                 assert_eq!(st[0], EspStatus::Ok, "{suite:?} esn {esn}");
                 let head = suite.esp_overhead().0;
                 assert_eq!(&pkt[head..head + inner.len()], &inner[..]);
             }
         }
-        assert_eq!(c.esp.live(), 10);
+        assert_eq!(c.esp.read().unwrap().live(), 10);
     }
 
     #[test]
@@ -365,6 +364,6 @@ mod tests {
         let out = EspSaParams { inbound: false, ..p };
         let as_out = wrap(3, &out, &[9; 36], &[]);
         assert!(matches!(c.esp_sa_install_wrapped(&as_out, &out), Err(Error::KeyReuse { .. })));
-        assert_eq!(c.esp.live(), 1);
+        assert_eq!(c.esp.read().unwrap().live(), 1);
     }
 }

@@ -12,6 +12,7 @@ pub(crate) mod esp_keys;
 pub(crate) mod esp_wrapped;
 pub(crate) mod ike_keys;
 pub(crate) mod keybuf;
+pub(crate) mod lane;
 pub(crate) mod migration;
 pub(crate) mod modp;
 pub(crate) mod prf;
@@ -45,11 +46,13 @@ use auth::{PeerKey, Secret};
 use core::ops::Range;
 use dh::{DhSecret, SharedSecret};
 use esp::{Direction, EspSa};
-use esp_keys::KeyCache;
 use ike_keys::{IkeSa, SkeyseedSource};
+use lane::{EspLaneParts, Lane};
 use migration::{PackageWriter, StateReader, StateWriter};
 use ring::rand::{SecureRandom, SystemRandom};
 use seal::{RootKeys, SealBinding};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 use table::Table;
 use zeroize::Zeroizing;
@@ -83,13 +86,17 @@ pub(crate) struct TrustedCore {
     secrets: Table<Secret>,
     dh: Table<DhSecret>,
     ike: Table<IkeSa>,
-    esp: Table<EspSa>,
-    /// Expanded AEAD keys of the ESP SAs in use (bounded; see `esp_keys`).
-    esp_keys: KeyCache,
+    /// The ESP SAs, shared with the lanes workers hold (see `lane`): they read-lock it per
+    /// batch; every change here write-locks it.
+    esp: Arc<RwLock<Table<EspSa>>>,
+    /// The lane of this instance's own `esp_batch` calls.
+    lane: Lane,
+    /// The lanes handed out ([`Self::esp_lane`]); dropped ones are pruned on the next change.
+    lanes: Vec<Arc<Mutex<Lane>>>,
+    /// ESP SA deletions so far: a lane that sees it move scrubs its thread's stack.
+    esp_deletes: Arc<AtomicU64>,
     /// Digests of the static ESP keys installed from wrapped blobs (see `esp_wrapped`).
     wrapped_keys: esp_wrapped::KeyRecord,
-    /// Private scratch for DECRYPT_FORWARD, allocated once.
-    scratch: Zeroizing<Vec<u8>>,
     /// Outstanding attested-provisioning offers (their X25519 private keys).
     offers: provisioning::Offers,
     /// The migration destination key pair, until an import consumes it.
@@ -103,11 +110,24 @@ impl core::fmt::Debug for TrustedCore {
         f.debug_struct("TrustedCore")
             .field("tenant", &self.tenant)
             .field("ike_sas", &self.ike.live())
-            .field("esp_sas", &self.esp.live())
+            .field("esp_sas", &self.esp_read().live())
+            .field("esp_lanes", &self.lanes.len())
             .field("secrets", &self.secrets.live())
             .field("offers", &self.offers.len())
             .field("destination_key", &self.destination.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TrustedCore {
+    fn drop(&mut self) {
+        // Lanes a worker still holds share the table: empty it, and their key caches, so no
+        // key outlives the instance (a lane's next batch finds no SA).
+        self.esp_write().clear();
+        for l in &self.lanes {
+            l.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+        self.esp_deletes.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -132,10 +152,11 @@ impl TrustedCore {
             secrets: Table::new(HandleKind::Secret, tag, l.max_secrets),
             dh: Table::new(HandleKind::Dh, tag, l.max_dh),
             ike: Table::new(HandleKind::IkeSa, tag, l.max_ike_sas),
-            esp: Table::new(HandleKind::EspSa, tag, l.max_esp_sas),
-            esp_keys: KeyCache::new(esp_keys::MAX_CACHED),
+            esp: Arc::new(RwLock::new(Table::new(HandleKind::EspSa, tag, l.max_esp_sas))),
+            lane: Lane::new(esp_keys::MAX_CACHED),
+            lanes: Vec::new(),
+            esp_deletes: Arc::new(AtomicU64::new(0)),
             wrapped_keys: esp_wrapped::KeyRecord::default(),
-            scratch: Zeroizing::new(vec![0u8; esp::SCRATCH_LEN]),
             offers: provisioning::Offers::default(),
             destination: None,
             counters: Counters::default(),
@@ -147,8 +168,51 @@ impl TrustedCore {
         self.tenant
     }
 
+    /// This instance's counters with every lane's added in.
     pub(crate) fn counters(&self) -> Counters {
-        self.counters
+        let mut c = self.counters;
+        c.add(&self.lane.counters);
+        for l in &self.lanes {
+            c.add(&l.lock().unwrap_or_else(PoisonError::into_inner).counters);
+        }
+        c
+    }
+
+    /// The ESP SA table, read. A poisoned lock is taken anyway: only this core writes the
+    /// table, through calls that do not panic, and refusing would strand the keys.
+    fn esp_read(&self) -> RwLockReadGuard<'_, Table<EspSa>> {
+        self.esp.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The ESP SA table, to change (waits for the lanes' batches in flight).
+    fn esp_write(&self) -> RwLockWriteGuard<'_, Table<EspSa>> {
+        self.esp.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new lane for one worker: ESP batches on it run alongside other lanes' and this
+    /// instance's own.
+    pub(crate) fn esp_lane(&mut self) -> EspLaneParts {
+        self.lanes.retain(|l| Arc::strong_count(l) > 1);
+        let lane = Arc::new(Mutex::new(Lane::new(esp_keys::MAX_CACHED)));
+        self.lanes.push(Arc::clone(&lane));
+        EspLaneParts {
+            table: Arc::clone(&self.esp),
+            lane,
+            deletes: Arc::clone(&self.esp_deletes),
+            seen_deletes: self.esp_deletes.load(Ordering::Acquire),
+            max_batch: self.limits.max_batch,
+        }
+    }
+
+    /// Clears the deleted SA `handle` (owner `owner`) from every lane's key cache, and
+    /// makes the lanes scrub their stacks on their next batch.
+    fn forget_esp_key(&mut self, handle: u32, owner: u64) {
+        self.lane.forget(handle, owner);
+        self.lanes.retain(|l| Arc::strong_count(l) > 1);
+        for l in &self.lanes {
+            l.lock().unwrap_or_else(PoisonError::into_inner).forget(handle, owner);
+        }
+        self.esp_deletes.fetch_add(1, Ordering::Release);
     }
 
     /// Counts a refusal and passes the result on.
@@ -164,21 +228,28 @@ impl TrustedCore {
     }
 
     pub(crate) fn memory_report(&self) -> MemoryReport {
+        let esp = self.esp_read();
+        let (mut lane_keys, mut lane_fixed) = (self.lane.key_bytes(), self.lane.fixed_bytes());
+        for l in &self.lanes {
+            let l = l.lock().unwrap_or_else(PoisonError::into_inner);
+            lane_keys += l.key_bytes();
+            lane_fixed += l.fixed_bytes() + core::mem::size_of::<Arc<Mutex<Lane>>>();
+        }
         MemoryReport {
             ike_sas: self.ike.live(),
             ike_sa_bytes: self.ike.entries().map(IkeSa::footprint).sum(),
-            esp_sas: self.esp.live(),
-            esp_sa_bytes: self.esp.entries().map(EspSa::footprint).sum::<usize>() + self.esp_keys.bytes(),
+            esp_sas: esp.live(),
+            esp_sa_bytes: esp.entries().map(EspSa::footprint).sum::<usize>() + lane_keys,
             dh_values: self.dh.live(),
             dh_bytes: self.dh.entries().map(DhSecret::footprint).sum(),
             secrets: self.secrets.live(),
             secret_bytes: self.secrets.entries().map(Secret::footprint).sum(),
             fixed_bytes: core::mem::size_of::<Self>()
-                + self.scratch.capacity()
+                + lane_fixed
                 + self.wrapped_keys.bytes()
                 + self.offers.bytes()
                 + self.ike.overhead_bytes()
-                + self.esp.overhead_bytes()
+                + esp.overhead_bytes()
                 + self.dh.overhead_bytes()
                 + self.secrets.overhead_bytes(),
         }
@@ -425,7 +496,7 @@ impl TrustedCore {
             return Err(Error::BadLength { what: "SPI", len: 0, why: "SPI 0 is reserved (RFC 4303 §2.1)" });
         }
         // Refuse before consuming anything if there is no room for both directions.
-        if self.esp.live() + 2 > self.limits.max_esp_sas.min(table::MAX_ENTRIES) {
+        if self.esp_read().live() + 2 > self.limits.max_esp_sas.min(table::MAX_ENTRIES) {
             return Err(Error::TableFull { kind: HandleKind::EspSa, max: self.limits.max_esp_sas });
         }
         self.ike.get(ike.0)?;
@@ -439,13 +510,13 @@ impl TrustedCore {
         let dir_in = Direction::Inbound(self.limits.inbound);
         let sa_in = EspSa::new(p.spi_inbound, dir_in, p.esn, p.suite, inbound)?;
         let sa_out = EspSa::new(p.spi_outbound, Direction::Outbound, p.esn, p.suite, outbound)?;
-        let h_in = self.esp.insert(sa_in)?;
-        match self.esp.insert(sa_out) {
+        let mut esp = self.esp_write();
+        let h_in = esp.insert(sa_in)?;
+        match esp.insert(sa_out) {
             Ok(h_out) => Ok(ChildSaPair { inbound: EspSaHandle(h_in), outbound: EspSaHandle(h_out) }),
             Err(e) => {
-                if let Ok(sa) = self.esp.remove(h_in) {
-                    sa.forget_key(&mut self.esp_keys);
-                }
+                // Never used: no lane has its key.
+                drop(esp.remove(h_in));
                 Err(e)
             }
         }
@@ -518,21 +589,14 @@ impl TrustedCore {
     ) -> Result<BatchSummary> {
         esp::check_batch(descriptors.len(), status.len(), self.limits.max_batch)?;
         self.counters.batches = self.counters.batches.saturating_add(1);
-        Ok(esp::batch(
-            &mut self.esp,
-            &mut self.esp_keys,
-            packets,
-            descriptors,
-            status,
-            &mut self.scratch,
-            &mut self.counters,
-        ))
+        let esp = self.esp.read().unwrap_or_else(PoisonError::into_inner);
+        Ok(esp::batch(&esp, &mut self.lane, packets, descriptors, status))
     }
 
     pub(crate) fn esp_sa_delete(&mut self, sa: EspSaHandle) -> Result<()> {
-        let sa = self.esp.remove(sa.0)?;
-        sa.forget_key(&mut self.esp_keys);
-        drop(sa);
+        let removed = self.esp_write().remove(sa.0)?;
+        self.forget_esp_key(sa.0, removed.owner());
+        drop(removed);
         scrub_stack();
         Ok(())
     }
@@ -546,7 +610,7 @@ impl TrustedCore {
             return Err(Error::InconsistentSuite { cipher: p.suite.cipher.id(), integ });
         }
         // Refuse before a key is remembered if the SA could not be stored anyway.
-        if self.esp.live() + 1 > self.limits.max_esp_sas.min(table::MAX_ENTRIES) {
+        if self.esp_read().live() + 1 > self.limits.max_esp_sas.min(table::MAX_ENTRIES) {
             return Err(Error::TableFull { kind: HandleKind::EspSa, max: self.limits.max_esp_sas });
         }
         let (kind, secret) = seal::open_provisioning(&self.root, self.tenant, wrapped)?;
@@ -558,7 +622,7 @@ impl TrustedCore {
         self.wrapped_keys.admit(keys.enc.as_slice(), !p.inbound)?;
         let dir = if p.inbound { Direction::Inbound(self.limits.inbound) } else { Direction::Outbound };
         let sa = EspSa::new(p.spi, dir, p.esn, p.suite, keys)?;
-        self.esp.insert(sa).map(EspSaHandle)
+        self.esp_write().insert(sa).map(EspSaHandle)
     }
 
     /// Exports everything this instance holds into a package whose data key is wrapped to
@@ -598,8 +662,9 @@ impl TrustedCore {
         let with_sas = scope == ExportScope::State;
         // Refused before anything is made: a second destination would share the range. A
         // backup carries no outbound SA, so it shares nothing and is never refused for this.
-        if with_sas && self.esp.entries().any(|sa| sa.direction() == Direction::Outbound && sa.seq_limited())
-        {
+        // Held to the end: no lane sends while the package records where each SA stands.
+        let mut esp = self.esp_write();
+        if with_sas && esp.entries().any(|sa| sa.direction() == Direction::Outbound && sa.seq_limited()) {
             return Err(Error::Migration { why: mwhy::ALREADY_EXPORTED });
         }
         let measurement = self.attestation.measurement();
@@ -617,8 +682,8 @@ impl TrustedCore {
             for (h, sa) in self.ike.iter() {
                 encode_ike_sa(&mut w, h, sa)?;
             }
-            w.count(self.esp.live())?;
-            for (h, sa) in self.esp.iter() {
+            w.count(esp.live())?;
+            for (h, sa) in esp.iter() {
                 let keys = sa.raw_keys()?;
                 let suite = sa.suite();
                 let outbound = sa.direction() == Direction::Outbound;
@@ -639,7 +704,7 @@ impl TrustedCore {
         drop(data_key);
         // Only once the package exists: a failed export leaves the source as it was.
         if with_sas {
-            for sa in self.esp.entries_mut() {
+            for sa in esp.entries_mut() {
                 if sa.direction() == Direction::Outbound {
                     sa.limit_seq(sa.last_seq().saturating_add(SEQ_MARGIN));
                 }
@@ -733,7 +798,9 @@ impl TrustedCore {
         let untrusted_start = state.len() - r.0.len();
         r.rest(n)?;
         r.finish()?;
-        if secrets.len() > self.secrets.room() || ikes.len() > self.ike.room() || esps.len() > self.esp.room()
+        if secrets.len() > self.secrets.room()
+            || ikes.len() > self.ike.room()
+            || esps.len() > self.esp_read().room()
         {
             return Err(Error::Migration { why: mwhy::NO_ROOM });
         }
@@ -749,7 +816,7 @@ impl TrustedCore {
             self.seal_counter = self.seal_counter.max(sealed);
         }
         for (old, sa) in esps {
-            out.esp_sas.push((EspSaHandle(old), EspSaHandle(self.esp.insert(sa)?)));
+            out.esp_sas.push((EspSaHandle(old), EspSaHandle(self.esp_write().insert(sa)?)));
         }
         // Blobs sealed from now on must never reuse a counter the source issued.
         self.seal_counter = self.seal_counter.max(seal_counter);
@@ -788,7 +855,7 @@ impl TrustedCore {
         };
         let dir = if inbound { Direction::Inbound(self.limits.inbound) } else { Direction::Outbound };
         let sa = EspSa::new(spi, dir, esn, suite, keys)?;
-        self.esp.insert(sa).map(EspSaHandle)
+        self.esp_write().insert(sa).map(EspSaHandle)
     }
     // ---- end static ESP SAs -------------------------------------------------------------------
 
@@ -808,7 +875,8 @@ impl TrustedCore {
 
     #[cfg(feature = "test-export")]
     pub(crate) fn export_esp_keys(&self, sa: EspSaHandle) -> Result<crate::inline::EspKeysExport> {
-        let sa = self.esp.get(sa.0)?;
+        let esp = self.esp_read();
+        let sa = esp.get(sa.0)?;
         Ok(crate::inline::EspKeysExport {
             encryption: sa.exported.enc.as_slice().to_vec(),
             integrity: sa.exported.integ.as_slice().to_vec(),

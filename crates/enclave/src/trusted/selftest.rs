@@ -6,7 +6,7 @@
 use super::cbc_mode::{CbcDecryptor, CbcEncryptor};
 use super::dh::DhSecret;
 use super::esp::{self, Direction, EspSa};
-use super::esp_keys::KeyCache;
+use super::esp_keys::{KeyCache, NO_SLOT};
 use super::ike_keys::{EspKeys, MAX_ENC_KEY, MAX_INTEG_KEY};
 use super::keybuf::KeyBuf;
 use super::prf::{self, MAX_PRF_LEN};
@@ -68,7 +68,7 @@ fn chacha20_poly1305_esp() -> Outcome {
         .map_err(|_| NAME)?,
         integ: KeyBuf::<MAX_INTEG_KEY>::empty(),
     };
-    let mut sa = EspSa::new(
+    let sa = EspSa::new(
         0x0102_0304,
         Direction::Inbound(InboundMode::Decrypt),
         false,
@@ -79,8 +79,9 @@ fn chacha20_poly1305_esp() -> Outcome {
     let mut pkt = RFC7634_ESP_PACKET;
     let mut scratch = [0u8; RFC7634_ESP_PACKET.len()];
     let mut cache = KeyCache::new(1);
-    let status = esp::decrypt_one(&mut sa, &mut cache, &mut pkt, 5, &mut scratch);
-    sa.forget_key(&mut cache);
+    let mut slot = NO_SLOT;
+    let status = esp::decrypt_one(&sa, (&mut cache, &mut slot), &mut pkt, 5, &mut scratch);
+    cache.forget(slot, sa.owner());
     check(status == crate::EspStatus::Ok && pkt[16..16 + 88] == RFC7634_ESP_PLAINTEXT, NAME)
 }
 

@@ -96,6 +96,19 @@ impl<T> Table<T> {
         Ok(entry)
     }
 
+    /// Drops every entry (each zeroizes itself) and retires every handle.
+    pub(crate) fn clear(&mut self) {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.entry.take().is_some() {
+                slot.generation = slot.generation.wrapping_add(1);
+                if let Ok(i) = u16::try_from(i) {
+                    self.free.push(i);
+                }
+            }
+        }
+        self.live = 0;
+    }
+
     pub(crate) fn live(&self) -> usize {
         self.live
     }

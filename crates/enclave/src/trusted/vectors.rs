@@ -16,7 +16,6 @@ use crate::api::alg::{Cipher, DhGroup, Prf, Role, SignatureScheme, Suite};
 use crate::api::esp::{EspDescriptor, EspStatus};
 use crate::api::handle::{EspSaHandle, HandleKind};
 use crate::api::ike::PublicKey;
-use crate::api::report::Counters;
 use crate::api::report::InboundMode;
 use ring::aead::Aad;
 use std::collections::HashMap;
@@ -146,8 +145,6 @@ fn rfc7634_esp(b: &Block) {
     };
     // Same keys, bound to one inbound operation each.
     let (h, f) = (sa(InboundMode::Decrypt), sa(InboundMode::Forward));
-    let mut scratch = vec![0u8; esp::SCRATCH_LEN];
-    let mut counters = Counters::default();
     let outer = ipv4_header(20 + packet.len(), [198, 18, 0, 1], [198, 18, 0, 2]);
     let mut area = [&outer[..], packet, &outer[..], packet, &outer[..], packet].concat();
     let plen = u32::try_from(packet.len()).unwrap();
@@ -162,9 +159,8 @@ fn rfc7634_esp(b: &Block) {
         EspDescriptor::decrypt_forward(h, stride, stride + 20, plen, seq),
     ];
     let mut status = [EspStatus::NotProcessed; 5];
-    let mut keys = super::esp_keys::KeyCache::new(4);
-    let summary =
-        esp::batch(&mut table, &mut keys, &mut area, &descs, &mut status, &mut scratch, &mut counters);
+    let mut lane = super::lane::Lane::new(4);
+    let summary = esp::batch(&table, &mut lane, &mut area, &descs, &mut status);
     let refused = EspStatus::ModeNotAllowed;
     assert_eq!(status, [EspStatus::Ok, EspStatus::Ok, EspStatus::IcvMismatch, refused, refused]);
     assert_eq!((summary.ok, summary.failed), (2, 3));
@@ -174,7 +170,7 @@ fn rfc7634_esp(b: &Block) {
     assert_eq!(&fwd[20..], packet);
     assert_eq!(&fwd[16..20], &pt[16..20]);
     assert_eq!(ipv4_checksum(&fwd[..20]), 0, "outer header checksum still valid");
-    assert!(scratch.iter().all(|&x| x == 0), "no plaintext left in scratch");
+    assert!(lane.scratch.iter().all(|&x| x == 0), "no plaintext left in scratch");
 }
 
 pub(crate) fn ipv4_header(total: usize, src: [u8; 4], dst: [u8; 4]) -> [u8; 20] {
