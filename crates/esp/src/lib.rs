@@ -28,9 +28,10 @@
 //! any SA's traffic at once. Outbound sequence numbers are one atomic `fetch_add` each; the
 //! inbound [`ReplayWindow`] is lock-free (tagged bitmap words updated by compare-and-swap);
 //! counters are relaxed atomics. Changing the tables takes `&mut`: the I/O layer publishes
-//! new tables to its workers. The enclave is reached through a [`Crossing`]; workers that
-//! share one enclave lock it for each encapsulation call (numbers are drawn and used in one
-//! hold) and for each decapsulation crossing ([`SharedEnclave`]).
+//! new tables to its workers. The enclave is reached through a [`Crossing`]: a worker with
+//! a lane of its own (`Enclave::esp_lane`) crosses without a lock; workers that share one
+//! enclave lock it for each encapsulation call (numbers are drawn and used in one hold) and
+//! for each decapsulation crossing ([`SharedEnclave`]).
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
