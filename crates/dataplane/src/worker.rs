@@ -495,17 +495,17 @@ impl<E: Enclave + 'static> Worker<E> {
         };
         self.stats.drop_io(IoDrop::BadDatagram, self.rx.dropped() as u64);
         let Ok(mut batch) = Batch::new(area, self.slot_len, packets) else { return Work::None };
+        let mut inbound = Inbound {
+            esp: &mut self.esp,
+            shared: &self.shared,
+            lane: self.lane.as_mut(),
+            stats: &self.stats,
+            tun: &self.io.tun,
+            gro: &mut self.gro,
+        };
         for d in self.rx.datagrams() {
             if batch.len() == batch.capacity() {
-                decapsulate(
-                    &mut self.esp,
-                    &self.shared,
-                    self.lane.as_mut(),
-                    &self.stats,
-                    &self.io.tun,
-                    &mut self.gro,
-                    &mut batch,
-                );
+                inbound.decapsulate(&mut batch);
                 batch.clear();
             }
             self.stats.add(Counter::NetRx, 1);
@@ -517,68 +517,69 @@ impl<E: Enclave + 'static> Worker<E> {
                 self.stats.drop_io(reason, 1);
             }
         }
-        decapsulate(
-            &mut self.esp,
-            &self.shared,
-            self.lane.as_mut(),
-            &self.stats,
-            &self.io.tun,
-            &mut self.gro,
-            &mut batch,
-        );
+        inbound.decapsulate(&mut batch);
         work
     }
 }
 
-/// Decapsulates a batch and writes the inner packets into the TUN queue, merging runs of
-/// TCP segments and of UDP datagrams (every run is written before this returns: nothing
-/// waits for a later batch).
-fn decapsulate<E: Enclave + 'static>(
-    esp: &mut esp::Worker,
-    shared: &Shared<E>,
-    lane: Option<&mut Box<dyn EspCrossing>>,
-    s: &WorkerStats,
-    tun: &TunQueue,
-    gro: &mut Gro,
-    batch: &mut Batch<'_>,
-) {
-    if batch.is_empty() {
-        return;
-    }
-    let Some(report) = crossing(shared, lane, |enclave, t| esp.decapsulate(enclave, &t.sad, batch)) else {
-        shared.halt();
-        return;
-    };
-    s.add(Counter::Batches, 1);
-    s.add(Counter::Crossings, u64::from(report.crossings));
-    s.add(Counter::Decapsulated, u64::from(report.deliver));
-    s.add(Counter::Keepalives, u64::from(report.keepalive));
-    s.add(Counter::EsnResyncs, u64::from(report.resynced));
-    let mut write = |header: &VnetHeader, packet: &[u8], segments: usize| {
-        let n = segments as u64;
-        match tun.write_with(header, packet) {
-            Ok(()) => {
-                s.add(Counter::TunTx, n);
-                s.add(Counter::TunTxWrites, 1);
-                if segments > 1 {
-                    s.add(Counter::TunTxSuper, 1);
+/// What the inbound path of one receive needs of its worker (borrowed field by field, so
+/// that the received datagrams stay readable meanwhile).
+struct Inbound<'w, E> {
+    esp: &'w mut esp::Worker,
+    shared: &'w Shared<E>,
+    lane: Option<&'w mut Box<dyn EspCrossing>>,
+    stats: &'w WorkerStats,
+    tun: &'w TunQueue,
+    gro: &'w mut Gro,
+}
+
+impl<E: Enclave + 'static> Inbound<'_, E> {
+    /// Decapsulates a batch and writes the inner packets into the TUN queue, merging runs
+    /// of TCP segments and of UDP datagrams (every run is written before this returns:
+    /// nothing waits for a later batch).
+    fn decapsulate(&mut self, batch: &mut Batch<'_>) {
+        let Self { esp, shared, lane, stats, tun, gro } = self;
+        let (shared, s, tun) = (*shared, *stats, *tun);
+        if batch.is_empty() {
+            return;
+        }
+        let Some(report) =
+            crossing(shared, lane.as_deref_mut(), |enclave, t| esp.decapsulate(enclave, &t.sad, batch))
+        else {
+            shared.halt();
+            return;
+        };
+        s.add(Counter::Batches, 1);
+        s.add(Counter::Crossings, u64::from(report.crossings));
+        s.add(Counter::Decapsulated, u64::from(report.deliver));
+        s.add(Counter::Keepalives, u64::from(report.keepalive));
+        s.add(Counter::EsnResyncs, u64::from(report.resynced));
+        let mut write = |header: &VnetHeader, packet: &[u8], segments: usize| {
+            let n = segments as u64;
+            match tun.write_with(header, packet) {
+                Ok(()) => {
+                    s.add(Counter::TunTx, n);
+                    s.add(Counter::TunTxWrites, 1);
+                    if segments > 1 {
+                        s.add(Counter::TunTxSuper, 1);
+                    }
                 }
+                Err(_) => s.drop_io(IoDrop::TunWrite, n),
             }
-            Err(_) => s.drop_io(IoDrop::TunWrite, n),
+        };
+        for (p, bytes) in batch.iter() {
+            match p.action {
+                Action::Deliver { .. } => gro.push(bytes, &mut write),
+                Action::Ike { remote, local } => match &shared.ike {
+                    Some(inbox) if inbox.push(remote, local, bytes) => s.add(Counter::IkeForwarded, 1),
+                    _ => s.drop_io(IoDrop::Ike, 1),
+                },
+                _ => {}
+            }
         }
-    };
-    for (p, bytes) in batch.iter() {
-        match p.action {
-            Action::Deliver { .. } => gro.push(bytes, &mut write),
-            Action::Ike { remote, local } => match &shared.ike {
-                Some(inbox) if inbox.push(remote, local, bytes) => s.add(Counter::IkeForwarded, 1),
-                _ => s.drop_io(IoDrop::Ike, 1),
-            },
-            _ => {}
-        }
+        gro.flush(&mut write);
+        s.publish_esp_drops(esp.drops());
     }
-    gro.flush(&mut write);
-    s.publish_esp_drops(esp.drops());
 }
 
 #[cfg(test)]

@@ -125,6 +125,22 @@ fn a_worker_waiting_at_the_enclave_draws_its_numbers_when_it_gets_in() {
     assert_eq!(ids, (0..64).collect());
 }
 
+/// One free-running worker: 40 batches of 32 packets (ids from `base`) on one SA, through
+/// `crossing`; every packet must go out. Returns each packet's number and bytes.
+fn seal_40<C: Crossing + ?Sized>(crossing: &mut C, sad: &Sad, spd: &Spd, base: u32) -> Vec<(u32, Vec<u8>)> {
+    let mut w = Worker::new(WorkerConfig::default(), 64);
+    let mut area = Area::new(32);
+    let mut out = Vec::new();
+    for k in 0..40 {
+        let mut batch = area.batch();
+        fill(&mut batch, base + k * 32);
+        let r = w.encapsulate(crossing, sad, spd, &mut batch);
+        assert_eq!(r.transmit, 32, "drops {:?}", w.drops());
+        out.extend(sent(&packets(&batch)));
+    }
+    out
+}
+
 #[test]
 fn two_workers_share_one_sa_and_lose_nothing() {
     // Free-running: two threads, 40 batches each, one SA, one enclave locked per crossing.
@@ -132,19 +148,7 @@ fn two_workers_share_one_sa_and_lose_nothing() {
     tunnel(&mut a, &mut b, SHAPE, 0x2001, Instant::now());
     let Gateway { enclave, sad, spd, .. } = a;
     let enclave = Mutex::new(enclave);
-    let run = |base: u32| {
-        let mut w = Worker::new(WorkerConfig::default(), 64);
-        let mut area = Area::new(32);
-        let mut out = Vec::new();
-        for k in 0..40 {
-            let mut batch = area.batch();
-            fill(&mut batch, base + k * 32);
-            let r = w.encapsulate(&mut SharedEnclave::new(&enclave), &sad, &spd, &mut batch);
-            assert_eq!(r.transmit, 32, "drops {:?}", w.drops());
-            out.extend(sent(&packets(&batch)));
-        }
-        out
-    };
+    let run = |base: u32| seal_40(&mut SharedEnclave::new(&enclave), &sad, &spd, base);
     let (x, y) = std::thread::scope(|s| {
         let t = s.spawn(|| run(0));
         let y = run(40 * 32);
@@ -178,21 +182,7 @@ fn two_workers_with_lanes_of_their_own_seal_and_open_one_sa_at_once() {
         let hs: Vec<_> = lanes
             .into_iter()
             .zip([0u32, 40 * 32])
-            .map(|(mut lane, base)| {
-                s.spawn(move || {
-                    let mut w = Worker::new(WorkerConfig::default(), 64);
-                    let mut area = Area::new(32);
-                    let mut out = Vec::new();
-                    for k in 0..40 {
-                        let mut batch = area.batch();
-                        fill(&mut batch, base + k * 32);
-                        let r = w.encapsulate(&mut *lane, sad, spd, &mut batch);
-                        assert_eq!(r.transmit, 32, "drops {:?}", w.drops());
-                        out.extend(sent(&packets(&batch)));
-                    }
-                    out
-                })
-            })
+            .map(|(mut lane, base)| s.spawn(move || seal_40(&mut *lane, sad, spd, base)))
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
