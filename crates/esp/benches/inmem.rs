@@ -58,10 +58,7 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     let mut inside = Duration::ZERO;
     let start = Instant::now();
     for _ in 0..n / BATCH {
-        let mut batch = area.batch();
-        for _ in 0..BATCH {
-            batch.push(Frame::Ip, OFFSET, &inner).unwrap();
-        }
+        let mut batch = batch_of(&mut area, std::iter::repeat_n(&inner, BATCH));
         let t = Instant::now();
         let r = a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch);
         inside += t.elapsed();
@@ -76,10 +73,7 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     let mut inside = Duration::ZERO;
     let start = Instant::now();
     for chunk in outers.chunks(BATCH) {
-        let mut batch = area.batch();
-        for o in chunk {
-            batch.push(Frame::Ip, OFFSET, o).unwrap();
-        }
+        let mut batch = batch_of(&mut area, chunk);
         let t = Instant::now();
         let r = b.worker.decapsulate(&mut b.enclave, &b.sad, &mut batch);
         inside += t.elapsed();
@@ -121,10 +115,7 @@ fn fresh_outers(
     let mut area = Area::new(BATCH);
     let mut outers = Vec::with_capacity(n);
     for _ in 0..n / BATCH {
-        let mut batch = area.batch();
-        for _ in 0..BATCH {
-            batch.push(Frame::Ip, OFFSET, inner).unwrap();
-        }
+        let mut batch = batch_of(&mut area, std::iter::repeat_n(inner, BATCH));
         w.encapsulate(enclave, sad, spd, &mut batch);
         for (p, bytes) in batch.iter() {
             assert!(matches!(p.action, Action::Transmit(_)));
@@ -132,6 +123,18 @@ fn fresh_outers(
         }
     }
     outers
+}
+
+/// A batch of `packets` (each at `OFFSET` of its slot), as the I/O layer would fill it.
+fn batch_of<'a, P: AsRef<[u8]>>(
+    area: &'a mut Area,
+    packets: impl IntoIterator<Item = P>,
+) -> cloister_esp::Batch<'a> {
+    let mut batch = area.batch();
+    for p in packets {
+        batch.push(Frame::Ip, OFFSET, p.as_ref()).unwrap();
+    }
+    batch
 }
 
 fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -153,19 +156,13 @@ fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
     while start.elapsed() < Duration::from_secs(5) {
         if dir == "encap" {
             for _ in 0..n / BATCH {
-                let mut batch = area.batch();
-                for _ in 0..BATCH {
-                    batch.push(Frame::Ip, OFFSET, &inner).unwrap();
-                }
+                let mut batch = batch_of(&mut area, std::iter::repeat_n(&inner, BATCH));
                 done += a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch).transmit as usize;
             }
         } else {
             let outers = fresh_outers(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &inner, n);
             for chunk in outers.chunks(BATCH) {
-                let mut batch = area.batch();
-                for o in chunk {
-                    batch.push(Frame::Ip, OFFSET, o).unwrap();
-                }
+                let mut batch = batch_of(&mut area, chunk);
                 done += b.worker.decapsulate(&mut b.enclave, &b.sad, &mut batch).deliver as usize;
             }
         }
@@ -290,16 +287,11 @@ fn spread(
         let chunks: Vec<&[Vec<u8>]> = outers.chunks(BATCH).skip(t).step_by(threads).collect();
         let batches = if outers.is_empty() { n / BATCH / threads } else { chunks.len() };
         for k in 0..batches {
-            let mut batch = area.batch();
-            if outers.is_empty() {
-                for _ in 0..BATCH {
-                    batch.push(Frame::Ip, OFFSET, inner).unwrap();
-                }
-            } else if let Some(chunk) = chunks.get(k) {
-                for o in *chunk {
-                    batch.push(Frame::Ip, OFFSET, o).unwrap();
-                }
-            }
+            let mut batch = if outers.is_empty() {
+                batch_of(&mut area, std::iter::repeat_n(inner, BATCH))
+            } else {
+                batch_of(&mut area, chunks.get(k).copied().unwrap_or_default())
+            };
             let r = match (lock, outers.is_empty()) {
                 (Lock::Lanes, true) => w.encapsulate(&mut **lane.as_mut().unwrap(), sad, spd, &mut batch),
                 (Lock::Lanes, false) => w.decapsulate(&mut **lane.as_mut().unwrap(), sad, &mut batch),

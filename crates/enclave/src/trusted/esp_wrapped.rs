@@ -297,7 +297,7 @@ mod tests {
                 assert_eq!(&pkt[head..head + inner.len()], &inner[..]);
             }
         }
-        assert_eq!(c.esp.read().unwrap().live(), 10);
+        assert_eq!(c.esp_read().live(), 10);
     }
 
     #[test]
@@ -364,6 +364,6 @@ mod tests {
         let out = EspSaParams { inbound: false, ..p };
         let as_out = wrap(3, &out, &[9; 36], &[]);
         assert!(matches!(c.esp_sa_install_wrapped(&as_out, &out), Err(Error::KeyReuse { .. })));
-        assert_eq!(c.esp.read().unwrap().live(), 1);
+        assert_eq!(c.esp_read().live(), 1);
     }
 }

@@ -54,8 +54,8 @@ impl Lane {
             self.hints.resize(i + 1, NO_SLOT);
         }
         let Self { keys, hints, spare, scratch, .. } = self;
-        // The resize above makes index i exist: `spare` is never used.
-        *spare = NO_SLOT;
+        // The resize above makes index i exist, so `spare` is never lent; were it, a stale
+        // hint would only cost an expansion, as the cache checks the owner.
         (keys, hints.get_mut(i).unwrap_or(spare), scratch)
     }
 

@@ -589,6 +589,7 @@ impl TrustedCore {
     ) -> Result<BatchSummary> {
         esp::check_batch(descriptors.len(), status.len(), self.limits.max_batch)?;
         self.counters.batches = self.counters.batches.saturating_add(1);
+        // `esp_read` would borrow all of `self`, and the lane is borrowed mutably beside it.
         let esp = self.esp.read().unwrap_or_else(PoisonError::into_inner);
         Ok(esp::batch(&esp, &mut self.lane, packets, descriptors, status))
     }
