@@ -366,15 +366,18 @@ fn outbound_numbers_may_cross_out_of_order_but_never_twice() {
         assert!(st.iter().all(|&x| x == EspStatus::SeqReused), "{st:?}");
     }
     assert_eq!(area, before);
-    // A number far above, then one more than the window below it: refused as unknown.
+    // A number far above, then one more than the window below it: refused as stale (the
+    // enclave no longer knows it), the area untouched.
     let (o, l) = regions[0];
     let far = [EspDescriptor::encrypt(ci.outbound, o, l, 10_000)];
     let old = [EspDescriptor::encrypt(ci.outbound, o, l, 9)];
     let mut one = [EspStatus::NotProcessed];
     assert_eq!(p.i.esp_batch(&mut area, &far, &mut one).unwrap().ok, 1);
+    let before = area.clone();
     assert_eq!(p.i.esp_batch(&mut area, &old, &mut one).unwrap().failed, 1);
-    assert_eq!(one[0], EspStatus::SeqReused);
-    assert_eq!(p.i.counters().esp_status(EspStatus::SeqReused), 9);
+    assert_eq!((one[0], &area), (EspStatus::SeqStale, &before));
+    assert_eq!(p.i.counters().esp_status(EspStatus::SeqReused), 8);
+    assert_eq!(p.i.counters().esp_status(EspStatus::SeqStale), 1);
 }
 
 /// Seals `seqs` of `sa` through `e`, one batch of up to 16 per call, in an area of its own;

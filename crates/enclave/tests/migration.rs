@@ -161,8 +161,11 @@ fn migrate(
 
     // The destination sends above the source's range only; the peer decrypts it.
     let out = new_handle(&restored.esp_sas, t.sa.outbound);
-    assert_eq!(send(dst, out, 4, &mut peer, t.peer_sa.inbound), EspStatus::SeqReused);
+    // Below its range: refused, far below as stale (the gateway would draw a fresh number
+    // from its counter, which starts above the range), just below as used.
     let first = 3 + SEQ_MARGIN + 1;
+    assert_eq!(send(dst, out, 4, &mut peer, t.peer_sa.inbound), EspStatus::SeqStale);
+    assert_eq!(send(dst, out, first - 1, &mut peer, t.peer_sa.inbound), EspStatus::SeqReused);
     assert_eq!(send(dst, out, first, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
     // The source keeps serving within its range, never into the destination's.
     assert_eq!(send(src, t.sa.outbound, 4, &mut peer, t.peer_sa.inbound), EspStatus::Ok);

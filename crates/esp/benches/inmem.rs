@@ -16,7 +16,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use cloister_esp::{Action, Frame};
+use cloister_esp::{Action, Frame, DEFAULT_WINDOW, MAX_WINDOW};
 use common::*;
 use enclave::{Cipher, Enclave, Suite};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
@@ -82,14 +82,21 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     let decap_fill = n as f64 / start.elapsed().as_secs_f64();
     let decap = n as f64 / inside.as_secs_f64();
 
-    // The raw loop: the ESP payload (inner packet, padding to 4, Pad Length, Next Header)
-    // sealed in place with an 8-byte AAD, the same work the enclave does per packet.
+    let start = Instant::now();
+    raw_seal(&inner, n);
+    let raw = n as f64 / start.elapsed().as_secs_f64();
+    Sample { encap, decap, encap_fill, decap_fill, raw }
+}
+
+/// The raw loop: the ESP payload of `inner` (padding to 4, Pad Length, Next Header) sealed
+/// `n` times in place with an 8-byte AAD, the same work the enclave does per packet.
+fn raw_seal(inner: &[u8], n: usize) {
+    let size = inner.len();
     let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &[7u8; 32]).unwrap());
     let payload_len = (size + 2).div_ceil(4) * 4;
     let mut buf = vec![0u8; payload_len];
-    buf[..size].copy_from_slice(&inner);
+    buf[..size].copy_from_slice(inner);
     let aad = [0u8; 8];
-    let start = Instant::now();
     for i in 0..n as u64 {
         let mut nonce = [0u8; 12];
         nonce[4..].copy_from_slice(&i.to_be_bytes());
@@ -98,8 +105,6 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
             .unwrap();
         std::hint::black_box(&tag);
     }
-    let raw = n as f64 / start.elapsed().as_secs_f64();
-    Sample { encap, decap, encap_fill, decap_fill, raw }
 }
 
 /// `n` fresh ESP packets of `inner` for the peer (its replay window refuses repeats), made
@@ -178,6 +183,16 @@ fn main() {
     tunnel(&mut a, &mut b, shape, 0x1000, Instant::now());
     if let Ok(spec) = std::env::var("INMEM_PROFILE") {
         return profile(&spec, &mut a, &mut b);
+    }
+    if let Ok(spec) = std::env::var("INMEM_SCALE") {
+        let counts: Vec<usize> =
+            spec.split(',').map(|k| k.trim().parse().expect("INMEM_SCALE=1,2,4,...")).collect();
+        assert!(counts.iter().all(|&k| (1..=64).contains(&k)), "INMEM_SCALE: worker counts 1..=64");
+        // A fresh pair whose receiver keeps the widest window, so that many decapsulating
+        // workers need to meet seldom.
+        let (mut a, mut b) = (Gateway::new(), Gateway::new());
+        tunnel_with_window(&mut a, &mut b, shape, 0x2000, Instant::now(), MAX_WINDOW);
+        return scale(a, b, &counts, rounds);
     }
 
     let mut samples: Vec<Vec<Sample>> = SIZES.iter().map(|_| Vec::new()).collect();
@@ -260,7 +275,8 @@ enum Lock {
 }
 
 /// Packets/s over wall time of `threads` workers encapsulating (or decapsulating) their
-/// share of `n` packets of one SA, every step counted (the copy into the batch slots too).
+/// share of `n` packets of one SA, every step counted (the copy into the batch slots too),
+/// and how many packets the workers dropped.
 #[allow(clippy::too_many_arguments)]
 fn spread(
     enclave: &Mutex<enclave::InlineEnclave>,
@@ -271,11 +287,15 @@ fn spread(
     threads: usize,
     lock: Lock,
     n: usize,
-) -> f64 {
-    // Decapsulating workers meet every 16 batches, as packets that arrive in order would
-    // keep them: free-running, one could get further ahead of the other than the SA's
+    window: u32,
+) -> (f64, u64) {
+    // Decapsulating workers meet every few batches, as packets that arrive in order would
+    // keep them: free-running, one could get further ahead of the others than the SA's
     // replay window (4096) reaches.
     let meet = std::sync::Barrier::new(threads);
+    // At most a quarter of the receiver's window between the first and the last worker at
+    // each meeting.
+    let every = (window as usize / 4 / (threads * BATCH)).max(1);
     let common = outers.len() / BATCH / threads;
     let work = |t: usize| {
         let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
@@ -305,22 +325,31 @@ fn spread(
                 }
             };
             done += (r.transmit + r.deliver) as usize;
-            if !outers.is_empty() && k % 16 == 15 && k < common {
+            if !outers.is_empty() && k % every == every - 1 && k < common {
                 meet.wait();
             }
         }
-        assert_eq!(w.drops().total(), 0, "worker {t} of {threads}, {lock:?}: {:?}", w.drops());
-        done
+        (done, w.drops().total())
     };
     let start = Instant::now();
-    let done: usize = std::thread::scope(|s| {
+    let (done, dropped) = std::thread::scope(|s| {
         let work = &work;
         let hs: Vec<_> = (1..threads).map(|t| s.spawn(move || work(t))).collect();
-        work(0) + hs.into_iter().map(|h| h.join().unwrap()).sum::<usize>()
+        let mut sum = work(0);
+        for h in hs {
+            let (d, x) = h.join().unwrap();
+            sum = (sum.0 + d, sum.1 + x);
+        }
+        sum
     });
     let per_s = done as f64 / start.elapsed().as_secs_f64();
-    assert_eq!(done, if outers.is_empty() { n / BATCH / threads * BATCH * threads } else { outers.len() });
-    per_s
+    let all = if outers.is_empty() { n / BATCH / threads * BATCH * threads } else { outers.len() };
+    assert_eq!(
+        done as u64 + dropped,
+        all as u64,
+        "{threads} workers, {lock:?}: every packet sent or dropped"
+    );
+    (per_s, dropped)
 }
 
 /// One SA carried by 1 and 2 workers sharing one inline enclave: with the old lock (whole
@@ -355,10 +384,15 @@ fn workers(a: Gateway, b: Gateway, rounds: usize) {
         let mut dec: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
         for _ in 0..rounds {
             for (i, &(threads, lock)) in cases.iter().enumerate() {
-                enc[i].push(spread(&ea, &sad_a, &spd_a, &inner, &[], threads, lock, n));
+                let (e, dropped) = spread(&ea, &sad_a, &spd_a, &inner, &[], threads, lock, n, DEFAULT_WINDOW);
+                assert_eq!(dropped, 0, "encapsulation, {threads} workers, {lock:?}");
+                enc[i].push(e);
                 let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
                 let outers = fresh_outers(&mut w, &mut ea.lock().unwrap(), &sad_a, &spd_a, &inner, n);
-                dec[i].push(spread(&eb, &sad_b, &spd_b, &inner, &outers, threads, lock, n));
+                let (d, dropped) =
+                    spread(&eb, &sad_b, &spd_b, &inner, &outers, threads, lock, n, DEFAULT_WINDOW);
+                assert_eq!(dropped, 0, "decapsulation, {threads} workers, {lock:?}");
+                dec[i].push(d);
             }
         }
         for (name, v) in [("encap", &enc), ("decap", &dec)] {
@@ -379,6 +413,94 @@ fn workers(a: Gateway, b: Gateway, rounds: usize) {
                 r(rx),
                 r(rl),
             );
+        }
+    }
+}
+
+/// `INMEM_SCALE=1,2,4,8`: one SA (its receiver's window the widest, 65504) carried by k
+/// workers, each crossing through its own lane,
+/// beside k threads each running the raw seal loop (the crypto's own scaling on this
+/// machine), interleaved round by round. Every worker gets the same work whatever k, so a
+/// round of k workers moves k times the packets.
+fn scale(a: Gateway, b: Gateway, counts: &[usize], rounds: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let Gateway { enclave: ea, sad: sad_a, spd: spd_a, .. } = a;
+    let Gateway { enclave: eb, sad: sad_b, spd: spd_b, .. } = b;
+    let (ea, eb) = (Mutex::new(ea), Mutex::new(eb));
+    let (src, dst) = inner_hosts(false);
+    println!(
+        "one SA on k workers with a lane each ({cores} cores), AES-GCM-16-256, ESP-in-UDP over IPv4: \
+         packets/s over wall time, copy into the batch included; raw = k threads of the raw ring seal loop; \
+         median (min-max) over {rounds} rounds; xN = k workers / the first k of the same round"
+    );
+    println!(
+        "{:>6} | {:>3} | {:>26} | {:>26} | {:>26} | {:>18} | {:>18} | {:>18} | {:>16}",
+        "size",
+        "k",
+        "encapsulate",
+        "decapsulate",
+        "raw seal",
+        "encap xN",
+        "decap xN",
+        "raw xN",
+        "dropped/packets"
+    );
+    for size in [64usize, 1420] {
+        let inner = udp_packet(src, dst, size - 28, 64, Ecn::NotEct, true);
+        let per_worker = packets_per_round(size) * 2;
+        let mut enc: Vec<Vec<f64>> = vec![Vec::new(); counts.len()];
+        let mut dec: Vec<Vec<f64>> = vec![Vec::new(); counts.len()];
+        let mut raw: Vec<Vec<f64>> = vec![Vec::new(); counts.len()];
+        let (mut drops, mut sent) = (vec![0u64; counts.len()], vec![0u64; counts.len()]);
+        for _ in 0..rounds {
+            for (i, &k) in counts.iter().enumerate() {
+                let n = per_worker * k;
+                let (e, de) = spread(&ea, &sad_a, &spd_a, &inner, &[], k, Lock::Lanes, n, MAX_WINDOW);
+                enc[i].push(e);
+                let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
+                let outers = fresh_outers(&mut w, &mut ea.lock().unwrap(), &sad_a, &spd_a, &inner, n);
+                let (d, dd) = spread(&eb, &sad_b, &spd_b, &inner, &outers, k, Lock::Lanes, n, MAX_WINDOW);
+                dec[i].push(d);
+                drops[i] += de + dd;
+                sent[i] += 2 * n as u64;
+                drop(outers);
+                let start = Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..k {
+                        s.spawn(|| raw_seal(&inner, per_worker));
+                    }
+                });
+                raw[i].push(n as f64 / start.elapsed().as_secs_f64());
+            }
+        }
+        for (i, &k) in counts.iter().enumerate() {
+            let pps = |v: &Vec<f64>| {
+                let (m, lo, hi) = median_min_max(v.clone());
+                format!("{m:.0} ({lo:.0}-{hi:.0})")
+            };
+            let times = |v: &Vec<Vec<f64>>| {
+                let (m, lo, hi) = median_min_max(v[i].iter().zip(&v[0]).map(|(x, one)| x / one).collect());
+                format!("{m:.2} ({lo:.2}-{hi:.2})")
+            };
+            println!(
+                "{:>5}B | {:>3} | {:>26} | {:>26} | {:>26} | {:>18} | {:>18} | {:>18} | {:>16}",
+                size,
+                k,
+                pps(&enc[i]),
+                pps(&dec[i]),
+                pps(&raw[i]),
+                times(&enc),
+                times(&dec),
+                times(&raw),
+                format!("{}/{}", drops[i], sent[i])
+            );
+        }
+    }
+    let (ca, cb) = (ea.lock().unwrap().counters(), eb.lock().unwrap().counters());
+    for s in enclave::EspStatus::ALL {
+        let (x, y) = (ca.esp_status(s), cb.esp_status(s));
+        if s != enclave::EspStatus::Ok && x + y > 0 {
+            println!("enclave status {s:?}: sender {x}, receiver {y}");
         }
     }
 }

@@ -275,18 +275,37 @@ impl OutboundRuntime {
     /// SA's packets in a batch, not one per packet. Each packet is then judged with
     /// [`Self::judge`].
     pub(crate) fn reserve(&self, packets: u64, bytes: u64) -> Reservation {
+        let first_seq = self.draw(packets);
+        let (packets_before, bytes_before) = self.usage.reserve(packets, bytes);
+        Reservation { first_seq, packets_before, bytes_before }
+    }
+
+    /// Takes `count` numbers off the counter; the first of them.
+    fn draw(&self, count: u64) -> u64 {
         // A compare-and-swap that saturates, not a fetch_add: the counter must never wrap
         // back to numbers already sent, however many runs race past the end of the space.
         let mut cur = self.next_seq.load(Ordering::Relaxed);
         while cur != u64::MAX {
-            let new = cur.saturating_add(packets);
+            let new = cur.saturating_add(count);
             match self.next_seq.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(seen) => cur = seen,
             }
         }
-        let (packets_before, bytes_before) = self.usage.reserve(packets, bytes);
-        Reservation { first_seq: cur, packets_before, bytes_before }
+        cur
+    }
+
+    /// A fresh number for a packet already counted against the lifetime, whose first number
+    /// the enclave refused as stale ([`enclave::EspStatus::SeqStale`]); `SeqExhausted` (and
+    /// the SA expired) past the end of the space, as [`Self::judge`].
+    pub(crate) fn redraw(&self, esn: bool) -> core::result::Result<u64, DropReason> {
+        let last = if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
+        let seq = self.draw(1);
+        if seq == 0 || seq > last {
+            self.usage.expired.store(true, Ordering::Relaxed);
+            return Err(DropReason::SeqExhausted);
+        }
+        Ok(seq)
     }
 
     /// The `k`-th packet (from 0) of run `r`, `len` bytes with `bytes_before` bytes of the

@@ -186,6 +186,11 @@ fn run_of<K: PartialEq>(
 }
 
 /// The low 16 bits, for the outer IPv4 Identification (RFC 6864: unique enough per SA).
+/// How many times one batch's packets refused as stale go again under fresh numbers. One
+/// preemption is common on a loaded machine; each try is short (a few draws and one
+/// crossing), so several in a row mean the worker can hardly run, and the packets go.
+const RENUMBER_TRIES: usize = 3;
+
 fn low16(x: u64) -> u16 {
     let [.., a, b] = x.to_be_bytes();
     u16::from_be_bytes([a, b])
@@ -289,9 +294,79 @@ impl Worker {
         self.encap_number(sad, batch, &mut report);
         if !self.descriptors.is_empty() {
             self.cross(enclave, batch.area, &mut report);
+            for _ in 0..RENUMBER_TRIES {
+                if !self.status.contains(&EspStatus::SeqStale) {
+                    break;
+                }
+                self.encap_renumber(enclave, sad, batch, &mut report);
+            }
         }
         self.encap_finish(sad, batch, &mut report);
         report
+    }
+
+    /// Packets whose numbers the enclave refused as stale (this worker lost its core between
+    /// drawing them and crossing, and the others moved the SA further on than the enclave's
+    /// window) go again under fresh numbers: nothing was sealed under the old ones, which
+    /// stay unused, a gap the peer's replay window takes. After [`RENUMBER_TRIES`] refusals
+    /// in a row they are dropped.
+    fn encap_renumber<E: EspCrossing + ?Sized>(
+        &mut self,
+        enclave: &mut E,
+        sad: &Sad,
+        batch: &mut Batch<'_>,
+        report: &mut BatchReport,
+    ) {
+        // Rare (a preemption of milliseconds under load), so these two small vectors are
+        // not kept as scratch.
+        let mut again: Vec<usize> = Vec::new();
+        let mut descriptors: Vec<EspDescriptor> = Vec::new();
+        for (k, status) in self.status.iter_mut().enumerate() {
+            if *status != EspStatus::SeqStale {
+                continue;
+            }
+            let (Some(p), Some(d)) = (self.pending.get_mut(k), self.descriptors.get(k)) else { continue };
+            let Owner::Out { id, fields, .. } = p.owner else { continue };
+            let Some(sa) = sad.outbound(id) else { continue };
+            let cfg = sa.config();
+            let seq = match sa.runtime().redraw(cfg.esn) {
+                Ok(seq) => seq,
+                Err(_) => {
+                    *status = EspStatus::SeqExhausted;
+                    continue;
+                }
+            };
+            let slot_start = p.packet * batch.slot_len;
+            let rewritten = batch
+                .area
+                .get_mut(slot_start + p.start..slot_start + p.start + p.len)
+                .ok_or(DropReason::NoRoom)
+                .and_then(|outer| {
+                    packet::write_outer(outer, cfg, &OuterFields { ident: low16(seq), ..fields })
+                });
+            if rewritten.is_err() {
+                continue;
+            }
+            p.seq = seq;
+            again.push(k);
+            descriptors.push(EspDescriptor { seq, ..*d });
+        }
+        if again.is_empty() {
+            return;
+        }
+        let mut status = vec![EspStatus::NotProcessed; again.len()];
+        let max = self.config.max_batch.max(1);
+        for (d, s) in descriptors.chunks(max).zip(status.chunks_mut(max)) {
+            report.crossings += 1;
+            if enclave.esp_crossing(batch.area, d, s).is_err() {
+                s.fill(EspStatus::NotProcessed);
+            }
+        }
+        for (&k, s) in again.iter().zip(status) {
+            if let Some(slot) = self.status.get_mut(k) {
+                *slot = s;
+            }
+        }
     }
 
     fn encap_prepare<'s>(

@@ -246,3 +246,79 @@ fn a_poisoned_enclave_lock_sends_nothing() {
     assert_eq!(o.dropped, 32);
     assert!(o.packets.iter().all(|(a, ..)| *a == Action::Drop(DropReason::EnclaveRefused)));
 }
+
+/// A lane whose first crossing is held up while `others` runs: the stand-in for a worker
+/// that lost its core between drawing its numbers and crossing.
+struct Preempted<'a, F: FnOnce()> {
+    lane: &'a mut dyn enclave::EspCrossing,
+    others: Option<F>,
+    crossings: usize,
+}
+
+impl<F: FnOnce() + Send> enclave::EspCrossing for Preempted<'_, F> {
+    fn esp_crossing(
+        &mut self,
+        packets: &mut [u8],
+        descriptors: &[enclave::EspDescriptor],
+        status: &mut [enclave::EspStatus],
+    ) -> enclave::Result<enclave::BatchSummary> {
+        if let Some(others) = self.others.take() {
+            others();
+        }
+        self.crossings += 1;
+        self.lane.esp_crossing(packets, descriptors, status)
+    }
+}
+
+#[test]
+fn a_worker_preempted_past_the_enclave_window_sends_under_fresh_numbers() {
+    // Worker 1 draws 1..=32, then, before it crosses, worker 2 seals 70 batches (33..=2272)
+    // through its own lane: 1..=32 now lie further below the enclave's highest number than
+    // its window (2048) reaches, so it refuses them as stale, sealing nothing. Worker 1
+    // draws fresh numbers and crosses once more; every packet of both workers opens at the
+    // peer, and 1..=32 never go out.
+    let (mut a, mut b) = (Gateway::new(), Gateway::new());
+    tunnel(&mut a, &mut b, SHAPE, 0x2003, Instant::now());
+    let (mut l1, mut l2) = (a.enclave.esp_lane().unwrap(), a.enclave.esp_lane().unwrap());
+    let (sad, spd) = (&a.sad, &a.spd);
+    let mut others_sent = Vec::new();
+    let mut w1 = Worker::new(WorkerConfig::default(), 64);
+    let mut area = Area::new(32);
+    let mut batch = area.batch();
+    fill(&mut batch, 1_000_000);
+    let mut held = Preempted {
+        lane: &mut *l1,
+        others: Some(|| {
+            let mut w2 = Worker::new(WorkerConfig::default(), 64);
+            let mut area = Area::new(32);
+            for k in 0..70 {
+                let mut batch = area.batch();
+                fill(&mut batch, k * 32);
+                assert_eq!(w2.encapsulate(&mut *l2, sad, spd, &mut batch).transmit, 32);
+                others_sent.extend(sent(&packets(&batch)));
+            }
+        }),
+        crossings: 0,
+    };
+    let r = w1.encapsulate(&mut held, sad, spd, &mut batch);
+    assert_eq!((r.transmit, r.crossings, held.crossings), (32, 2, 2), "drops {:?}", w1.drops());
+    assert_eq!(w1.drops().total(), 0);
+    let late = sent(&packets(&batch));
+    assert_eq!(late.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (2273..=2304).collect::<Vec<_>>());
+    let c = a.enclave.counters();
+    assert_eq!(c.esp_status(enclave::EspStatus::SeqStale), 32);
+    assert_eq!(c.esp_status(enclave::EspStatus::Ok), 2272);
+
+    // The peer opens all 2272 in the order they went out; 1..=32 are a gap it never sees.
+    let all: Vec<Vec<u8>> = others_sent.into_iter().chain(late).map(|(_, p)| p).collect();
+    for chunk in all.chunks(64) {
+        let (out, report) = decapsulate(&mut b, chunk);
+        assert_eq!(
+            report.deliver as usize,
+            chunk.len(),
+            "{:?}",
+            out.iter().map(|(a, _)| a).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(b.worker.drops().total(), 0);
+}

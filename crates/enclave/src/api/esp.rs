@@ -172,8 +172,7 @@ pub enum EspStatus {
     SpiMismatch = 8,
     /// The header's sequence number is not the low half of `seq`, or `seq` needs ESN.
     SeqMismatch = 9,
-    /// ENCRYPT with a sequence number this SA already used, or one so far below the highest
-    /// used (more than 2048) that the enclave no longer knows: it would risk repeating an IV.
+    /// ENCRYPT with a sequence number this SA already used: it would repeat an IV.
     SeqReused = 10,
     /// The sequence number space is used up: rekey.
     SeqExhausted = 11,
@@ -193,11 +192,16 @@ pub enum EspStatus {
     /// DECRYPT on an inbound SA that the measured configuration binds to DECRYPT_FORWARD, or
     /// the other way round ([`crate::InboundMode`]).
     ModeNotAllowed = 18,
+    /// ENCRYPT with a number so far below the highest this SA used (2048 or more) that the
+    /// enclave no longer knows whether it used it. Nothing was sealed and the number stays
+    /// unused; the packet may go again under a fresh number (a worker that lost its core
+    /// between drawing numbers and crossing, while others moved the SA on).
+    SeqStale = 19,
 }
 
 impl EspStatus {
     /// Number of status values, for per-status counter arrays.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
 
     /// All values, in code order.
     pub const ALL: [Self; Self::COUNT] = [
@@ -220,6 +224,7 @@ impl EspStatus {
         Self::Malformed,
         Self::Overlap,
         Self::ModeNotAllowed,
+        Self::SeqStale,
     ];
 
     /// The status code, as it crosses shared memory.

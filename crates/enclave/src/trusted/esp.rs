@@ -288,6 +288,9 @@ fn claim(sa: &EspSa, sent: &mut SentWindow, seq: u64) -> EspStatus {
     if (!sa.esn && seq > u64::from(u32::MAX)) || sent.top() == u64::MAX {
         return EspStatus::SeqExhausted;
     }
+    if sent.is_stale(seq) {
+        return EspStatus::SeqStale;
+    }
     if !sent.may_use(seq) {
         return EspStatus::SeqReused;
     }

@@ -45,6 +45,12 @@ impl SentWindow {
         self.top - seq < WINDOW && !self.is_set(seq)
     }
 
+    /// Whether `seq` lies so far below the highest number used that the window no longer
+    /// says whether it was used.
+    pub(crate) fn is_stale(&self, seq: u64) -> bool {
+        seq != 0 && seq <= self.top && self.top - seq >= WINDOW
+    }
+
     /// Records `seq` as used (after [`Self::may_use`] said yes and the packet was sealed).
     pub(crate) fn mark(&mut self, seq: u64) {
         if seq > self.top {
@@ -131,9 +137,13 @@ mod tests {
         let mut w = SentWindow::new();
         assert!(take(&mut w, WINDOW + 10));
         // 11 is exactly WINDOW - 1 below the top: the oldest the window still knows.
+        assert!(!w.is_stale(11));
         assert!(take(&mut w, 11));
+        assert!(!w.is_stale(11), "used, not stale: the window still knows it");
+        assert!(w.is_stale(10) && w.is_stale(1), "WINDOW below the top and further: unknown");
         assert!(!take(&mut w, 10), "WINDOW below the top: unknown, refused");
         assert!(!take(&mut w, 1));
+        assert!(!w.is_stale(0) && !w.is_stale(WINDOW + 11), "0 is no number; above the top is fresh");
     }
 
     #[test]

@@ -106,6 +106,18 @@ impl Gateway {
 /// A's outbound SA towards B and B's matching inbound SA, with A's policy for the inner
 /// networks. Returns A's outbound id.
 pub fn tunnel(a: &mut Gateway, b: &mut Gateway, s: Shape, spi: u32, now: Instant) -> OutboundSaId {
+    tunnel_with_window(a, b, s, spi, now, DEFAULT_WINDOW)
+}
+
+/// [`tunnel`] with B's anti-replay window of `window` packets.
+pub fn tunnel_with_window(
+    a: &mut Gateway,
+    b: &mut Gateway,
+    s: Shape,
+    spi: u32,
+    now: Instant,
+    window: u32,
+) -> OutboundSaId {
     let (enc, integ) = keys(s.suite, u8::try_from(spi & 0xff).unwrap());
     let (a_addr, b_addr) = outer_addrs(s.outer_v6);
     let (a_net, b_net) = inner_nets(s.inner_v6);
@@ -123,6 +135,7 @@ pub fn tunnel(a: &mut Gateway, b: &mut Gateway, s: Shape, spi: u32, now: Instant
     inb.encapsulation = encap(4501, 4500);
     inb.local_selectors = vec![TrafficSelector::addresses(b_net)];
     inb.remote_selectors = vec![TrafficSelector::addresses(a_net)];
+    inb.replay_window = window;
     let id = a.sad.add_outbound(out, now).unwrap();
     b.sad.add_inbound(inb, now).unwrap();
     a.spd.insert(Policy {
