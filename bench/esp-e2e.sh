@@ -30,6 +30,8 @@
 #   E2E_COALESCE_US=N                        the Cloister gateways' `coalesce_us` (default: theirs)
 #   E2E_KEEP=1                               keep the work directory (logs, iperf3 JSON)
 #   E2E_CLOISTER=PATH                        use this `cloister` binary instead of building one
+#   E2E_DEPS=0                               install nothing (a machine with no package access,
+#                                            the tools already on PATH, boringtun-cli in .deps)
 # Installs its own extra dependencies on first use (bench/lib/deps.sh: wireguard-go,
 # wireguard-tools, boringtun-cli into .deps/cargo) and builds `cloister` (release). Cleans up
 # every namespace and process it started, also on failure and Ctrl-C. See
@@ -54,7 +56,7 @@ done
 
 # shellcheck source=bench/lib/deps.sh
 source "$ROOT/bench/lib/deps.sh"
-e2e_deps
+[ "${E2E_DEPS:-1}" = 0 ] || e2e_deps
 if [ -n "${E2E_CLOISTER:-}" ]; then
   CLOISTER=$E2E_CLOISTER
 else
