@@ -28,6 +28,8 @@
 #   E2E_VARIANTS="cloister strongswan ..."  a subset (cloister is needed for the ratios)
 #   E2E_TESTS="udp64 ..."                    a subset of the tests (for profiling one of them)
 #   E2E_COALESCE_US=N                        the Cloister gateways' `coalesce_us` (default: theirs)
+#   E2E_SPREAD=1                             the Cloister gateways' `spread_inbound = true` (ESP-in-UDP
+#                                            steered to workers by sequence number, not by peer)
 #   E2E_KEEP=1                               keep the work directory (logs, iperf3 JSON)
 #   E2E_CLOISTER=PATH                        use this `cloister` binary instead of building one
 #   E2E_DEPS=0                               install nothing (a machine with no package access,
@@ -208,6 +210,7 @@ tun = "cltun$n"
 tun_mtu = 1400
 routes = ["$peer_host/32"]
 ${E2E_COALESCE_US:+coalesce_us = $E2E_COALESCE_US}
+$([ "${E2E_SPREAD:-0}" = 1 ] && echo "spread_inbound = true")
 
 [[sa]]
 name = "out"

@@ -12,6 +12,7 @@
 //! batch = 64                          # packets per enclave crossing, at most 256
 //! coalesce_us = 20                    # nap under sustained traffic (0: never), at most 1000
 //! offload = true                      # TUN TSO/USO/checksum and UDP GSO/GRO, where accepted
+//! spread_inbound = false              # ESP-in-UDP to workers by sequence number, not by peer
 //!
 //! [[sa]]
 //! # ... see esp::config
@@ -90,6 +91,8 @@ struct RawSettings {
     #[serde(default)]
     offload: Option<bool>,
     #[serde(default)]
+    spread_inbound: Option<bool>,
+    #[serde(default)]
     listen: Vec<String>,
 }
 
@@ -118,6 +121,12 @@ pub struct Settings {
     pub coalesce_us: u32,
     /// Ask the kernel for offloads.
     pub offload: bool,
+    /// Steer arriving ESP-in-UDP packets to the workers by their ESP sequence number, in
+    /// runs of 32 (`cio::udp::UdpSocket::steer_by_esp_sequence`), so that one peer's SA is
+    /// decapsulated by every worker. Off: the kernel hashes addresses and ports, and one
+    /// peer stays on one worker (its packets never reorder, but one core decapsulates all
+    /// of a single tunnel's traffic).
+    pub spread_inbound: bool,
     /// ESP-in-UDP endpoints to listen on even before any SA uses them (a gateway whose SAs
     /// come from IKE); raw ESP is also received for their address families.
     pub listen: Vec<SocketAddr>,
@@ -135,6 +144,7 @@ impl Default for Settings {
             batch: 64,
             coalesce_us: DEFAULT_COALESCE_US,
             offload: true,
+            spread_inbound: false,
             listen: Vec::new(),
         }
     }
@@ -329,6 +339,7 @@ impl Config {
                     batch,
                     coalesce_us,
                     offload: r.offload.unwrap_or(true),
+                    spread_inbound: r.spread_inbound.unwrap_or(false),
                     listen: r
                         .listen
                         .iter()
@@ -476,6 +487,13 @@ mod tests {
         assert_eq!(Config::parse(&sample("coalesce_us = 0")).unwrap().settings.coalesce_us, 0);
         let most = format!("coalesce_us = {MAX_COALESCE_US}");
         assert_eq!(Config::parse(&sample(&most)).unwrap().settings.coalesce_us, MAX_COALESCE_US);
+    }
+
+    #[test]
+    fn inbound_spreading_is_off_unless_asked_for() {
+        assert!(!Config::parse(&sample("")).unwrap().settings.spread_inbound);
+        assert!(Config::parse(&sample("spread_inbound = true")).unwrap().settings.spread_inbound);
+        assert!(Config::parse(&sample("spread_inbound = \"yes\"")).is_err());
     }
 
     #[test]

@@ -115,6 +115,8 @@ pub struct Dataplane<E: Enclave + 'static> {
     tun_netns: Option<cio::netns::Visit>,
     installed: Installed,
     udp: Vec<SocketAddr>,
+    /// Whether arriving ESP-in-UDP is steered to workers by sequence number.
+    spread_inbound: bool,
     raw: Vec<bool>,
     /// One socket per UDP address (worker 0's), for the control thread's IKE sends.
     control_udp: Vec<Arc<UdpSocket>>,
@@ -199,6 +201,12 @@ impl<E: Enclave + 'static> Dataplane<E> {
             for sockets in &mut udp {
                 sockets.push(Arc::new(UdpSocket::bind(*addr, true, settings.offload)?));
             }
+            // Worker i's socket is the i-th of the address's group: bound in that order.
+            if settings.spread_inbound && n > 1 {
+                if let Some(first) = udp.first().and_then(|s| s.last()) {
+                    first.steer_by_esp_sequence(u32::try_from(n).unwrap_or(u32::MAX))?;
+                }
+            }
         }
         let control_udp = udp.first().cloned().unwrap_or_default();
         let udp_offloads = udp.first().and_then(|s| s.first()).map(|s| s.offloads());
@@ -223,6 +231,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
             tun_netns,
             installed,
             udp: udp_addrs,
+            spread_inbound: settings.spread_inbound && n > 1,
             raw: raw_families,
             control_udp,
         };
@@ -279,6 +288,16 @@ impl<E: Enclave + 'static> Dataplane<E> {
     /// How many workers run.
     pub fn workers(&self) -> usize {
         self.threads.len()
+    }
+
+    /// How arriving ESP-in-UDP reaches the workers: `"sequence"` (steered by ESP sequence
+    /// number, `spread_inbound`) or `"peer"` (the kernel's hash of addresses and ports).
+    pub fn inbound_steering(&self) -> &'static str {
+        if self.spread_inbound {
+            "sequence"
+        } else {
+            "peer"
+        }
     }
 
     /// The UDP addresses listened on, and the raw ESP families (`true`: IPv6).

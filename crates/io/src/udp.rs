@@ -59,6 +59,22 @@ pub struct UdpSocket {
     gro: bool,
 }
 
+/// Consecutive ESP sequence numbers steered to one socket by
+/// [`UdpSocket::steer_by_esp_sequence`]: one batch's worth, so that a worker's batch holds a
+/// run of one SA's numbers (one replay-window update per run, inner TCP segments in order
+/// for GRO) while the runs spread over the workers.
+pub const STEER_RUN: u32 = 32;
+
+// Classic BPF opcodes (linux/filter.h, linux/bpf_common.h).
+/// BPF_LD | BPF_W | BPF_ABS.
+const BPF_LD_W_ABS: u16 = 0x20;
+/// BPF_ALU | BPF_RSH | BPF_K.
+const BPF_ALU_RSH_K: u16 = 0x74;
+/// BPF_ALU | BPF_MOD | BPF_K.
+const BPF_ALU_MOD_K: u16 = 0x94;
+/// BPF_RET | BPF_A.
+const BPF_RET_A: u16 = 0x16;
+
 impl UdpSocket {
     /// Binds to `addr` (port 0: any), with `SO_REUSEPORT` if `reuse_port`, and the offloads
     /// the kernel accepts if `offload`.
@@ -105,6 +121,39 @@ impl UdpSocket {
         let gso = offload && sys::getsockopt_int(s, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
         let gro = offload && sys::setsockopt(s, libc::SOL_UDP, libc::UDP_GRO, 1i32).is_ok();
         Ok(Self { fd, local, gso: AtomicBool::new(gso), gro })
+    }
+
+    /// Steers the datagrams arriving on this socket's `SO_REUSEPORT` group (the sockets bound
+    /// to its address, numbered in the order they were bound) by the ESP sequence number in
+    /// their bytes 4..8: runs of [`STEER_RUN`] consecutive numbers go to one socket, the
+    /// runs round robin over the first `sockets` of the group. One peer's SA then spreads
+    /// over every socket, where the kernel's hash of addresses and ports would keep it on
+    /// one. Datagrams shorter than 8 bytes (NAT keepalives) go to the first socket. The
+    /// program (classic BPF) is the group's; attaching it again replaces it.
+    pub fn steer_by_esp_sequence(&self, sockets: u32) -> Result<()> {
+        if sockets == 0 {
+            return Err(Error::Invalid { what: "steering", value: "0 sockets".into(), why: "at least one" });
+        }
+        let insn = |code: u16, k: u32| libc::sock_filter { code, jt: 0, jf: 0, k };
+        // ld [4]; rsh #log2(run); mod #sockets; ret a. A load past the end makes the
+        // program return 0: the first socket.
+        let mut program = [
+            insn(BPF_LD_W_ABS, 4),
+            insn(BPF_ALU_RSH_K, STEER_RUN.trailing_zeros()),
+            insn(BPF_ALU_MOD_K, sockets),
+            insn(BPF_RET_A, 0),
+        ];
+        let fprog = libc::sock_fprog {
+            len: u16::try_from(program.len()).unwrap_or(u16::MAX),
+            filter: program.as_mut_ptr(),
+        };
+        sys::setsockopt(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_ATTACH_REUSEPORT_CBPF, fprog).map_err(
+            |source| Error::Syscall {
+                call: "SO_ATTACH_REUSEPORT_CBPF",
+                object: self.local.to_string(),
+                source,
+            },
+        )
     }
 
     /// The address and port the socket is bound to.
@@ -182,6 +231,41 @@ mod tests {
     }
 
     const MAX: usize = crate::MAX_MESSAGES;
+
+    #[test]
+    fn esp_sequence_steering_spreads_one_peer_over_the_group_in_runs() {
+        // Four sockets on one port, one sender: without steering the kernel's hash puts
+        // every datagram on one socket; with it, numbers k go to socket (k / 32) % 4.
+        let first = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), true, false).unwrap();
+        let addr = first.local_addr();
+        let mut group = vec![first];
+        for _ in 1..4 {
+            group.push(UdpSocket::bind(addr, true, false).unwrap());
+        }
+        group[0].steer_by_esp_sequence(4).unwrap();
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for k in 0u32..256 {
+            let mut esp = [0u8; 24];
+            esp[..4].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+            esp[4..8].copy_from_slice(&k.to_be_bytes());
+            sender.send_to(&esp, addr).unwrap();
+        }
+        sender.send_to(&[0xff], addr).unwrap(); // a NAT keepalive: too short, socket 0
+        for (i, sock) in group.iter().enumerate() {
+            let want = if i == 0 { 65 } else { 64 };
+            let got = collect(sock, want);
+            let mut seqs: Vec<u32> = got
+                .iter()
+                .filter(|d| d.len() == 24)
+                .map(|d| u32::from_be_bytes(d[4..8].try_into().unwrap()))
+                .collect();
+            seqs.sort_unstable();
+            let expected: Vec<u32> = (0u32..256).filter(|k| (k / STEER_RUN) as usize % 4 == i).collect();
+            assert_eq!(seqs, expected, "socket {i}");
+            assert_eq!(got.iter().filter(|d| d.len() == 1).count(), usize::from(i == 0), "socket {i}");
+        }
+        assert!(matches!(group[0].steer_by_esp_sequence(0), Err(Error::Invalid { .. })));
+    }
 
     #[test]
     fn offloads_print_what_is_on() {
