@@ -186,6 +186,25 @@ fn run_of<K: PartialEq>(
 }
 
 /// The low 16 bits, for the outer IPv4 Identification (RFC 6864: unique enough per SA).
+/// Hands `descriptors` to the enclave, one call per `max_batch` of them, their statuses
+/// into `status` (as long); a call refused whole leaves its statuses `NotProcessed`.
+fn cross_in_chunks<E: EspCrossing + ?Sized>(
+    enclave: &mut E,
+    area: &mut [u8],
+    descriptors: &[EspDescriptor],
+    status: &mut [EspStatus],
+    max_batch: usize,
+    report: &mut BatchReport,
+) {
+    let max = max_batch.max(1);
+    for (d, s) in descriptors.chunks(max).zip(status.chunks_mut(max)) {
+        report.crossings += 1;
+        if enclave.esp_crossing(area, d, s).is_err() {
+            s.fill(EspStatus::NotProcessed);
+        }
+    }
+}
+
 /// How many times one batch's packets refused as stale go again under fresh numbers. One
 /// preemption is common on a loaded machine; each try is short (a few draws and one
 /// crossing), so several in a row mean the worker can hardly run, and the packets go.
@@ -239,14 +258,7 @@ impl Worker {
     fn cross<E: EspCrossing + ?Sized>(&mut self, enclave: &mut E, area: &mut [u8], report: &mut BatchReport) {
         self.status.clear();
         self.status.resize(self.descriptors.len(), EspStatus::NotProcessed);
-        let max = self.config.max_batch.max(1);
-        for (d, s) in self.descriptors.chunks(max).zip(self.status.chunks_mut(max)) {
-            report.crossings += 1;
-            if enclave.esp_crossing(area, d, s).is_err() {
-                // The whole call was refused: nothing was processed.
-                s.fill(EspStatus::NotProcessed);
-            }
-        }
+        cross_in_chunks(enclave, area, &self.descriptors, &mut self.status, self.config.max_batch, report);
     }
 
     // ---- outbound ----------------------------------------------------------------------
@@ -355,13 +367,7 @@ impl Worker {
             return;
         }
         let mut status = vec![EspStatus::NotProcessed; again.len()];
-        let max = self.config.max_batch.max(1);
-        for (d, s) in descriptors.chunks(max).zip(status.chunks_mut(max)) {
-            report.crossings += 1;
-            if enclave.esp_crossing(batch.area, d, s).is_err() {
-                s.fill(EspStatus::NotProcessed);
-            }
-        }
+        cross_in_chunks(enclave, batch.area, &descriptors, &mut status, self.config.max_batch, report);
         for (&k, s) in again.iter().zip(status) {
             if let Some(slot) = self.status.get_mut(k) {
                 *slot = s;
