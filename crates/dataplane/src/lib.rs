@@ -195,6 +195,8 @@ impl<E: Enclave + 'static> Dataplane<E> {
         let name = tun.name().to_owned();
         let tun_offloads = tun.offloads();
 
+        // One worker has nothing to steer to.
+        let spread_inbound = settings.spread_inbound && n > 1;
         let udp_addrs = config.udp_listeners();
         let mut udp: Vec<Vec<Arc<UdpSocket>>> = (0..n).map(|_| Vec::new()).collect();
         for addr in &udp_addrs {
@@ -202,7 +204,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
                 sockets.push(Arc::new(UdpSocket::bind(*addr, true, settings.offload)?));
             }
             // Worker i's socket is the i-th of the address's group: bound in that order.
-            if settings.spread_inbound && n > 1 {
+            if spread_inbound {
                 if let Some(first) = udp.first().and_then(|s| s.last()) {
                     first.steer_by_esp_sequence(u32::try_from(n).unwrap_or(u32::MAX))?;
                 }
@@ -231,7 +233,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
             tun_netns,
             installed,
             udp: udp_addrs,
-            spread_inbound: settings.spread_inbound && n > 1,
+            spread_inbound,
             raw: raw_families,
             control_udp,
         };

@@ -299,13 +299,18 @@ impl OutboundRuntime {
     /// the enclave refused as stale ([`enclave::EspStatus::SeqStale`]); `SeqExhausted` (and
     /// the SA expired) past the end of the space, as [`Self::judge`].
     pub(crate) fn redraw(&self, esn: bool) -> core::result::Result<u64, DropReason> {
+        self.usable(Some(self.draw(1)), esn)
+    }
+
+    /// `seq` if it is a number the SA may send (1 to 2^32 - 1 without ESN, to 2^64 - 2
+    /// with it); otherwise `SeqExhausted`, and the SA expires (RFC 4303 §3.3.3: a sender
+    /// never cycles the counter). `None`: past the end of the space.
+    fn usable(&self, seq: Option<u64>, esn: bool) -> core::result::Result<u64, DropReason> {
         let last = if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
-        let seq = self.draw(1);
-        if seq == 0 || seq > last {
+        seq.filter(|&s| s != 0 && s <= last).ok_or_else(|| {
             self.usage.expired.store(true, Ordering::Relaxed);
-            return Err(DropReason::SeqExhausted);
-        }
-        Ok(seq)
+            DropReason::SeqExhausted
+        })
     }
 
     /// The `k`-th packet (from 0) of run `r`, `len` bytes with `bytes_before` bytes of the
@@ -321,12 +326,7 @@ impl OutboundRuntime {
         esn: bool,
         life: &Lifetime,
     ) -> core::result::Result<(u64, bool), DropReason> {
-        let last = if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
-        let seq = r.first_seq.checked_add(k).filter(|&s| s != 0 && s <= last);
-        let Some(seq) = seq else {
-            self.usage.expired.store(true, Ordering::Relaxed);
-            return Err(DropReason::SeqExhausted);
-        };
+        let seq = self.usable(r.first_seq.checked_add(k), esn)?;
         let (packets, bytes) = r.totals(k, bytes_before, len);
         let crossed = self.usage.judge(life, packets, bytes, len)?;
         Ok((seq, crossed))
