@@ -147,8 +147,8 @@ fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-/// `INMEM_PROFILE=encap:64` (or `decap:1420`): loops one direction at one size for about
-/// five seconds and prints nothing else, for `perf record`.
+/// `INMEM_PROFILE=encap:64` (or `decap:1420`, `raw:1420`): loops one direction (or the raw
+/// seal) at one size for about five seconds and prints nothing else, for `perf record`.
 fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
     let (dir, size) = spec.split_once(':').expect("INMEM_PROFILE=encap:SIZE or decap:SIZE");
     let size: usize = size.parse().expect("size in bytes");
@@ -159,7 +159,10 @@ fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
     let start = Instant::now();
     let mut done = 0usize;
     while start.elapsed() < Duration::from_secs(5) {
-        if dir == "encap" {
+        if dir == "raw" {
+            raw_seal(&inner, n);
+            done += n;
+        } else if dir == "encap" {
             for _ in 0..n / BATCH {
                 let mut batch = batch_of(&mut area, std::iter::repeat_n(&inner, BATCH));
                 done += a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch).transmit as usize;
