@@ -117,6 +117,8 @@ pub struct Dataplane<E: Enclave + 'static> {
     udp: Vec<SocketAddr>,
     /// Whether arriving ESP-in-UDP is steered to workers by sequence number.
     spread_inbound: bool,
+    /// The anti-replay window of inbound SAs that set none (see [`Self::replay_window`]).
+    replay_window: u32,
     raw: Vec<bool>,
     /// One socket per UDP address (worker 0's), for the control thread's IKE sends.
     control_udp: Vec<Arc<UdpSocket>>,
@@ -169,9 +171,17 @@ impl<E: Enclave + 'static> Dataplane<E> {
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .clamp(1, 64);
+        // One worker has nothing to steer to.
+        let spread_inbound = settings.spread_inbound && n > 1;
+        let replay_window = settings.replay_window.unwrap_or(if spread_inbound {
+            config::SPREAD_WINDOW
+        } else {
+            esp::DEFAULT_WINDOW
+        });
         let (mut sad, mut spd) = (Sad::new(), Spd::new());
-        let installed =
-            config.esp.install(&mut sad, &mut spd, Instant::now(), |r| install_keys(&mut enclave, r))?;
+        let installed = config
+            .esp
+            .install(&mut sad, &mut spd, Instant::now(), replay_window, |r| install_keys(&mut enclave, r))?;
 
         let tun_netns = settings.tun_netns.as_deref().map(cio::netns::Visit::named).transpose()?;
         let open_tun = || -> Result<Tun, Error> {
@@ -195,8 +205,6 @@ impl<E: Enclave + 'static> Dataplane<E> {
         let name = tun.name().to_owned();
         let tun_offloads = tun.offloads();
 
-        // One worker has nothing to steer to.
-        let spread_inbound = settings.spread_inbound && n > 1;
         let udp_addrs = config.udp_listeners();
         let mut udp: Vec<Vec<Arc<UdpSocket>>> = (0..n).map(|_| Vec::new()).collect();
         for addr in &udp_addrs {
@@ -234,6 +242,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
             installed,
             udp: udp_addrs,
             spread_inbound,
+            replay_window,
             raw: raw_families,
             control_udp,
         };
@@ -300,6 +309,13 @@ impl<E: Enclave + 'static> Dataplane<E> {
         } else {
             "peer"
         }
+    }
+
+    /// The anti-replay window, in packets, of inbound SAs that set none themselves: the
+    /// configured `replay_window`, else 4096, or [`config::SPREAD_WINDOW`] when inbound
+    /// traffic is spread over the workers. The IKE engine's child SAs get this.
+    pub fn replay_window(&self) -> u32 {
+        self.replay_window
     }
 
     /// The UDP addresses listened on, and the raw ESP families (`true`: IPv6).

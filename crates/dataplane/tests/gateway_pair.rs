@@ -505,7 +505,8 @@ fn iperf3_tcp_long_runs_for_every_case() {
 /// One peer's ESP-in-UDP SA: with the kernel's hash (the default) its packets reach one of
 /// the cloud gateway's two workers; with `spread_inbound` both workers decapsulate it, in
 /// runs of 32 sequence numbers, and a TCP flow still crosses with no drop for a bad reason
-/// (the reordering between runs stays inside the replay window).
+/// (the reordering between runs stays inside the replay window), and the inbound SAs, which
+/// set no window, get the data plane's (deeper when spread).
 #[test]
 fn spread_inbound_puts_one_peers_sa_on_every_worker() {
     if skip() {
@@ -519,6 +520,16 @@ fn spread_inbound_puts_one_peers_sa_on_every_worker() {
         let site = start_in(&net.site_gw, gateway_config(case, true).replacen("batch = 64\n", &knob, 1));
         let cloud = start_in(&net.cloud_gw, gateway_config(case, false).replacen("batch = 64\n", &knob, 1));
         assert_eq!(cloud.inbound_steering(), if spread { "sequence" } else { "peer" });
+        // Spread, the workers reorder one SA more: its window is deeper unless configured.
+        let window = if spread { dataplane::config::SPREAD_WINDOW } else { esp::DEFAULT_WINDOW };
+        assert_eq!(cloud.replay_window(), window);
+        let sizes = cloud
+            .read(|sad, _| [0x11, 0x21].map(|spi| sad.inbound(spi).map(|s| s.runtime().window().size())));
+        assert_eq!(
+            sizes,
+            Some([Some(u64::from(window)); 2]),
+            "spread {spread}: the static inbound SAs' windows"
+        );
         let rate = iperf3(&net.site_host, &net.cloud_host, "198.18.20.20", 2, false);
         let _ = site.stop();
         let r = cloud.stop();

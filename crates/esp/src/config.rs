@@ -16,7 +16,7 @@
 //! local_ts = ["198.18.10.0/24"]
 //! remote_ts = ["198.18.20.0/24[udp/53]"]
 //! path_mtu = 1500                     # "out" only
-//! replay_window = 4096                # "in" only; the default
+//! replay_window = 4096                # "in" only; default: the data plane's (4096)
 //! lifetime = { soft_seconds = 3000, hard_seconds = 3600, hard_bytes = 1_000_000_000 }
 //! key = { wrapped = "434c5056..." }   # `cloister secret wrap --kind esp` output, hex (the data
 //!                                     # plane also takes its path); in test builds also
@@ -254,6 +254,9 @@ pub struct ValidatedSa {
     pub config: SaConfig,
     /// The keys.
     pub keys: KeyMaterial,
+    /// Whether the entry set its own `replay_window`; if not, [`ValidatedConfig::install`]
+    /// gives an inbound SA the window it is handed (the data plane's default).
+    pub own_window: bool,
 }
 
 /// One policy ready to install; `sa` is the index of its outbound SA in `sas`.
@@ -437,7 +440,8 @@ impl StaticSa {
             Error::InvalidSa { field, why } => bad(field, why),
             other => other,
         })?;
-        Ok(ValidatedSa { name: self.name.clone(), direction: self.direction, config, keys })
+        let own_window = self.replay_window.is_some();
+        Ok(ValidatedSa { name: self.name.clone(), direction: self.direction, config, keys, own_window })
     }
 }
 
@@ -518,12 +522,14 @@ impl StaticConfig {
 impl ValidatedConfig {
     /// Installs the keys (through `install_keys`, which calls the enclave and returns the
     /// handle), then the SAs and the policies. On an error, what was installed before stays
-    /// and is reported by nothing: start from empty tables, or tear them down.
+    /// and is reported by nothing: start from empty tables, or tear them down. Inbound SAs
+    /// whose entry set no `replay_window` get `default_window`.
     pub fn install<F>(
         &self,
         sad: &mut Sad,
         spd: &mut Spd,
         now: Instant,
+        default_window: u32,
         mut install_keys: F,
     ) -> Result<Installed>
     where
@@ -542,7 +548,10 @@ impl ValidatedConfig {
                 keys: &sa.keys,
             };
             let handle = install_keys(&request).map_err(|source| Error::KeyInstall { item, source })?;
-            let config = SaConfig { handle, ..sa.config.clone() };
+            let mut config = SaConfig { handle, ..sa.config.clone() };
+            if sa.direction == Direction::In && !sa.own_window {
+                config.replay_window = default_window;
+            }
             let named = |e| match e {
                 Error::InvalidSa { field, why } => Error::Config { item, field, why },
                 other => other,
@@ -704,12 +713,23 @@ mod tests {
     }
 
     #[test]
+    fn inbound_sas_without_their_own_window_take_the_one_install_is_handed() {
+        let mut c = parse(EXAMPLE);
+        c.sas[1].replay_window = None;
+        let c = c.validate().unwrap();
+        assert!(!c.sas[1].own_window);
+        let mut sad = Sad::new();
+        c.install(&mut sad, &mut Spd::new(), Instant::now(), 16384, |r| Ok(EspSaHandle(r.spi))).unwrap();
+        assert_eq!(sad.inbound(0xbeef01).unwrap().runtime().window().size(), 16384);
+    }
+
+    #[test]
     fn install_provisions_keys_and_links_policies() {
         let c = parse(EXAMPLE).validate().unwrap();
         let (mut sad, mut spd) = (Sad::new(), Spd::new());
         let mut seen = Vec::new();
         let done = c
-            .install(&mut sad, &mut spd, Instant::now(), |r| {
+            .install(&mut sad, &mut spd, Instant::now(), 16384, |r| {
                 seen.push((r.name.to_owned(), r.spi, r.direction, matches!(r.keys, KeyMaterial::Raw { .. })));
                 Ok(EspSaHandle(0x100 + r.spi))
             })
@@ -726,9 +746,11 @@ mod tests {
         assert_eq!(sad.outbound(id).unwrap().config().handle, EspSaHandle(0x100 + 0xc0ffee));
         assert_eq!(spd.len(), 2);
         assert!(spd.iter().any(|(_, p)| p.action == PolicyAction::Protect(id)));
+        // The entry's own window wins over the one install is handed.
+        assert_eq!(sad.inbound(0xbeef01).unwrap().runtime().window().size(), 2048);
         // An enclave refusal is reported for the SA that caused it.
         let e = c
-            .install(&mut Sad::new(), &mut Spd::new(), Instant::now(), |_| {
+            .install(&mut Sad::new(), &mut Spd::new(), Instant::now(), DEFAULT_WINDOW, |_| {
                 Err(enclave::Error::Unsupported { what: "wrapped ESP keys", value: 0 })
             })
             .unwrap_err();

@@ -63,16 +63,20 @@ fn configure(g: &mut Gateway, toml_text: &str) {
     let c: StaticConfig = toml::from_str(toml_text).unwrap();
     let c = c.validate().unwrap();
     let enclave = &mut g.enclave;
-    c.install(&mut g.sad, &mut g.spd, Instant::now(), |r: &KeyRequest<'_>| match r.keys {
-        KeyMaterial::Raw { encryption, integrity } => enclave.esp_sa_install_raw(
-            r.spi,
-            r.direction == Direction::In,
-            r.esn,
-            r.suite,
-            encryption,
-            integrity,
-        ),
-        KeyMaterial::Wrapped(_) => Err(enclave::Error::Unsupported { what: "wrapped ESP SA keys", value: 0 }),
+    c.install(&mut g.sad, &mut g.spd, Instant::now(), cloister_esp::DEFAULT_WINDOW, |r: &KeyRequest<'_>| {
+        match r.keys {
+            KeyMaterial::Raw { encryption, integrity } => enclave.esp_sa_install_raw(
+                r.spi,
+                r.direction == Direction::In,
+                r.esn,
+                r.suite,
+                encryption,
+                integrity,
+            ),
+            KeyMaterial::Wrapped(_) => {
+                Err(enclave::Error::Unsupported { what: "wrapped ESP SA keys", value: 0 })
+            }
+        }
     })
     .unwrap();
 }

@@ -57,8 +57,9 @@ fn esp_ts(ts: &ike::ts::TrafficSelector) -> Option<TrafficSelector> {
     })
 }
 
-/// The data plane's view of one direction.
-fn sa_config(child: &ChildSa, inbound: bool) -> Option<SaConfig> {
+/// The data plane's view of one direction; an inbound SA gets the data plane's replay
+/// `window`.
+fn sa_config(child: &ChildSa, inbound: bool, window: u32) -> Option<SaConfig> {
     let (spi, handle) = if inbound {
         (child.spi_inbound, child.handles.inbound)
     } else {
@@ -66,6 +67,9 @@ fn sa_config(child: &ChildSa, inbound: bool) -> Option<SaConfig> {
     };
     let mut c = SaConfig::new(spi, handle, child.suite, child.local.ip(), child.remote.ip());
     c.esn = child.esn;
+    if inbound {
+        c.replay_window = window;
+    }
     c.encapsulation = match child.encapsulation {
         ike::Encapsulation::None => Encapsulation::Esp,
         ike::Encapsulation::Udp { local_port, remote_port } => Encapsulation::Udp { local_port, remote_port },
@@ -143,8 +147,10 @@ impl Children {
         child: ChildSa,
         now: Instant,
     ) -> Result<(), InstallError> {
-        let (inb, out) =
-            sa_config(&child, true).zip(sa_config(&child, false)).ok_or(InstallError::Selectors)?;
+        let window = dp.replay_window();
+        let (inb, out) = sa_config(&child, true, window)
+            .zip(sa_config(&child, false, window))
+            .ok_or(InstallError::Selectors)?;
         let sels = selectors(&child);
         let spi = child.spi_inbound;
         let (outbound, policies) = dp
@@ -192,8 +198,9 @@ impl Children {
         now: Instant,
     ) -> Result<(), InstallError> {
         let spi = new.spi_inbound;
+        let window = dp.replay_window();
         if switch == OutboundSwitch::Never {
-            let inb = sa_config(&new, true).ok_or(InstallError::Selectors)?;
+            let inb = sa_config(&new, true, window).ok_or(InstallError::Selectors)?;
             dp.update(|sad, _| sad.add_inbound(inb, now).map_err(|e| InstallError::Esp(e.to_string())))
                 .ok_or(InstallError::Poisoned)??;
             let installed = Installed {
@@ -208,7 +215,9 @@ impl Children {
             return Ok(());
         }
         let switch_now = switch == OutboundSwitch::Now;
-        let (inb, out) = sa_config(&new, true).zip(sa_config(&new, false)).ok_or(InstallError::Selectors)?;
+        let (inb, out) = sa_config(&new, true, window)
+            .zip(sa_config(&new, false, window))
+            .ok_or(InstallError::Selectors)?;
         let wait = !switch_now && self.by_spi.get(&old).is_some_and(|o| o.outbound.is_some());
         let (old_out, policies) = match self.by_spi.get_mut(&old) {
             Some(o) if !wait => (o.outbound.take(), core::mem::take(&mut o.policies)),
@@ -413,6 +422,40 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_inbound_child_sa_gets_the_data_planes_replay_window() {
+        let any = ike::ts::TrafficSelector {
+            ip_protocol: 0,
+            start_port: 0,
+            end_port: u16::MAX,
+            start: ip("198.18.10.0"),
+            end: ip("198.18.10.255"),
+        };
+        let child = ChildSa {
+            name: "c".into(),
+            spi_inbound: 0x100,
+            spi_outbound: 0x200,
+            handles: enclave::ChildSaPair {
+                inbound: enclave::EspSaHandle(1),
+                outbound: enclave::EspSaHandle(2),
+            },
+            suite: enclave::Suite::aead(enclave::Cipher::AesGcm16_256),
+            esn: false,
+            local_ts: vec![any],
+            remote_ts: vec![any],
+            encapsulation: ike::Encapsulation::None,
+            local: "198.18.0.1:500".parse().unwrap(),
+            remote: "198.18.0.2:500".parse().unwrap(),
+            rekey_time: std::time::Duration::from_secs(3000),
+            life_time: std::time::Duration::from_secs(3600),
+            volume: ike::VolumeLimits::default(),
+        };
+        let inbound = sa_config(&child, true, 16_384).unwrap();
+        assert_eq!((inbound.spi, inbound.replay_window), (0x100, 16_384));
+        let outbound = sa_config(&child, false, 16_384).unwrap();
+        assert_eq!((outbound.spi, outbound.replay_window), (0x200, esp::DEFAULT_WINDOW), "unused outbound");
     }
 
     #[test]

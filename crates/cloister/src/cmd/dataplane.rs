@@ -134,11 +134,12 @@ fn serve<E: Enclave + 'static>(
     let udp: Vec<String> = udp.iter().map(ToString::to_string).collect();
     let raw: Vec<&str> = raw.iter().map(|&v6| if v6 { "ipv6" } else { "ipv4" }).collect();
     println!(
-        "dataplane: tun {} workers={} udp=[{}] steering={} raw_esp=[{}] enclave {backend} offloads: {}",
+        "dataplane: tun {} workers={} udp=[{}] steering={} replay_window={} raw_esp=[{}] enclave {backend} offloads: {}",
         dp.tun_name(),
         dp.workers(),
         udp.join(","),
         dp.inbound_steering(),
+        dp.replay_window(),
         raw.join(","),
         dp.offloads()
     );
