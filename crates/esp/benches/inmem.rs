@@ -355,14 +355,39 @@ fn spread(
     (per_s, dropped)
 }
 
+/// Two gateways' tables and enclaves, shared by the threads of a multi-worker round.
+struct Shared {
+    ea: Mutex<enclave::InlineEnclave>,
+    eb: Mutex<enclave::InlineEnclave>,
+    a: (cloister_esp::Sad, cloister_esp::Spd),
+    b: (cloister_esp::Sad, cloister_esp::Spd),
+}
+
+impl Shared {
+    fn new(a: Gateway, b: Gateway) -> Self {
+        Self { ea: Mutex::new(a.enclave), eb: Mutex::new(b.enclave), a: (a.sad, a.spd), b: (b.sad, b.spd) }
+    }
+
+    /// `n` packets of `inner` encapsulated on A by `threads` workers, then `n` fresh ESP
+    /// packets made from it (untimed) decapsulated on B by as many: (packets/s, dropped)
+    /// for each direction.
+    fn both_ways(&self, inner: &[u8], threads: usize, lock: Lock, n: usize, window: u32) -> [(f64, u64); 2] {
+        let (sad_a, spd_a) = &self.a;
+        let (sad_b, spd_b) = &self.b;
+        let encap = spread(&self.ea, sad_a, spd_a, inner, &[], threads, lock, n, window);
+        let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
+        let outers = fresh_outers(&mut w, &mut self.ea.lock().unwrap(), sad_a, spd_a, inner, n);
+        let decap = spread(&self.eb, sad_b, spd_b, inner, &outers, threads, lock, n, window);
+        [encap, decap]
+    }
+}
+
 /// One SA carried by 1 and 2 workers sharing one inline enclave: with the old lock (whole
 /// call), the shared lock (per crossing) and a lane each (no lock), interleaved round by
 /// round.
 fn workers(a: Gateway, b: Gateway, rounds: usize) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let Gateway { enclave: ea, sad: sad_a, spd: spd_a, .. } = a;
-    let Gateway { enclave: eb, sad: sad_b, spd: spd_b, .. } = b;
-    let (ea, eb) = (Mutex::new(ea), Mutex::new(eb));
+    let pair = Shared::new(a, b);
     let (src, dst) = inner_hosts(false);
     let cases = [(1, Lock::Shared), (2, Lock::Call), (2, Lock::Shared), (2, Lock::Lanes)];
     println!(
@@ -387,14 +412,10 @@ fn workers(a: Gateway, b: Gateway, rounds: usize) {
         let mut dec: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
         for _ in 0..rounds {
             for (i, &(threads, lock)) in cases.iter().enumerate() {
-                let (e, dropped) = spread(&ea, &sad_a, &spd_a, &inner, &[], threads, lock, n, DEFAULT_WINDOW);
-                assert_eq!(dropped, 0, "encapsulation, {threads} workers, {lock:?}");
+                let [(e, de), (d, dd)] = pair.both_ways(&inner, threads, lock, n, DEFAULT_WINDOW);
+                assert_eq!(de, 0, "encapsulation, {threads} workers, {lock:?}");
+                assert_eq!(dd, 0, "decapsulation, {threads} workers, {lock:?}");
                 enc[i].push(e);
-                let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
-                let outers = fresh_outers(&mut w, &mut ea.lock().unwrap(), &sad_a, &spd_a, &inner, n);
-                let (d, dropped) =
-                    spread(&eb, &sad_b, &spd_b, &inner, &outers, threads, lock, n, DEFAULT_WINDOW);
-                assert_eq!(dropped, 0, "decapsulation, {threads} workers, {lock:?}");
                 dec[i].push(d);
             }
         }
@@ -427,9 +448,7 @@ fn workers(a: Gateway, b: Gateway, rounds: usize) {
 /// round of k workers moves k times the packets.
 fn scale(a: Gateway, b: Gateway, counts: &[usize], rounds: usize) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let Gateway { enclave: ea, sad: sad_a, spd: spd_a, .. } = a;
-    let Gateway { enclave: eb, sad: sad_b, spd: spd_b, .. } = b;
-    let (ea, eb) = (Mutex::new(ea), Mutex::new(eb));
+    let pair = Shared::new(a, b);
     let (src, dst) = inner_hosts(false);
     println!(
         "one SA on k workers with a lane each ({cores} cores), AES-GCM-16-256, ESP-in-UDP over IPv4: \
@@ -458,15 +477,11 @@ fn scale(a: Gateway, b: Gateway, counts: &[usize], rounds: usize) {
         for _ in 0..rounds {
             for (i, &k) in counts.iter().enumerate() {
                 let n = per_worker * k;
-                let (e, de) = spread(&ea, &sad_a, &spd_a, &inner, &[], k, Lock::Lanes, n, MAX_WINDOW);
+                let [(e, de), (d, dd)] = pair.both_ways(&inner, k, Lock::Lanes, n, MAX_WINDOW);
                 enc[i].push(e);
-                let mut w = cloister_esp::Worker::new(cloister_esp::WorkerConfig::default(), 64);
-                let outers = fresh_outers(&mut w, &mut ea.lock().unwrap(), &sad_a, &spd_a, &inner, n);
-                let (d, dd) = spread(&eb, &sad_b, &spd_b, &inner, &outers, k, Lock::Lanes, n, MAX_WINDOW);
                 dec[i].push(d);
                 drops[i] += de + dd;
                 sent[i] += 2 * n as u64;
-                drop(outers);
                 let start = Instant::now();
                 std::thread::scope(|s| {
                     for _ in 0..k {
@@ -499,7 +514,7 @@ fn scale(a: Gateway, b: Gateway, counts: &[usize], rounds: usize) {
             );
         }
     }
-    let (ca, cb) = (ea.lock().unwrap().counters(), eb.lock().unwrap().counters());
+    let (ca, cb) = (pair.ea.lock().unwrap().counters(), pair.eb.lock().unwrap().counters());
     for s in enclave::EspStatus::ALL {
         let (x, y) = (ca.esp_status(s), cb.esp_status(s));
         if s != enclave::EspStatus::Ok && x + y > 0 {
