@@ -79,8 +79,59 @@ impl enclave::EspCrossing for NullCrossing {
     }
 }
 
+/// The SPI of the measured tunnel (A to B).
+const SPI: u32 = 0x1000;
+
+/// Encapsulates `n` packets of `inner` on `w` through `crossing`, a batch at a time:
+/// packets/s over the time inside `encapsulate`, and over the whole loop (the copy into
+/// the batch slots included).
+#[allow(clippy::too_many_arguments)]
+fn timed_encap<E: enclave::EspCrossing>(
+    w: &mut cloister_esp::Worker,
+    crossing: &mut E,
+    sad: &cloister_esp::Sad,
+    spd: &cloister_esp::Spd,
+    area: &mut Area,
+    inner: &[u8],
+    n: usize,
+) -> (f64, f64) {
+    let mut inside = Duration::ZERO;
+    let start = Instant::now();
+    for _ in 0..n / BATCH {
+        let mut batch = batch_of(area, std::iter::repeat_n(inner, BATCH));
+        let t = Instant::now();
+        let r = w.encapsulate(crossing, sad, spd, &mut batch);
+        inside += t.elapsed();
+        assert_eq!(r.transmit as usize, BATCH);
+        std::hint::black_box(&batch);
+    }
+    (n as f64 / inside.as_secs_f64(), n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Decapsulates `outers` on `w` through `crossing`, as [`timed_encap`].
+fn timed_decap<E: enclave::EspCrossing>(
+    w: &mut cloister_esp::Worker,
+    crossing: &mut E,
+    sad: &cloister_esp::Sad,
+    area: &mut Area,
+    outers: &[Vec<u8>],
+) -> (f64, f64) {
+    let mut inside = Duration::ZERO;
+    let start = Instant::now();
+    for chunk in outers.chunks(BATCH) {
+        let mut batch = batch_of(area, chunk);
+        let t = Instant::now();
+        let r = w.decapsulate(crossing, sad, &mut batch);
+        inside += t.elapsed();
+        assert_eq!(r.deliver as usize, chunk.len());
+    }
+    let n = outers.len() as f64;
+    (n / inside.as_secs_f64(), n / start.elapsed().as_secs_f64())
+}
+
 /// One round at one size: encapsulate `n` packets on A, decapsulate them on B, and seal
-/// as many payloads of the same length with ring directly.
+/// as many payloads of the same length with ring directly; then the same calls again
+/// through [`NullCrossing`].
 fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     let n = packets_per_round(size);
     let (src, dst) = inner_hosts(false);
@@ -88,58 +139,19 @@ fn round(a: &mut Gateway, b: &mut Gateway, size: usize) -> Sample {
     assert_eq!(inner.len(), size);
     let mut area = Area::new(BATCH);
 
-    let mut inside = Duration::ZERO;
-    let start = Instant::now();
-    for _ in 0..n / BATCH {
-        let mut batch = batch_of(&mut area, std::iter::repeat_n(&inner, BATCH));
-        let t = Instant::now();
-        let r = a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch);
-        inside += t.elapsed();
-        assert_eq!(r.transmit as usize, BATCH);
-        std::hint::black_box(&batch);
-    }
-    let encap_fill = n as f64 / start.elapsed().as_secs_f64();
-    let encap = n as f64 / inside.as_secs_f64();
-
+    let (encap, encap_fill) =
+        timed_encap(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &mut area, &inner, n);
     let outers = fresh_outers(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &inner, n);
-
-    let mut inside = Duration::ZERO;
-    let start = Instant::now();
-    for chunk in outers.chunks(BATCH) {
-        let mut batch = batch_of(&mut area, chunk);
-        let t = Instant::now();
-        let r = b.worker.decapsulate(&mut b.enclave, &b.sad, &mut batch);
-        inside += t.elapsed();
-        assert_eq!(r.deliver as usize, chunk.len());
-    }
-    let decap_fill = n as f64 / start.elapsed().as_secs_f64();
-    let decap = n as f64 / inside.as_secs_f64();
+    let (decap, decap_fill) = timed_decap(&mut b.worker, &mut b.enclave, &b.sad, &mut area, &outers);
 
     let start = Instant::now();
     raw_seal(&inner, n);
     let raw = n as f64 / start.elapsed().as_secs_f64();
 
-    // The SPI the real enclave wrote behind the outer IPv4 and UDP headers.
-    let mut null = NullCrossing { spi: u32::from_be_bytes(outers[0][28..32].try_into().unwrap()) };
-    let mut inside = Duration::ZERO;
-    for _ in 0..n / BATCH {
-        let mut batch = batch_of(&mut area, std::iter::repeat_n(&inner, BATCH));
-        let t = Instant::now();
-        let r = a.worker.encapsulate(&mut null, &a.sad, &a.spd, &mut batch);
-        inside += t.elapsed();
-        assert_eq!(r.transmit as usize, BATCH);
-    }
-    let encap_alone = n as f64 / inside.as_secs_f64();
+    let mut null = NullCrossing { spi: SPI };
+    let (encap_alone, _) = timed_encap(&mut a.worker, &mut null, &a.sad, &a.spd, &mut area, &inner, n);
     let outers = fresh_outers(&mut a.worker, &mut null, &a.sad, &a.spd, &inner, n);
-    let mut inside = Duration::ZERO;
-    for chunk in outers.chunks(BATCH) {
-        let mut batch = batch_of(&mut area, chunk);
-        let t = Instant::now();
-        let r = b.worker.decapsulate(&mut null, &b.sad, &mut batch);
-        inside += t.elapsed();
-        assert_eq!(r.deliver as usize, chunk.len());
-    }
-    let decap_alone = n as f64 / inside.as_secs_f64();
+    let (decap_alone, _) = timed_decap(&mut b.worker, &mut null, &b.sad, &mut area, &outers);
     Sample { encap, decap, encap_fill, decap_fill, raw, encap_alone, decap_alone }
 }
 
@@ -238,7 +250,7 @@ fn main() {
     let suite = Suite::aead(Cipher::AesGcm16_256);
     let shape = Shape { suite, esn: false, inner_v6: false, outer_v6: false, udp: true };
     let (mut a, mut b) = (Gateway::new(), Gateway::new());
-    tunnel(&mut a, &mut b, shape, 0x1000, Instant::now());
+    tunnel(&mut a, &mut b, shape, SPI, Instant::now());
     if let Ok(spec) = std::env::var("INMEM_PROFILE") {
         return profile(&spec, &mut a, &mut b);
     }
