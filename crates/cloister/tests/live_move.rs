@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 mod common;
 
-use common::{longest_gap, ping_replies, start_charon, CHARON, CLOISTER, GW_ID, PSK, SITE_ID};
+use common::{
+    every_reply_deadline, longest_gap, ping_replies, start_charon, CHARON, CLOISTER, GW_ID, PSK, SITE_ID,
+};
 use testnet::{Netns, Process, Veth};
 
 const SITE_OUTER: &str = "198.18.10.1";
@@ -247,7 +249,7 @@ impl Bed {
                 &["swanctl", "--initiate", "--child", "net", "--uri", &uri, "--timeout", "5"],
                 Duration::from_secs(10),
             );
-            self.ping(1, "0.2").0 == 1
+            self.probe()
         })
         .map(|()| t0.elapsed())
         .map_err(|e| format!("{e}\n{}", self.logs()))
@@ -264,16 +266,23 @@ impl Bed {
         )
     }
 
+    /// Pings the cloud side through the tunnel, waiting for every reply; (replies, output).
     fn ping(&self, count: u32, interval: &str) -> (u32, String) {
-        let c = count.to_string();
+        let (c, w) = (count.to_string(), every_reply_deadline(count, interval));
         let out = self
             .site
             .exec(
-                &["ping", "-n", "-D", "-c", &c, "-i", interval, "-W", "1", "-I", SITE_INNER, CLOUD_INNER],
+                &["ping", "-n", "-D", "-c", &c, "-i", interval, "-w", &w, "-I", SITE_INNER, CLOUD_INNER],
                 Duration::from_secs(120),
             )
             .unwrap();
         (ping_replies(&out.stdout), out.stdout)
+    }
+
+    /// One ping through the tunnel, 1 s to answer: whether it came back.
+    fn probe(&self) -> bool {
+        let argv = ["ping", "-n", "-c", "1", "-W", "1", "-I", SITE_INNER, CLOUD_INNER];
+        self.site.exec(&argv, Duration::from_secs(10)).is_ok_and(|o| ping_replies(&o.stdout) == 1)
     }
 
     /// charon's SAs as (IKE SPIs, child SPIs), from `swanctl --list-sas`.
@@ -375,7 +384,7 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     };
 
     // The move, under 100 pings a second.
-    let pinger = common::background_ping(&bed.site, 800, "0.01", SITE_INNER, CLOUD_INNER);
+    let pinger = common::background_ping(&bed.site, 800, "0.01", false, SITE_INNER, CLOUD_INNER);
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
     let moved = bed.a.cli(&["migrate", "tenant", "acme", "--to", "b"]);

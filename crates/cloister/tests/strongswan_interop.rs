@@ -13,7 +13,9 @@ use std::time::Duration;
 
 mod common;
 
-use common::{fixture, set_mode, start_charon, wrap_secret, Family, CLOISTER, GW_ID, PSK, SITE_ID};
+use common::{
+    every_reply_deadline, fixture, set_mode, start_charon, wrap_secret, Family, CLOISTER, GW_ID, PSK, SITE_ID,
+};
 use testnet::{Netns, Process, Veth};
 
 use common::CHARON;
@@ -281,11 +283,11 @@ impl Testbed {
     }
 
     fn ping(&self, count: u32) -> String {
-        let c = count.to_string();
+        let (c, w) = (count.to_string(), every_reply_deadline(count, "0.2"));
         let out = self
             .site
             .exec(
-                &["ping", "-n", "-q", "-c", &c, "-i", "0.2", "-W", "2", "-I", SITE_INNER, GW_INNER],
+                &["ping", "-n", "-q", "-c", &c, "-i", "0.2", "-w", &w, "-I", SITE_INNER, GW_INNER],
                 Duration::from_secs(30),
             )
             .unwrap();
@@ -465,8 +467,8 @@ fn rekey_under_traffic(rekeyer: Rekeyer, what: Rekeyed) {
                 &PINGS.to_string(),
                 "-i",
                 "0.01",
-                "-W",
-                "1",
+                "-w",
+                &every_reply_deadline(PINGS, "0.01"),
                 "-I",
                 SITE_INNER,
                 GW_INNER,
@@ -595,7 +597,19 @@ fn the_byte_limit_rekeys_the_child_under_traffic_without_loss() {
         .site
         .exec(
             &[
-                "ping", "-n", "-q", "-c", "300", "-i", "0.01", "-s", "1000", "-W", "1", "-I", SITE_INNER,
+                "ping",
+                "-n",
+                "-q",
+                "-c",
+                "300",
+                "-i",
+                "0.01",
+                "-s",
+                "1000",
+                "-w",
+                &every_reply_deadline(300, "0.01"),
+                "-I",
+                SITE_INNER,
                 GW_INNER,
             ],
             Duration::from_secs(30),

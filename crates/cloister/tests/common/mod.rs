@@ -124,19 +124,38 @@ pub(crate) fn ping_replies(output: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// `ping -w`'s deadline in seconds for `count` pings `interval` seconds apart that should
+/// all be answered: twice their nominal time plus 5 s.
+///
+/// Without a deadline, ping stops listening `max(2 x the slowest round trip, interval)`
+/// after its last request, so on a loaded machine a last reply that is a few milliseconds
+/// late counts as lost (seen in CI with `-i 0.01`: the peer had decrypted the reply). With
+/// one, it waits for every reply until the deadline. Only for pings that expect no loss:
+/// a lost one keeps ping running to the deadline, and an ICMP error ends it at once.
+#[allow(dead_code)] // not every test binary pings
+pub(crate) fn every_reply_deadline(count: u32, interval: &str) -> String {
+    let interval: f64 = interval.parse().unwrap_or(1.0);
+    (f64::from(count) * interval * 2.0 + 5.0).ceil().to_string()
+}
+
 /// Pings `to` from `from` inside `site`, `count` times `interval` seconds apart (`ping -D`,
-/// 1 s to wait for each reply), on a thread of its own; its output when it ends.
+/// 1 s to wait for each reply; with `every_reply`, until [`every_reply_deadline`] for all of
+/// them), on a thread of its own; its output when it ends.
 #[allow(dead_code)] // not every test binary pings
 pub(crate) fn background_ping(
     site: &testnet::Netns,
     count: u32,
     interval: &str,
+    every_reply: bool,
     from: &str,
     to: &str,
 ) -> std::thread::JoinHandle<String> {
+    let deadline = every_reply_deadline(count, interval);
+    let wait: &[&str] = if every_reply { &["-w", &deadline] } else { &["-W", "1"] };
     let args: Vec<String> = [site.name(), "ping", "-n", "-D", "-c", &count.to_string(), "-i", interval]
         .iter()
-        .chain(&["-W", "1", "-I", from, to])
+        .chain(wait)
+        .chain(&["-I", from, to])
         .map(|a| (*a).to_owned())
         .collect();
     std::thread::spawn(move || {
