@@ -109,7 +109,8 @@ fn two_gateways_ping_through_esp_and_print_counters_on_sigterm() {
     // From A's TUN address to B's: out through ESP-in-UDP, delivered to B's own address.
     let out = a
         .exec(
-            &["ping", "-n", "-q", "-c", "3", "-i", "0.2", "-W", "2", "-I", "198.18.10.1", "198.18.20.1"],
+            // A deadline (-w): wait for every reply, not just ping's short linger after the last.
+            &["ping", "-n", "-q", "-c", "3", "-i", "0.2", "-w", "8", "-I", "198.18.10.1", "198.18.20.1"],
             Duration::from_secs(15),
         )
         .unwrap();

@@ -114,11 +114,15 @@ impl Netns {
         Ok(())
     }
 
-    /// Sends `count` pings to `dest` (0.2 s apart, 1 s reply wait each); true if all came back.
+    /// Sends `count` pings to `dest` (0.2 s apart); true if all came back. Waits for every
+    /// reply until a deadline (`-w`: half a second a ping plus 5 s), not only ping's own linger of
+    /// twice the slowest round trip after the last request, which a loaded machine overruns.
     pub fn ping(&self, dest: &str, count: u32) -> Result<bool> {
         let c = count.to_string();
-        let limit = Duration::from_secs(5 + u64::from(count));
-        let out = self.exec(&["ping", "-n", "-q", "-c", &c, "-i", "0.2", "-W", "1", dest], limit)?;
+        let deadline = u64::from(count).div_ceil(2) + 5;
+        let w = deadline.to_string();
+        let limit = Duration::from_secs(deadline + 5);
+        let out = self.exec(&["ping", "-n", "-q", "-c", &c, "-i", "0.2", "-w", &w, dest], limit)?;
         Ok(out.success && out.stdout.contains(&format!(" {count} received")))
     }
 
