@@ -21,9 +21,7 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 mod common;
 
-use common::{
-    every_reply_deadline, longest_gap, ping_replies, start_charon, CHARON, CLOISTER, GW_ID, PSK, SITE_ID,
-};
+use common::{longest_gap, ping_replies, start_charon, CHARON, CLOISTER, GW_ID, PSK, SITE_ID};
 use testnet::{Netns, Process, Veth};
 
 const SITE_OUTER: &str = "198.18.10.1";
@@ -268,21 +266,12 @@ impl Bed {
 
     /// Pings the cloud side through the tunnel, waiting for every reply; (replies, output).
     fn ping(&self, count: u32, interval: &str) -> (u32, String) {
-        let (c, w) = (count.to_string(), every_reply_deadline(count, interval));
-        let out = self
-            .site
-            .exec(
-                &["ping", "-n", "-D", "-c", &c, "-i", interval, "-w", &w, "-I", SITE_INNER, CLOUD_INNER],
-                Duration::from_secs(120),
-            )
-            .unwrap();
-        (ping_replies(&out.stdout), out.stdout)
+        common::ping_every_reply(&self.site, count, interval, SITE_INNER, CLOUD_INNER)
     }
 
     /// One ping through the tunnel, 1 s to answer: whether it came back.
     fn probe(&self) -> bool {
-        let argv = ["ping", "-n", "-c", "1", "-W", "1", "-I", SITE_INNER, CLOUD_INNER];
-        self.site.exec(&argv, Duration::from_secs(10)).is_ok_and(|o| ping_replies(&o.stdout) == 1)
+        common::probe(&self.site, SITE_INNER, CLOUD_INNER)
     }
 
     /// charon's SAs as (IKE SPIs, child SPIs), from `swanctl --list-sas`.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 mod common;
 
-use common::{every_reply_deadline, longest_gap, ping_replies, start_charon, CHARON, CLOISTER, GW_ID, PSK};
+use common::{longest_gap, start_charon, CHARON, CLOISTER, GW_ID, PSK};
 use testnet::{Netns, Process, Veth};
 
 const SITE_INNER: &str = "198.19.1.1";
@@ -129,21 +129,13 @@ impl Site {
 
     /// Pings the cloud side through the tunnel, waiting for every reply; (sent, received).
     fn ping(&self, count: u32, interval: &str) -> (u32, u32, String) {
-        let (c, w) = (count.to_string(), every_reply_deadline(count, interval));
-        let out = self
-            .ns
-            .exec(
-                &["ping", "-n", "-D", "-c", &c, "-i", interval, "-w", &w, "-I", SITE_INNER, CLOUD_INNER],
-                Duration::from_secs(120),
-            )
-            .unwrap();
-        (count, ping_replies(&out.stdout), out.stdout)
+        let (got, out) = common::ping_every_reply(&self.ns, count, interval, SITE_INNER, CLOUD_INNER);
+        (count, got, out)
     }
 
     /// One ping through the tunnel, 1 s to answer: whether it came back.
     fn probe(&self) -> bool {
-        let argv = ["ping", "-n", "-c", "1", "-W", "1", "-I", SITE_INNER, CLOUD_INNER];
-        self.ns.exec(&argv, Duration::from_secs(10)).is_ok_and(|o| ping_replies(&o.stdout) == 1)
+        common::probe(&self.ns, SITE_INNER, CLOUD_INNER)
     }
 }
 

@@ -85,7 +85,6 @@ const SPI: u32 = 0x1000;
 /// Encapsulates `n` packets of `inner` on `w` through `crossing`, a batch at a time:
 /// packets/s over the time inside `encapsulate`, and over the whole loop (the copy into
 /// the batch slots included).
-#[allow(clippy::too_many_arguments)]
 fn timed_encap<E: enclave::EspCrossing>(
     w: &mut cloister_esp::Worker,
     crossing: &mut E,
@@ -334,21 +333,12 @@ fn main() {
         "{:>6} | {:>12} | {:>12} | {:>17} | {:>17} | {:>9}",
         "size", "encap alone", "decap alone", "encap enclave+AE", "decap enclave+AE", "raw seal"
     );
-    let ns = |v: Vec<f64>| 1e9 / median_min_max(v).0;
     for (i, &size) in SIZES.iter().enumerate() {
-        let s = &samples[i];
-        let (ea, da) =
-            (ns(s.iter().map(|x| x.encap_alone).collect()), ns(s.iter().map(|x| x.decap_alone).collect()));
-        let (e, d) = (ns(s.iter().map(|x| x.encap).collect()), ns(s.iter().map(|x| x.decap).collect()));
-        println!(
-            "{:>5}B | {:>12.1} | {:>12.1} | {:>17.1} | {:>17.1} | {:>9.1}",
-            size,
-            ea,
-            da,
-            e - ea,
-            d - da,
-            ns(s.iter().map(|x| x.raw).collect())
-        );
+        // The median of one rate over the rounds, as ns per packet.
+        let ns = |rate: fn(&Sample) -> f64| 1e9 / median_min_max(samples[i].iter().map(rate).collect()).0;
+        let (ea, da) = (ns(|x| x.encap_alone), ns(|x| x.decap_alone));
+        let (e, d, raw) = (ns(|x| x.encap), ns(|x| x.decap), ns(|x| x.raw));
+        println!("{size:>5}B | {ea:>12.1} | {da:>12.1} | {:>17.1} | {:>17.1} | {raw:>9.1}", e - ea, d - da);
     }
     let drops = a.worker.drops().total() + b.worker.drops().total();
     workers(a, b, rounds);

@@ -138,6 +138,29 @@ pub(crate) fn every_reply_deadline(count: u32, interval: &str) -> String {
     (f64::from(count) * interval * 2.0 + 5.0).ceil().to_string()
 }
 
+/// Pings `to` from `from` inside `site`, `count` times `interval` seconds apart (`ping -D`),
+/// waiting for every reply until [`every_reply_deadline`]; (replies, ping's output).
+#[allow(dead_code)] // not every test binary pings
+pub(crate) fn ping_every_reply(
+    site: &testnet::Netns,
+    count: u32,
+    interval: &str,
+    from: &str,
+    to: &str,
+) -> (u32, String) {
+    let (c, w) = (count.to_string(), every_reply_deadline(count, interval));
+    let argv = ["ping", "-n", "-D", "-c", &c, "-i", interval, "-w", &w, "-I", from, to];
+    let out = site.exec(&argv, std::time::Duration::from_secs(120)).unwrap();
+    (ping_replies(&out.stdout), out.stdout)
+}
+
+/// One ping from `from` to `to` inside `site`, 1 s to answer: whether it came back.
+#[allow(dead_code)] // not every test binary pings
+pub(crate) fn probe(site: &testnet::Netns, from: &str, to: &str) -> bool {
+    let argv = ["ping", "-n", "-c", "1", "-W", "1", "-I", from, to];
+    site.exec(&argv, std::time::Duration::from_secs(10)).is_ok_and(|o| ping_replies(&o.stdout) == 1)
+}
+
 /// Pings `to` from `from` inside `site`, `count` times `interval` seconds apart (`ping -D`,
 /// 1 s to wait for each reply; with `every_reply`, until [`every_reply_deadline`] for all of
 /// them), on a thread of its own; its output when it ends.
