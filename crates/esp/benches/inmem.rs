@@ -213,8 +213,10 @@ fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-/// `INMEM_PROFILE=encap:64` (or `decap:1420`, `raw:1420`): loops one direction (or the raw
-/// seal) at one size for about five seconds and prints nothing else, for `perf record`.
+/// `INMEM_PROFILE=encap:64` (or `decap:1420`, `raw:1420`, `alone:1420`): loops one
+/// direction (or the raw seal, or encapsulation through [`NullCrossing`]: the path's own
+/// work) at one size for about five seconds, for `perf record`; prints the packets done and
+/// the mean time per packet inside the `esp` calls (or the seal loop).
 fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
     let (dir, size) = spec.split_once(':').expect("INMEM_PROFILE=encap:SIZE or decap:SIZE");
     let size: usize = size.parse().expect("size in bytes");
@@ -223,25 +225,38 @@ fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
     let mut area = Area::new(BATCH);
     let n = packets_per_round(size);
     let start = Instant::now();
-    let mut done = 0usize;
+    let (mut done, mut inside) = (0usize, Duration::ZERO);
+    let mut null = NullCrossing { spi: SPI };
     while start.elapsed() < Duration::from_secs(5) {
         if dir == "raw" {
+            let t = Instant::now();
             raw_seal(&inner, n);
+            inside += t.elapsed();
             done += n;
-        } else if dir == "encap" {
+        } else if dir == "encap" || dir == "alone" {
             for _ in 0..n / BATCH {
                 let mut batch = batch_of(&mut area, std::iter::repeat_n(&inner, BATCH));
-                done += a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch).transmit as usize;
+                let t = Instant::now();
+                let r = if dir == "alone" {
+                    a.worker.encapsulate(&mut null, &a.sad, &a.spd, &mut batch)
+                } else {
+                    a.worker.encapsulate(&mut a.enclave, &a.sad, &a.spd, &mut batch)
+                };
+                inside += t.elapsed();
+                done += r.transmit as usize;
             }
         } else {
             let outers = fresh_outers(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &inner, n);
             for chunk in outers.chunks(BATCH) {
                 let mut batch = batch_of(&mut area, chunk);
+                let t = Instant::now();
                 done += b.worker.decapsulate(&mut b.enclave, &b.sad, &mut batch).deliver as usize;
+                inside += t.elapsed();
             }
         }
     }
-    println!("{dir} {size}B: {done} packets");
+    let ns = inside.as_nanos() as f64 / done.max(1) as f64;
+    println!("{dir} {size}B: {done} packets, {ns:.1} ns each inside the calls");
 }
 
 fn main() {
