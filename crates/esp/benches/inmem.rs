@@ -218,7 +218,9 @@ fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
 /// work) at one size for about five seconds, for `perf record`; prints the packets done and
 /// the mean time per packet inside the `esp` calls (or the seal loop).
 fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
-    let (dir, size) = spec.split_once(':').expect("INMEM_PROFILE=encap:SIZE or decap:SIZE");
+    let usage = "INMEM_PROFILE=DIRECTION:SIZE, DIRECTION one of encap, decap, raw, alone";
+    let (dir, size) = spec.split_once(':').expect(usage);
+    assert!(["encap", "decap", "raw", "alone"].contains(&dir), "{usage}");
     let size: usize = size.parse().expect("size in bytes");
     let (src, dst) = inner_hosts(false);
     let inner = udp_packet(src, dst, size - 28, 64, Ecn::NotEct, true);
