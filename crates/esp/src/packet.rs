@@ -278,6 +278,79 @@ pub(crate) fn write_outer(region: &mut [u8], cfg: &SaConfig, f: &OuterFields) ->
     Ok(())
 }
 
+/// One SA's outer IPv4 header (with its UDP header for ESP-in-UDP) as [`write_outer`]
+/// writes it, the fields that vary per packet left zero, and the folded sum of the rest: a
+/// packet's header is then one copy, four fields and a checksum from five words, where
+/// [`write_outer`] builds and sums it whole.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OuterV4 {
+    bytes: [u8; OUTER_V4_MAX],
+    len: usize,
+    sum: u16,
+}
+
+/// An outer IPv4 header and a UDP header.
+const OUTER_V4_MAX: usize = wire::ipv4::HEADER_LEN + wire::udp::HEADER_LEN;
+/// The IPv4 header's length as the 16-bit length fields count.
+const IPV4_HEADER_LEN16: u16 = 20;
+
+impl OuterV4 {
+    /// The template of `cfg`'s outer header with TTL `ttl`; `None` unless both tunnel
+    /// endpoints are IPv4.
+    pub(crate) fn new(cfg: &SaConfig, ttl: u8) -> Option<Self> {
+        if !(cfg.local.is_ipv4() && cfg.remote.is_ipv4()) {
+            return None;
+        }
+        let len = cfg.outer_header_len();
+        // `write_outer` lays the header out (one definition of it); the ESP bytes after it
+        // are scratch.
+        let mut scratch = [0u8; OUTER_V4_MAX + wire::esp::HEADER_LEN];
+        let fields = OuterFields { dscp: 0, ecn: Ecn::NotEct, df: false, flow_label: 0, ttl, ident: 0 };
+        write_outer(scratch.get_mut(..len + wire::esp::HEADER_LEN)?, cfg, &fields).ok()?;
+        let mut bytes = [0u8; OUTER_V4_MAX];
+        bytes.get_mut(..len)?.copy_from_slice(scratch.get(..len)?);
+        // Total length, checksum and the UDP length vary per packet (TOS, identification
+        // and flags were written zero).
+        for i in [2, 3, 10, 11, 24, 25] {
+            if let Some(b) = bytes.get_mut(i) {
+                *b = 0;
+            }
+        }
+        let sum = wire::checksum::data(bytes.get(..wire::ipv4::HEADER_LEN)?);
+        Some(Self { bytes, len, sum })
+    }
+
+    /// Writes the outer header of an outer packet of `total` bytes at the start of
+    /// `region`: the bytes [`write_outer`] writes for the same fields (TTL and flow label
+    /// come from the template).
+    #[inline]
+    pub(crate) fn write(&self, region: &mut [u8], total: usize, f: &OuterFields) -> Result<(), DropReason> {
+        let total16 = u16::try_from(total).map_err(|_| DropReason::Malformed)?;
+        if f.dscp > wire::ip::DSCP_MAX || total < self.len {
+            return Err(DropReason::Malformed);
+        }
+        let tos = (f.dscp << 2) | f.ecn.bits();
+        let flags: u16 = if f.df { 0x4000 } else { 0 };
+        let mut h = self.bytes;
+        h[1] = tos;
+        h[2..4].copy_from_slice(&total16.to_be_bytes());
+        h[4..6].copy_from_slice(&f.ident.to_be_bytes());
+        h[6..8].copy_from_slice(&flags.to_be_bytes());
+        // One's-complement addition is associative: the constant part's folded sum plus
+        // the four varying words is the header's sum.
+        let sum = wire::checksum::combine(&[self.sum, u16::from(tos), total16, f.ident, flags]);
+        h[10..12].copy_from_slice(&wire::checksum::finish(sum).to_be_bytes());
+        if self.len == OUTER_V4_MAX {
+            // `total` is at least the header (checked above).
+            let udp_len = total16.saturating_sub(IPV4_HEADER_LEN16);
+            h[24..26].copy_from_slice(&udp_len.to_be_bytes());
+        }
+        let dst = region.get_mut(..self.len).ok_or(DropReason::Malformed)?;
+        dst.copy_from_slice(h.get(..self.len).ok_or(DropReason::Malformed)?);
+        Ok(())
+    }
+}
+
 /// Computes the UDP checksum of an encrypted ESP-in-UDP packet over IPv6 (RFC 8200 §8.1
 /// forbids a zero one; it covers the ciphertext, so it can only be done now). The
 /// ciphertext is public: this runs on the untrusted side.

@@ -1,0 +1,229 @@
+//! The outbound fast path: a batch that is one flow of plain IPv4 packets for one SA with an
+//! IPv4 outer header, every packet fitting the path MTU, is laid out and numbered in one
+//! pass, and finished in another, instead of the general path's passes that carry every
+//! case (IPv6, fragmentation, ICMP errors, bypass, several SAs per batch) through every
+//! packet. The enclave crossing between them is the general path's.
+//!
+//! All or nothing: a first, read-only pass checks every packet, and only if all pass does
+//! the second one write a byte or count anything; otherwise the general path takes the
+//! batch from the start. The output is byte for byte the general path's (the tests in
+//! `worker::tests` hold the two to that).
+
+use enclave::{EspDescriptor, EspStatus};
+use wire::checksum;
+
+use super::{drop_packet, low16, BatchReport, Owner, Pending, Worker, OUTER_TTL};
+use crate::batch::{Action, Batch, Transmit};
+use crate::drop::DropReason;
+use crate::packet::{Inner, OuterFields, OuterV4, Shape};
+use crate::sad::{OutboundSa, OutboundSaId, Sad};
+use crate::spd::{PolicyAction, Spd};
+
+/// An IPv4 header without options: version 4, IHL 5.
+const V4_NO_OPTIONS: u8 = 0x45;
+/// The fixed header and the first four bytes after it (ports, or ICMP type and code): what
+/// the flow comparison reads.
+const KEY_END: usize = 24;
+/// IPv4 flag "don't fragment" in the flags/fragment-offset word.
+const FLAG_DF: u16 = 0x4000;
+/// The fragment offset bits of that word.
+const FRAG_OFFSET: u16 = 0x1fff;
+
+/// A batch the checking pass accepted: its one SA, and what writing its packets needs.
+pub(super) struct Plan<'s> {
+    id: OutboundSaId,
+    sa: &'s OutboundSa,
+    shape: Shape,
+    outer: OuterV4,
+    /// Bytes of all inner packets, for the lifetime reservation.
+    bytes: u64,
+}
+
+impl Worker {
+    /// Lays out and numbers the whole batch if it qualifies (see the module), queuing its
+    /// descriptors and pending entries as the general path would have, and returns what
+    /// [`Self::encap_finish_fast`] needs; `None`, having touched nothing, if any packet
+    /// does not qualify.
+    pub(super) fn encap_fast<'s>(
+        &mut self,
+        sad: &'s Sad,
+        spd: &Spd,
+        batch: &mut Batch<'_>,
+        report: &mut BatchReport,
+    ) -> Option<Plan<'s>> {
+        if !self.fast_path {
+            return None;
+        }
+        let plan = plan(sad, spd, batch)?;
+        self.fast_batches += 1;
+        self.encap_run(batch, &plan, report);
+        Some(plan)
+    }
+
+    /// The writing pass over a batch [`plan`] accepted: per packet the general path's
+    /// steps in its order (inner TTL, trailer, then lifetime and number, outer header).
+    fn encap_run(&mut self, batch: &mut Batch<'_>, plan: &Plan<'_>, report: &mut BatchReport) {
+        let (sa, shape) = (plan.sa, plan.shape);
+        let cfg = sa.config();
+        let rt = sa.runtime();
+        let before = shape.before();
+        let n = batch.len;
+        let reservation = rt.reserve(u64::try_from(n).unwrap_or(u64::MAX), plan.bytes);
+        let mut bytes_before = 0u64;
+        for i in 0..n {
+            let Some(pkt) = batch.packets.get_mut(i) else { break };
+            let slot_start = i * batch.slot_len;
+            let Some(slot) = batch.area.get_mut(slot_start..slot_start + batch.slot_len) else { break };
+            // `plan` read these bytes and checked every bound used below.
+            let Some(h) = slot.get(pkt.offset..pkt.offset + KEY_END) else { break };
+            let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+            let (tos, frag_word, ttl, protocol) = (h[1], u16::from_be_bytes([h[6], h[7]]), h[8], h[9]);
+            pkt.len = len;
+            // The inner header: TTL decremented (RFC 4301 §5.1.2.1), the checksum updated
+            // by RFC 1624 over the same words as `packet::forward_rewrite`.
+            let new_ttl = ttl.saturating_sub(1);
+            let old = [V4_NO_OPTIONS, tos, ttl, protocol];
+            let new = [V4_NO_OPTIONS, tos, new_ttl, protocol];
+            let Some(c) = slot.get_mut(pkt.offset + 8..pkt.offset + 12) else { break };
+            let sum = checksum::update(u16::from_be_bytes([c[2], c[3]]), &old, &new);
+            c[0] = new_ttl;
+            c[2..4].copy_from_slice(&sum.to_be_bytes());
+            // Padding and trailer after the inner packet (RFC 4303 §2.4).
+            let Ok(trailer) = shape.trailer(len, false) else { break };
+            let pad = usize::from(trailer.pad_len);
+            let Some(tail) = slot.get_mut(pkt.offset + len..pkt.offset + len + pad + 2) else { break };
+            for (b, v) in tail.iter_mut().zip(1u8..) {
+                *b = v;
+            }
+            tail[pad] = trailer.pad_len;
+            tail[pad + 1] = trailer.next_header.0;
+            let len64 = u64::try_from(len).unwrap_or(u64::MAX);
+            let nth = u64::try_from(i).unwrap_or(u64::MAX);
+            let judged = rt.judge(&reservation, nth, bytes_before, len64, cfg.esn, &cfg.lifetime);
+            bytes_before = bytes_before.saturating_add(len64);
+            let (seq, crossed) = match judged {
+                Ok(v) => v,
+                Err(r) => {
+                    drop_packet(&mut self.drops, report, batch, i, r, Some(rt.drops()));
+                    continue;
+                }
+            };
+            report.lifetime_check_due |= crossed;
+            // The outer header (RFC 4301 §5.1.2.1: DSCP, ECN and DF copied).
+            let start = pkt.offset - before;
+            let total = shape.total(len);
+            let fields = OuterFields {
+                dscp: tos >> 2,
+                ecn: crate::ecn::encapsulated(wire::Ecn::from_bits(tos)),
+                df: frag_word & FLAG_DF != 0,
+                flow_label: 0,
+                ttl: OUTER_TTL,
+                ident: low16(seq),
+            };
+            let Some(outer) = slot.get_mut(start..start + total) else { break };
+            if plan.outer.write(outer, total, &fields).is_err() {
+                break;
+            }
+            let esp = slot_start + start + shape.outer;
+            let (Ok(offset), Ok(esp_len)) = (u32::try_from(esp), u32::try_from(total - shape.outer)) else {
+                break;
+            };
+            self.descriptors.push(EspDescriptor::encrypt(cfg.handle, offset, esp_len, seq));
+            self.pending.push(Pending {
+                packet: i,
+                owner: Owner::Out { id: plan.id, fields, inner_len: len },
+                seq,
+                start,
+                len: total,
+            });
+        }
+    }
+
+    /// After the crossing: each sealed packet is to be sent, each refused one dropped under
+    /// the enclave's reason (the general `encap_finish` for one SA over IPv4, where no UDP
+    /// checksum is due).
+    pub(super) fn encap_finish_fast(
+        &mut self,
+        plan: &Plan<'_>,
+        batch: &mut Batch<'_>,
+        report: &mut BatchReport,
+    ) {
+        let cfg = plan.sa.config();
+        let sa_drops = Some(plan.sa.runtime().drops());
+        let transmit = Transmit {
+            sa: plan.id,
+            local: cfg.local,
+            remote: cfg.remote,
+            encapsulation: cfg.encapsulation,
+            esp_offset: 0,
+        };
+        for (p, &status) in self.pending.iter().zip(&self.status) {
+            if status != EspStatus::Ok {
+                let reason = DropReason::from_status(status);
+                drop_packet(&mut self.drops, report, batch, p.packet, reason, sa_drops);
+                continue;
+            }
+            if let Some(pkt) = batch.packets.get_mut(p.packet) {
+                pkt.offset = p.start;
+                pkt.len = p.len;
+                pkt.action =
+                    Action::Transmit(Transmit { esp_offset: p.start + plan.shape.outer, ..transmit });
+                report.transmit += 1;
+            }
+        }
+    }
+}
+
+/// The checking pass: the batch's SA and layout if every packet qualifies, reading the
+/// packets and the SA's state but writing nothing.
+fn plan<'s>(sad: &'s Sad, spd: &Spd, batch: &Batch<'_>) -> Option<Plan<'s>> {
+    let first = batch.packets.first()?;
+    let slot_len = batch.slot_len;
+    let head = batch.area.get(first.offset..first.offset + first.len)?;
+    // The first packet is parsed in full: its flow key picks the policy. Every other packet
+    // carries the same bytes where the key comes from, and so the same key.
+    let inner = Inner::parse(head).ok()?;
+    let key: &[u8] = head.get(..KEY_END)?;
+    if inner.v6 || key[0] != V4_NO_OPTIONS {
+        return None;
+    }
+    let Some(PolicyAction::Protect(id)) = spd.lookup(&inner.key.tuple()).map(|p| p.action) else {
+        return None;
+    };
+    let sa = sad.outbound(id)?;
+    let cfg = sa.config();
+    let outer = OuterV4::new(cfg, OUTER_TTL)?;
+    if sa.runtime().is_expired() {
+        return None;
+    }
+    let shape = Shape::of(cfg);
+    let mtu = usize::from(sa.runtime().path_mtu());
+    let before = shape.before();
+    // Descriptors carry 32-bit offsets (`Batch::new` holds the area to that).
+    u32::try_from(batch.area.len()).ok()?;
+    let mut bytes = 0u64;
+    for i in 0..batch.len {
+        let pkt = batch.packets.get(i)?;
+        if pkt.action != Action::Pending {
+            return None;
+        }
+        let at = i * slot_len + pkt.offset;
+        let h = batch.area.get(at..at + KEY_END)?;
+        let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        let frag_word = u16::from_be_bytes([h[6], h[7]]);
+        let plain = h[0] == V4_NO_OPTIONS
+            && (KEY_END..=pkt.len).contains(&len)
+            && frag_word & FRAG_OFFSET == 0
+            && h[8] > 1
+            && h[9] == key[9]
+            && h[12..KEY_END] == key[12..KEY_END]
+            && checksum::data(&h[..wire::ipv4::HEADER_LEN]) == 0xffff;
+        let total = shape.total(len);
+        let room = pkt.offset >= before && pkt.offset - before + total <= slot_len;
+        if !(plain && room && total <= mtu) {
+            return None;
+        }
+        bytes = bytes.saturating_add(u64::try_from(len).unwrap_or(u64::MAX));
+    }
+    Some(Plan { id, sa, shape, outer, bytes })
+}
