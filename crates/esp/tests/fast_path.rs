@@ -188,6 +188,15 @@ fn same_batch(pair: &mut Pair, inners: &[(Vec<u8>, usize)]) -> (bool, BatchRepor
     (pair.fast.worker.fast_batches() > before, fast.0)
 }
 
+/// The layout of the in-memory benchmark and the gateways' default.
+const GCM_UDP_V4: Shape = Shape {
+    suite: Suite::aead(Cipher::AesGcm16_256),
+    esn: false,
+    inner_v6: false,
+    outer_v6: false,
+    udp: true,
+};
+
 fn shapes() -> Vec<Shape> {
     let s = |suite, esn, inner_v6, outer_v6, udp| Shape { suite, esn, inner_v6, outer_v6, udp };
     vec![
@@ -240,13 +249,7 @@ fn fast_and_general_paths_write_the_same_bytes() {
 
 #[test]
 fn lifetime_limits_reached_inside_a_fast_batch_count_and_drop_alike() {
-    let shape = Shape {
-        suite: Suite::aead(Cipher::AesGcm16_256),
-        esn: false,
-        inner_v6: false,
-        outer_v6: false,
-        udp: true,
-    };
+    let shape = GCM_UDP_V4;
     let soft = LifetimeLimits { packets: Some(50), bytes: Some(40_000), time: None };
     let hard = LifetimeLimits { packets: Some(100), bytes: Some(90_000), time: None };
     let mut pair = pair(shape, Lifetime { soft, hard });
@@ -270,13 +273,7 @@ fn lifetime_limits_reached_inside_a_fast_batch_count_and_drop_alike() {
 
 #[test]
 fn the_fast_path_output_decapsulates() {
-    let shape = Shape {
-        suite: Suite::aead(Cipher::AesGcm16_256),
-        esn: false,
-        inner_v6: false,
-        outer_v6: false,
-        udp: true,
-    };
+    let shape = GCM_UDP_V4;
     let (mut a, mut b) = (Gateway::new(), Gateway::new());
     tunnel(&mut a, &mut b, shape, 0x77, Instant::now());
     let mut rng = Rng(11);

@@ -70,72 +70,86 @@ impl Worker {
         let n = batch.len;
         let reservation = rt.reserve(u64::try_from(n).unwrap_or(u64::MAX), plan.bytes);
         let mut bytes_before = 0u64;
-        for i in 0..n {
-            let Some(pkt) = batch.packets.get_mut(i) else { break };
-            let slot_start = i * batch.slot_len;
-            let Some(slot) = batch.area.get_mut(slot_start..slot_start + batch.slot_len) else { break };
-            // `plan` read these bytes and checked every bound used below.
-            let Some(h) = slot.get(pkt.offset..pkt.offset + KEY_END) else { break };
-            let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
-            let (tos, frag_word, ttl, protocol) = (h[1], u16::from_be_bytes([h[6], h[7]]), h[8], h[9]);
-            pkt.len = len;
-            // The inner header: TTL decremented (RFC 4301 §5.1.2.1), the checksum updated
-            // by RFC 1624 over the same words as `packet::forward_rewrite`.
-            let new_ttl = ttl.saturating_sub(1);
-            let old = [V4_NO_OPTIONS, tos, ttl, protocol];
-            let new = [V4_NO_OPTIONS, tos, new_ttl, protocol];
-            let Some(c) = slot.get_mut(pkt.offset + 8..pkt.offset + 12) else { break };
-            let sum = checksum::update(u16::from_be_bytes([c[2], c[3]]), &old, &new);
-            c[0] = new_ttl;
-            c[2..4].copy_from_slice(&sum.to_be_bytes());
-            // Padding and trailer after the inner packet (RFC 4303 §2.4).
-            let Ok(trailer) = shape.trailer(len, false) else { break };
-            let pad = usize::from(trailer.pad_len);
-            let Some(tail) = slot.get_mut(pkt.offset + len..pkt.offset + len + pad + 2) else { break };
-            for (b, v) in tail.iter_mut().zip(1u8..) {
-                *b = v;
-            }
-            tail[pad] = trailer.pad_len;
-            tail[pad + 1] = trailer.next_header.0;
-            let len64 = u64::try_from(len).unwrap_or(u64::MAX);
-            let nth = u64::try_from(i).unwrap_or(u64::MAX);
-            let judged = rt.judge(&reservation, nth, bytes_before, len64, cfg.esn, &cfg.lifetime);
-            bytes_before = bytes_before.saturating_add(len64);
-            let (seq, crossed) = match judged {
-                Ok(v) => v,
-                Err(r) => {
-                    drop_packet(&mut self.drops, report, batch, i, r, Some(rt.drops()));
-                    continue;
+        'packets: for i in 0..n {
+            // `plan` checked every bound used here: of these reasons only the lifetime's
+            // can come up.
+            let failed = 'one: {
+                let Some(pkt) = batch.packets.get_mut(i) else { break 'one DropReason::NoRoom };
+                let slot_start = i * batch.slot_len;
+                let Some(slot) = batch.area.get_mut(slot_start..slot_start + batch.slot_len) else {
+                    break 'one DropReason::NoRoom;
+                };
+                let Some(h) = slot.get(pkt.offset..pkt.offset + KEY_END) else {
+                    break 'one DropReason::NoRoom;
+                };
+                let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+                let (tos, frag_word, ttl, protocol) = (h[1], u16::from_be_bytes([h[6], h[7]]), h[8], h[9]);
+                pkt.len = len;
+                // The inner header: TTL decremented (RFC 4301 §5.1.2.1), the checksum updated
+                // by RFC 1624 over the same words as `packet::forward_rewrite`.
+                let new_ttl = ttl.saturating_sub(1);
+                let old = [V4_NO_OPTIONS, tos, ttl, protocol];
+                let new = [V4_NO_OPTIONS, tos, new_ttl, protocol];
+                let Some(c) = slot.get_mut(pkt.offset + 8..pkt.offset + 12) else {
+                    break 'one DropReason::NoRoom;
+                };
+                let sum = checksum::update(u16::from_be_bytes([c[2], c[3]]), &old, &new);
+                c[0] = new_ttl;
+                c[2..4].copy_from_slice(&sum.to_be_bytes());
+                // Padding and trailer after the inner packet (RFC 4303 §2.4).
+                let trailer = match shape.trailer(len, false) {
+                    Ok(t) => t,
+                    Err(r) => break 'one r,
+                };
+                let pad = usize::from(trailer.pad_len);
+                let Some(tail) = slot.get_mut(pkt.offset + len..pkt.offset + len + pad + 2) else {
+                    break 'one DropReason::NoRoom;
+                };
+                for (b, v) in tail.iter_mut().zip(1u8..) {
+                    *b = v;
                 }
+                tail[pad] = trailer.pad_len;
+                tail[pad + 1] = trailer.next_header.0;
+                let len64 = u64::try_from(len).unwrap_or(u64::MAX);
+                let nth = u64::try_from(i).unwrap_or(u64::MAX);
+                let judged = rt.judge(&reservation, nth, bytes_before, len64, cfg.esn, &cfg.lifetime);
+                bytes_before = bytes_before.saturating_add(len64);
+                let (seq, crossed) = match judged {
+                    Ok(v) => v,
+                    Err(r) => break 'one r,
+                };
+                report.lifetime_check_due |= crossed;
+                // The outer header (RFC 4301 §5.1.2.1: DSCP, ECN and DF copied).
+                let start = pkt.offset - before;
+                let total = shape.total(len);
+                let fields = OuterFields {
+                    dscp: tos >> 2,
+                    ecn: crate::ecn::encapsulated(wire::Ecn::from_bits(tos)),
+                    df: frag_word & FLAG_DF != 0,
+                    flow_label: 0,
+                    ttl: OUTER_TTL,
+                    ident: low16(seq),
+                };
+                let Some(outer) = slot.get_mut(start..start + total) else { break 'one DropReason::NoRoom };
+                if let Err(r) = plan.outer.write(outer, total, &fields) {
+                    break 'one r;
+                }
+                let esp = slot_start + start + shape.outer;
+                let (Ok(offset), Ok(esp_len)) = (u32::try_from(esp), u32::try_from(total - shape.outer))
+                else {
+                    break 'one DropReason::NoRoom;
+                };
+                self.descriptors.push(EspDescriptor::encrypt(cfg.handle, offset, esp_len, seq));
+                self.pending.push(Pending {
+                    packet: i,
+                    owner: Owner::Out { id: plan.id, fields, inner_len: len },
+                    seq,
+                    start,
+                    len: total,
+                });
+                continue 'packets;
             };
-            report.lifetime_check_due |= crossed;
-            // The outer header (RFC 4301 §5.1.2.1: DSCP, ECN and DF copied).
-            let start = pkt.offset - before;
-            let total = shape.total(len);
-            let fields = OuterFields {
-                dscp: tos >> 2,
-                ecn: crate::ecn::encapsulated(wire::Ecn::from_bits(tos)),
-                df: frag_word & FLAG_DF != 0,
-                flow_label: 0,
-                ttl: OUTER_TTL,
-                ident: low16(seq),
-            };
-            let Some(outer) = slot.get_mut(start..start + total) else { break };
-            if plan.outer.write(outer, total, &fields).is_err() {
-                break;
-            }
-            let esp = slot_start + start + shape.outer;
-            let (Ok(offset), Ok(esp_len)) = (u32::try_from(esp), u32::try_from(total - shape.outer)) else {
-                break;
-            };
-            self.descriptors.push(EspDescriptor::encrypt(cfg.handle, offset, esp_len, seq));
-            self.pending.push(Pending {
-                packet: i,
-                owner: Owner::Out { id: plan.id, fields, inner_len: len },
-                seq,
-                start,
-                len: total,
-            });
+            drop_packet(&mut self.drops, report, batch, i, failed, Some(rt.drops()));
         }
     }
 
