@@ -159,6 +159,11 @@ fn drop_packet(
     }
 }
 
+/// How packets of SA `id` leave, the ESP header at `esp_offset` of the slot.
+fn transmit(id: OutboundSaId, cfg: &SaConfig, esp_offset: usize) -> Transmit {
+    Transmit { sa: id, local: cfg.local, remote: cfg.remote, encapsulation: cfg.encapsulation, esp_offset }
+}
+
 /// Whether the inner packet is within the SA's selectors (RFC 4301 §5.2 step 4): the source
 /// on the peer's side, the destination on ours.
 fn selectors_admit(cfg: &SaConfig, t: &FiveTuple) -> bool {
@@ -708,13 +713,7 @@ impl Worker {
             if let Some(pkt) = batch.packets.get_mut(p.packet) {
                 pkt.offset = p.start;
                 pkt.len = p.len;
-                pkt.action = Action::Transmit(Transmit {
-                    sa: id,
-                    local: cfg.local,
-                    remote: cfg.remote,
-                    encapsulation: cfg.encapsulation,
-                    esp_offset: p.start + cfg.outer_header_len(),
-                });
+                pkt.action = Action::Transmit(transmit(id, cfg, p.start + cfg.outer_header_len()));
                 report.transmit += 1;
             }
         }

@@ -48,32 +48,9 @@ fn pair(shape: Shape, lifetime: Lifetime) -> Pair {
     let (mut b1, mut b2) = (Gateway::new(), Gateway::new());
     general.worker.set_fast_path(false);
     for (a, b) in [(&mut fast, &mut b1), (&mut general, &mut b2)] {
-        if lifetime == Lifetime::default() {
-            tunnel(a, b, shape, 0x4242, now);
-        } else {
-            tunnel_with_lifetime(a, shape, 0x4242, now, lifetime);
-        }
+        tunnel_with_lifetime(a, b, shape, 0x4242, now, lifetime);
     }
     Pair { fast, general, _peers: (b1, b2) }
-}
-
-/// A's outbound SA alone, with `lifetime` (what `common::tunnel` installs, less the peer).
-fn tunnel_with_lifetime(a: &mut Gateway, s: Shape, spi: u32, now: Instant, lifetime: Lifetime) {
-    let (enc, integ) = keys(s.suite, u8::try_from(spi & 0xff).unwrap());
-    let (a_addr, b_addr) = outer_addrs(s.outer_v6);
-    let (a_net, b_net) = inner_nets(s.inner_v6);
-    let h = a.enclave.esp_sa_install_raw(spi, false, s.esn, s.suite, &enc, &integ).unwrap();
-    let mut out = SaConfig::new(spi, h, s.suite, a_addr, b_addr);
-    out.esn = s.esn;
-    out.encapsulation =
-        if s.udp { Encapsulation::Udp { local_port: 4500, remote_port: 4501 } } else { Encapsulation::Esp };
-    out.lifetime = lifetime;
-    let id = a.sad.add_outbound(out, now).unwrap();
-    a.spd.insert(Policy {
-        priority: 10,
-        selector: PolicySelector::between(a_net, b_net),
-        action: PolicyAction::Protect(id),
-    });
 }
 
 /// Rewrites an IPv4 header's TOS byte and fixes its checksum.

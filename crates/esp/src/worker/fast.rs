@@ -6,16 +6,16 @@
 //!
 //! All or nothing: a first, read-only pass checks every packet, and only if all pass does
 //! the second one write a byte or count anything; otherwise the general path takes the
-//! batch from the start. The output is byte for byte the general path's (the tests in
-//! `worker::tests` hold the two to that).
+//! batch from the start. The output is byte for byte the general path's
+//! (`crates/esp/tests/fast_path.rs` holds the two to that).
 
 use enclave::{EspDescriptor, EspStatus};
 use wire::checksum;
 
-use super::{drop_packet, low16, BatchReport, Owner, Pending, Worker, OUTER_TTL};
+use super::{drop_packet, low16, transmit, BatchReport, Owner, Pending, Worker, OUTER_TTL};
 use crate::batch::{Action, Batch, Transmit};
 use crate::drop::DropReason;
-use crate::packet::{Inner, OuterFields, OuterV4, Shape};
+use crate::packet::{self, Inner, OuterFields, OuterV4, Shape};
 use crate::sad::{OutboundSa, OutboundSaId, Sad};
 use crate::spd::{PolicyAction, Spd};
 
@@ -83,33 +83,22 @@ impl Worker {
                     break 'one DropReason::NoRoom;
                 };
                 let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
-                let (tos, frag_word, ttl, protocol) = (h[1], u16::from_be_bytes([h[6], h[7]]), h[8], h[9]);
+                let (tos, frag_word, ttl) = (h[1], u16::from_be_bytes([h[6], h[7]]), h[8]);
                 pkt.len = len;
-                // The inner header: TTL decremented (RFC 4301 §5.1.2.1), the checksum updated
-                // by RFC 1624 over the same words as `packet::forward_rewrite`.
-                let new_ttl = ttl.saturating_sub(1);
-                let old = [V4_NO_OPTIONS, tos, ttl, protocol];
-                let new = [V4_NO_OPTIONS, tos, new_ttl, protocol];
-                let Some(c) = slot.get_mut(pkt.offset + 8..pkt.offset + 12) else {
-                    break 'one DropReason::NoRoom;
-                };
-                let sum = checksum::update(u16::from_be_bytes([c[2], c[3]]), &old, &new);
-                c[0] = new_ttl;
-                c[2..4].copy_from_slice(&sum.to_be_bytes());
+                let Some(payload) = slot.get_mut(pkt.offset..) else { break 'one DropReason::NoRoom };
+                // The inner header: TTL decremented (RFC 4301 §5.1.2.1), ECN kept.
+                let ecn = wire::Ecn::from_bits(tos);
+                if let Err(r) = packet::forward_rewrite_v4(payload, ttl.saturating_sub(1), ecn) {
+                    break 'one r;
+                }
                 // Padding and trailer after the inner packet (RFC 4303 §2.4).
                 let trailer = match shape.trailer(len, false) {
                     Ok(t) => t,
                     Err(r) => break 'one r,
                 };
-                let pad = usize::from(trailer.pad_len);
-                let Some(tail) = slot.get_mut(pkt.offset + len..pkt.offset + len + pad + 2) else {
+                if trailer.emit(payload, len, |_| {}).is_err() {
                     break 'one DropReason::NoRoom;
-                };
-                for (b, v) in tail.iter_mut().zip(1u8..) {
-                    *b = v;
                 }
-                tail[pad] = trailer.pad_len;
-                tail[pad + 1] = trailer.next_header.0;
                 let len64 = u64::try_from(len).unwrap_or(u64::MAX);
                 let nth = u64::try_from(i).unwrap_or(u64::MAX);
                 let judged = rt.judge(&reservation, nth, bytes_before, len64, cfg.esn, &cfg.lifetime);
@@ -124,7 +113,7 @@ impl Worker {
                 let total = shape.total(len);
                 let fields = OuterFields {
                     dscp: tos >> 2,
-                    ecn: crate::ecn::encapsulated(wire::Ecn::from_bits(tos)),
+                    ecn: crate::ecn::encapsulated(ecn),
                     df: frag_word & FLAG_DF != 0,
                     flow_label: 0,
                     ttl: OUTER_TTL,
@@ -162,15 +151,8 @@ impl Worker {
         batch: &mut Batch<'_>,
         report: &mut BatchReport,
     ) {
-        let cfg = plan.sa.config();
         let sa_drops = Some(plan.sa.runtime().drops());
-        let transmit = Transmit {
-            sa: plan.id,
-            local: cfg.local,
-            remote: cfg.remote,
-            encapsulation: cfg.encapsulation,
-            esp_offset: 0,
-        };
+        let transmit = transmit(plan.id, plan.sa.config(), 0);
         for (p, &status) in self.pending.iter().zip(&self.status) {
             if status != EspStatus::Ok {
                 let reason = DropReason::from_status(status);

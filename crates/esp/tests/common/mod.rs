@@ -118,6 +118,30 @@ pub fn tunnel_with_window(
     now: Instant,
     window: u32,
 ) -> OutboundSaId {
+    tunnel_with(a, b, s, spi, now, window, Lifetime::default())
+}
+
+/// [`tunnel`] with `lifetime` on both SAs.
+pub fn tunnel_with_lifetime(
+    a: &mut Gateway,
+    b: &mut Gateway,
+    s: Shape,
+    spi: u32,
+    now: Instant,
+    lifetime: Lifetime,
+) -> OutboundSaId {
+    tunnel_with(a, b, s, spi, now, DEFAULT_WINDOW, lifetime)
+}
+
+fn tunnel_with(
+    a: &mut Gateway,
+    b: &mut Gateway,
+    s: Shape,
+    spi: u32,
+    now: Instant,
+    window: u32,
+    lifetime: Lifetime,
+) -> OutboundSaId {
     let (enc, integ) = keys(s.suite, u8::try_from(spi & 0xff).unwrap());
     let (a_addr, b_addr) = outer_addrs(s.outer_v6);
     let (a_net, b_net) = inner_nets(s.inner_v6);
@@ -130,12 +154,14 @@ pub fn tunnel_with_window(
     out.encapsulation = encap(4500, 4501);
     out.local_selectors = vec![TrafficSelector::addresses(a_net)];
     out.remote_selectors = vec![TrafficSelector::addresses(b_net)];
+    out.lifetime = lifetime;
     let mut inb = SaConfig::new(spi, h_in, s.suite, b_addr, a_addr);
     inb.esn = s.esn;
     inb.encapsulation = encap(4501, 4500);
     inb.local_selectors = vec![TrafficSelector::addresses(b_net)];
     inb.remote_selectors = vec![TrafficSelector::addresses(a_net)];
     inb.replay_window = window;
+    inb.lifetime = lifetime;
     let id = a.sad.add_outbound(out, now).unwrap();
     b.sad.add_inbound(inb, now).unwrap();
     a.spd.insert(Policy {
