@@ -218,14 +218,14 @@ fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-/// `INMEM_PROFILE=encap:64` (or `decap:1420`, `raw:1420`, `alone:1420`): loops one
-/// direction (or the raw seal, or encapsulation through [`NullCrossing`]: the path's own
-/// work) at one size for about five seconds, for `perf record`; prints the packets done and
+/// `INMEM_PROFILE=encap:64` (or `decap:1420`, `raw:1420`, `alone:1420`, `decalone:1420`):
+/// loops one direction (or the raw seal, or encapsulation / decapsulation through
+/// [`NullCrossing`]: the path's own work) at one size for about five seconds, for `perf record`; prints the packets done and
 /// the mean time per packet inside the `esp` calls (or the seal loop).
 fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
-    let usage = "INMEM_PROFILE=DIRECTION:SIZE, DIRECTION one of encap, decap, raw, alone";
+    let usage = "INMEM_PROFILE=DIRECTION:SIZE, DIRECTION one of encap, decap, raw, alone, decalone";
     let (dir, size) = spec.split_once(':').expect(usage);
-    assert!(["encap", "decap", "raw", "alone"].contains(&dir), "{usage}");
+    assert!(["encap", "decap", "raw", "alone", "decalone"].contains(&dir), "{usage}");
     let size: usize = size.parse().expect("size in bytes");
     let (src, dst) = inner_hosts(false);
     let inner = udp_packet(src, dst, size - 28, 64, Ecn::NotEct, true);
@@ -240,6 +240,10 @@ fn profile(spec: &str, a: &mut Gateway, b: &mut Gateway) {
             "raw" => timed_raw(&inner, n),
             "encap" => timed_encap(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &mut area, &inner, n).0,
             "alone" => timed_encap(&mut a.worker, &mut null, &a.sad, &a.spd, &mut area, &inner, n).0,
+            "decalone" => {
+                let outers = fresh_outers(&mut a.worker, &mut null, &a.sad, &a.spd, &inner, n);
+                timed_decap(&mut b.worker, &mut null, &b.sad, &mut area, &outers).0
+            }
             _ => {
                 let outers = fresh_outers(&mut a.worker, &mut a.enclave, &a.sad, &a.spd, &inner, n);
                 timed_decap(&mut b.worker, &mut b.enclave, &b.sad, &mut area, &outers).0

@@ -62,5 +62,6 @@ pub use sad::{
 pub use selector::{parse_protocol, AddressRange, FiveTuple, PortRange, TrafficSelector};
 pub use spd::{Policy, PolicyAction, PolicyId, PolicySelector, Spd};
 pub use worker::{
-    BatchReport, Worker, WorkerConfig, DEFAULT_ESN_RESYNC_AFTER, DEFAULT_ESN_RESYNC_TRIES, OUTER_TTL,
+    BatchReport, FastBatches, Worker, WorkerConfig, DEFAULT_ESN_RESYNC_AFTER, DEFAULT_ESN_RESYNC_TRIES,
+    OUTER_TTL,
 };

@@ -150,24 +150,20 @@ pub(crate) fn forward_rewrite(packet: &mut [u8], inner: &Inner, ecn: Ecn) -> Res
 /// Sets the TTL and the ECN field of an IPv4 header at the start of `packet` whose
 /// checksum is right: the two 16-bit words that change are updated in place with RFC 1624's
 /// incremental checksum, not re-summed.
-#[inline]
+#[inline(always)]
 pub(crate) fn forward_rewrite_v4(packet: &mut [u8], ttl: u8, ecn: Ecn) -> Result<(), DropReason> {
-    let header = packet.get_mut(..wire::ipv4::HEADER_LEN).ok_or(DropReason::Malformed)?;
-    let [Some(&v), Some(&tos), Some(&old_ttl), Some(&proto), Some(&c0), Some(&c1)] =
-        [0, 1, 8, 9, 10, 11].map(|i| header.get(i))
-    else {
-        return Err(DropReason::Malformed);
-    };
-    let new_tos = (tos & !0b11) | ecn.bits();
-    let old_words = [v, tos, old_ttl, proto];
-    let new_words = [v, new_tos, ttl, proto];
-    let sum = wire::checksum::update(u16::from_be_bytes([c0, c1]), &old_words, &new_words);
-    let [s0, s1] = sum.to_be_bytes();
-    for (i, b) in [(1, new_tos), (8, ttl), (10, s0), (11, s1)] {
-        if let Some(x) = header.get_mut(i) {
-            *x = b;
-        }
-    }
+    let header: &mut [u8; wire::ipv4::HEADER_LEN] = packet
+        .get_mut(..wire::ipv4::HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(DropReason::Malformed)?;
+    let new_tos = (header[1] & !0b11) | ecn.bits();
+    let word = |a: u8, b: u8| u16::from_be_bytes([a, b]);
+    let old_words = [word(header[0], header[1]), word(header[8], header[9])];
+    let new_words = [word(header[0], new_tos), word(ttl, header[9])];
+    let sum = wire::checksum::update_words(word(header[10], header[11]), old_words, new_words);
+    header[1] = new_tos;
+    header[8] = ttl;
+    header[10..12].copy_from_slice(&sum.to_be_bytes());
     Ok(())
 }
 

@@ -44,6 +44,22 @@ pub fn data(data: &[u8]) -> u16 {
     fold(sum)
 }
 
+/// [`data`] of an IPv4 header without options, as five 32-bit words: what the per-packet
+/// paths check, where the general [`data`] was not inlined and cost twice as much.
+#[inline(always)]
+pub fn ipv4_header(h: &[u8; 20]) -> u16 {
+    let w = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    fold(w(0) + w(4) + w(8) + w(12) + w(16))
+}
+
+/// [`update`] for changed 16-bit words given as numbers: `old` words replaced by `new`
+/// ones (as many), RFC 1624 eqn. 3.
+#[inline(always)]
+pub fn update_words<const N: usize>(checksum: u16, old: [u16; N], new: [u16; N]) -> u16 {
+    let sum = |ws: [u16; N]| fold(ws.iter().map(|&w| u64::from(w)).sum());
+    !fold(u64::from(!checksum) + u64::from(!sum(old)) + u64::from(sum(new)))
+}
+
 /// Adds folded sums, e.g. a pseudo-header sum and a message sum (RFC 1071 §2(A)).
 pub fn combine(sums: &[u16]) -> u16 {
     fold(sums.iter().map(|&sum| u64::from(sum)).sum())
@@ -98,6 +114,30 @@ mod tests {
             }
             assert_eq!(u64::from(data(slice)), sum, "length {len}");
         }
+    }
+
+    #[test]
+    fn the_ipv4_header_sum_is_the_general_one() {
+        let mut h = hex!("4500 0054 1c46 4000 4001 b1e6 c612 0001 c613 0001");
+        let mut x = 0x1234_5678u32;
+        for _ in 0..2000 {
+            // xorshift32; every eighth byte written is all ones, so the folds carry.
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let [k, v, ..] = x.to_le_bytes();
+            h[usize::from(k) % 20] = if v & 7 == 0 { 0xff } else { v };
+            assert_eq!(ipv4_header(&h), data(&h), "{h:02x?}");
+        }
+        assert_eq!(ipv4_header(&[0xff; 20]), 0xffff);
+    }
+
+    #[test]
+    fn word_update_is_the_byte_update() {
+        let (hc, old, new) = (0xdd2f, [0x5555u16, 0x1234], [0x3285u16, 0xfffe]);
+        let bytes = |w: [u16; 2]| [w[0].to_be_bytes(), w[1].to_be_bytes()].concat();
+        assert_eq!(update_words(hc, old, new), update(hc, &bytes(old), &bytes(new)));
+        assert_eq!(update_words(0xdd2f, [0x5555], [0x3285]), 0x0000);
     }
 
     #[test]

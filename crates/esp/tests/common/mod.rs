@@ -118,7 +118,7 @@ pub fn tunnel_with_window(
     now: Instant,
     window: u32,
 ) -> OutboundSaId {
-    tunnel_with(a, b, s, spi, now, window, Lifetime::default())
+    tunnel_with(a, b, s, spi, now, TunnelOptions { window, ..TunnelOptions::default() })
 }
 
 /// [`tunnel`] with `lifetime` on both SAs.
@@ -130,17 +130,35 @@ pub fn tunnel_with_lifetime(
     now: Instant,
     lifetime: Lifetime,
 ) -> OutboundSaId {
-    tunnel_with(a, b, s, spi, now, DEFAULT_WINDOW, lifetime)
+    tunnel_with(a, b, s, spi, now, TunnelOptions { lifetime, ..TunnelOptions::default() })
 }
 
-fn tunnel_with(
+/// What [`tunnel_with`] sets apart from the shape.
+#[derive(Debug, Clone)]
+pub struct TunnelOptions {
+    /// B's anti-replay window.
+    pub window: u32,
+    /// Both SAs' lifetime.
+    pub lifetime: Lifetime,
+    /// B's selectors for A's side (source) and its own (destination), instead of the
+    /// inner networks with any protocol and port.
+    pub inbound_selectors: Option<(TrafficSelector, TrafficSelector)>,
+}
+
+impl Default for TunnelOptions {
+    fn default() -> Self {
+        Self { window: DEFAULT_WINDOW, lifetime: Lifetime::default(), inbound_selectors: None }
+    }
+}
+
+/// [`tunnel`] with `options`.
+pub fn tunnel_with(
     a: &mut Gateway,
     b: &mut Gateway,
     s: Shape,
     spi: u32,
     now: Instant,
-    window: u32,
-    lifetime: Lifetime,
+    options: TunnelOptions,
 ) -> OutboundSaId {
     let (enc, integ) = keys(s.suite, u8::try_from(spi & 0xff).unwrap());
     let (a_addr, b_addr) = outer_addrs(s.outer_v6);
@@ -154,14 +172,17 @@ fn tunnel_with(
     out.encapsulation = encap(4500, 4501);
     out.local_selectors = vec![TrafficSelector::addresses(a_net)];
     out.remote_selectors = vec![TrafficSelector::addresses(b_net)];
-    out.lifetime = lifetime;
+    out.lifetime = options.lifetime;
     let mut inb = SaConfig::new(spi, h_in, s.suite, b_addr, a_addr);
     inb.esn = s.esn;
     inb.encapsulation = encap(4501, 4500);
-    inb.local_selectors = vec![TrafficSelector::addresses(b_net)];
-    inb.remote_selectors = vec![TrafficSelector::addresses(a_net)];
-    inb.replay_window = window;
-    inb.lifetime = lifetime;
+    let (remote, local) = options
+        .inbound_selectors
+        .unwrap_or((TrafficSelector::addresses(a_net), TrafficSelector::addresses(b_net)));
+    inb.local_selectors = vec![local];
+    inb.remote_selectors = vec![remote];
+    inb.replay_window = options.window;
+    inb.lifetime = options.lifetime;
     let id = a.sad.add_outbound(out, now).unwrap();
     b.sad.add_inbound(inb, now).unwrap();
     a.spd.insert(Policy {

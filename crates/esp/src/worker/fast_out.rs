@@ -55,7 +55,7 @@ impl Worker {
             return None;
         }
         let plan = plan(sad, spd, batch)?;
-        self.fast_batches += 1;
+        self.fast.outbound += 1;
         self.encap_run(batch, &plan, report);
         Some(plan)
     }
@@ -213,7 +213,7 @@ fn plan<'s>(sad: &'s Sad, spd: &Spd, batch: &Batch<'_>) -> Option<Plan<'s>> {
             && h[8] > 1
             && h[9] == key[9]
             && h[12..KEY_END] == key[12..KEY_END]
-            && checksum::data(&h[..wire::ipv4::HEADER_LEN]) == 0xffff;
+            && h[..wire::ipv4::HEADER_LEN].try_into().is_ok_and(|h| checksum::ipv4_header(h) == 0xffff);
         let total = shape.total(len);
         let room = pkt.offset >= before && pkt.offset - before + total <= slot_len;
         if !(plain && room && total <= mtu) {
