@@ -766,7 +766,11 @@ impl Worker {
             Some(plan) => {
                 let kept = self.decap_run(plan.sa, 0..self.pending.len(), 0, batch, &mut report);
                 self.pending.truncate(kept);
-                self.decap_account(sad, batch, &mut report);
+                let bytes = self
+                    .pending
+                    .iter()
+                    .fold(0u64, |b, p| b.saturating_add(u64::try_from(p.len).unwrap_or(u64::MAX)));
+                self.account_run(plan.sa, plan.spi, 0..kept, bytes, batch, &mut report);
             }
             None => {
                 self.resync_esn(enclave, sad, batch, &mut report);
@@ -1128,30 +1132,46 @@ impl Worker {
                 k = end;
                 continue;
             };
-            let rt = sa.runtime();
-            let life = &sa.config().lifetime;
-            let run = rt.reserve(u64::try_from(end - k).unwrap_or(u64::MAX), run_bytes);
-            let mut bytes_before = 0u64;
-            for n in k..end {
-                let Some(p) = self.pending.get(n).copied() else { break };
-                let len = u64::try_from(p.len).unwrap_or(u64::MAX);
-                let nth = u64::try_from(n - k).unwrap_or(u64::MAX);
-                let judged = rt.judge(&run, nth, bytes_before, len, life);
-                bytes_before = bytes_before.saturating_add(len);
-                match judged {
-                    Ok(crossed) => {
-                        report.lifetime_check_due |= crossed;
-                        report.deliver += 1;
-                        if let Some(pkt) = batch.packets.get_mut(p.packet) {
-                            pkt.offset = p.start;
-                            pkt.len = p.len;
-                            pkt.action = Action::Deliver { spi };
-                        }
-                    }
-                    Err(r) => drop_packet(&mut self.drops, report, batch, p.packet, r, Some(rt.drops())),
-                }
-            }
+            self.account_run(sa, spi, k..end, run_bytes, batch, report);
             k = end;
+        }
+    }
+
+    /// Counts the authenticated packets `run` of `pending` (all of SA `sa`, `spi`, holding
+    /// `bytes` inner bytes) against its lifetime with one reservation, and delivers those
+    /// within the hard limits.
+    fn account_run(
+        &mut self,
+        sa: &InboundSa,
+        spi: u32,
+        run: core::ops::Range<usize>,
+        bytes: u64,
+        batch: &mut Batch<'_>,
+        report: &mut BatchReport,
+    ) {
+        let rt = sa.runtime();
+        let life = &sa.config().lifetime;
+        let (k, end) = (run.start, run.end);
+        let reservation = rt.reserve(u64::try_from(end - k).unwrap_or(u64::MAX), bytes);
+        let mut bytes_before = 0u64;
+        for n in k..end {
+            let Some(p) = self.pending.get(n).copied() else { break };
+            let len = u64::try_from(p.len).unwrap_or(u64::MAX);
+            let nth = u64::try_from(n - k).unwrap_or(u64::MAX);
+            let judged = rt.judge(&reservation, nth, bytes_before, len, life);
+            bytes_before = bytes_before.saturating_add(len);
+            match judged {
+                Ok(crossed) => {
+                    report.lifetime_check_due |= crossed;
+                    report.deliver += 1;
+                    if let Some(pkt) = batch.packets.get_mut(p.packet) {
+                        pkt.offset = p.start;
+                        pkt.len = p.len;
+                        pkt.action = Action::Deliver { spi };
+                    }
+                }
+                Err(r) => drop_packet(&mut self.drops, report, batch, p.packet, r, Some(rt.drops())),
+            }
         }
     }
 

@@ -34,6 +34,7 @@ const FRAG_OFFSET: u16 = 0x1fff;
 /// A batch the queuing pass accepted: its one SA.
 pub(super) struct InPlan<'s> {
     pub(super) sa: &'s InboundSa,
+    pub(super) spi: u32,
 }
 
 /// Where a received packet's ESP lies in its slot, and the outer ECN field.
@@ -46,6 +47,7 @@ struct EspAt {
 
 /// The ESP packet of received packet `i` if its outer header is one the fast path reads
 /// (see the module); `None` for anything the general path must classify.
+#[inline(always)]
 fn esp_at(batch: &Batch<'_>, i: usize) -> Option<EspAt> {
     let pkt = batch.packets.get(i)?;
     if pkt.action != Action::Pending {
@@ -62,7 +64,7 @@ fn esp_at(batch: &Batch<'_>, i: usize) -> Option<EspAt> {
             if h[0] != V4_NO_OPTIONS
                 || !(h.len()..=pkt.len).contains(&total)
                 || fragment
-                || !h[..V4_HEADER].try_into().is_ok_and(|h| checksum::ipv4_header(h) == 0xffff)
+                || h.first_chunk().is_none_or(|h| checksum::ipv4_header(h) != 0xffff)
             {
                 return None;
             }
@@ -149,7 +151,7 @@ impl Worker {
                 len: esp.len,
             });
         }
-        Some(InPlan { sa })
+        Some(InPlan { sa, spi })
     }
 }
 
@@ -169,6 +171,7 @@ pub(super) fn flow_of(plaintext: &[u8]) -> Option<[u8; KEY_END]> {
 /// [`flow_of`]) carrying a well-formed trailer and an ECN pair RFC 6040 forwards: the same
 /// checks and rewrite, reading fixed offsets instead of parsing. Returns the inner packet's
 /// offset and length in its slot; `None` leaves the packet as it was for `decap_one`.
+#[inline(always)]
 pub(super) fn open_fast(
     shape: Shape,
     batch: &mut Batch<'_>,
@@ -198,7 +201,7 @@ pub(super) fn open_fast(
         && h[8] > 1
         && h[9] == flow[9]
         && h[12..KEY_END] == flow[12..KEY_END]
-        && h[..V4_HEADER].try_into().is_ok_and(|h| checksum::ipv4_header(h) == 0xffff);
+        && h.first_chunk().is_some_and(|h| checksum::ipv4_header(h) == 0xffff);
     if !plain {
         return None;
     }

@@ -213,7 +213,7 @@ fn plan<'s>(sad: &'s Sad, spd: &Spd, batch: &Batch<'_>) -> Option<Plan<'s>> {
             && h[8] > 1
             && h[9] == key[9]
             && h[12..KEY_END] == key[12..KEY_END]
-            && h[..wire::ipv4::HEADER_LEN].try_into().is_ok_and(|h| checksum::ipv4_header(h) == 0xffff);
+            && h.first_chunk().is_some_and(|h| checksum::ipv4_header(h) == 0xffff);
         let total = shape.total(len);
         let room = pkt.offset >= before && pkt.offset - before + total <= slot_len;
         if !(plain && room && total <= mtu) {
