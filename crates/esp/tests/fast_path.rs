@@ -137,6 +137,25 @@ fn inner_packet(rng: &mut Rng, shape: Shape, spoil: Option<usize>) -> Vec<u8> {
     p
 }
 
+/// What one gateway made of a batch.
+struct Outcome {
+    report: BatchReport,
+    packets: Vec<Packet>,
+    bytes: Vec<u8>,
+    drops: DropCounts,
+}
+
+/// The fast gateway's outcome must be the general one's, to the byte.
+fn assert_agree(fast: &Outcome, general: &Outcome) {
+    assert_eq!(fast.report, general.report, "reports");
+    assert_eq!(fast.packets, general.packets, "packets");
+    assert_eq!(fast.drops, general.drops, "drop counters");
+    if fast.bytes != general.bytes {
+        let at = fast.bytes.iter().zip(&general.bytes).position(|(a, b)| a != b).unwrap();
+        panic!("bytes differ first at slot {} offset {}", at / SLOT, at % SLOT);
+    }
+}
+
 /// Runs one batch through both gateways and checks that they agree; returns whether the
 /// fast gateway took its fast path, and the report.
 fn same_batch(pair: &mut Pair, inners: &[(Vec<u8>, usize)]) -> (bool, BatchReport) {
@@ -152,18 +171,16 @@ fn same_batch(pair: &mut Pair, inners: &[(Vec<u8>, usize)]) -> (bool, BatchRepor
             batch.push(Frame::Ip, OFFSET, &bytes).unwrap();
         }
         let report = g.worker.encapsulate(&mut g.enclave, &g.sad, &g.spd, &mut batch);
-        results.push((report, area.packets.clone(), area.bytes.clone(), *g.worker.drops()));
+        results.push(Outcome {
+            report,
+            packets: area.packets.clone(),
+            bytes: area.bytes.clone(),
+            drops: *g.worker.drops(),
+        });
     }
-    let (fast, general) = (&results[0], &results[1]);
-    assert_eq!(fast.0, general.0, "reports");
-    assert_eq!(fast.1, general.1, "packets");
-    assert_eq!(fast.3, general.3, "drop counters");
-    if fast.2 != general.2 {
-        let at = fast.2.iter().zip(&general.2).position(|(a, b)| a != b).unwrap();
-        panic!("bytes differ first at slot {} offset {}", at / SLOT, at % SLOT);
-    }
+    assert_agree(&results[0], &results[1]);
     assert_eq!(pair.general.worker.fast_batches(), FastBatches::default());
-    (pair.fast.worker.fast_batches().outbound > before.outbound, fast.0)
+    (pair.fast.worker.fast_batches().outbound > before.outbound, results[0].report)
 }
 
 /// The layout of the in-memory benchmark and the gateways' default.
@@ -501,18 +518,16 @@ fn same_in_batch(pair: &mut InPair, frames: &[(Frame, Vec<u8>)]) -> (bool, Batch
             batch.push(*f, OFFSET, bytes).unwrap();
         }
         let report = g.worker.decapsulate(&mut g.enclave, &g.sad, &mut batch);
-        results.push((report, area.packets.clone(), area.bytes.clone(), *g.worker.drops()));
+        results.push(Outcome {
+            report,
+            packets: area.packets.clone(),
+            bytes: area.bytes.clone(),
+            drops: *g.worker.drops(),
+        });
     }
-    let (fast, general) = (&results[0], &results[1]);
-    assert_eq!(fast.0, general.0, "reports");
-    assert_eq!(fast.1, general.1, "packets");
-    assert_eq!(fast.3, general.3, "drop counters");
-    if fast.2 != general.2 {
-        let at = fast.2.iter().zip(&general.2).position(|(a, b)| a != b).unwrap();
-        panic!("bytes differ first at slot {} offset {}", at / SLOT, at % SLOT);
-    }
+    assert_agree(&results[0], &results[1]);
     assert_eq!(pair.general.worker.fast_batches(), FastBatches::default());
-    (pair.fast.worker.fast_batches().inbound > before.inbound, fast.0)
+    (pair.fast.worker.fast_batches().inbound > before.inbound, results[0].report)
 }
 
 /// One batch of `n` packets from the sender, spoilt at packet `at` as `spoil` says; the
