@@ -167,6 +167,43 @@ pub(crate) fn forward_rewrite_v4(packet: &mut [u8], ttl: u8, ecn: Ecn) -> Result
     Ok(())
 }
 
+/// An IPv4 header without options: version 4, IHL 5.
+pub(crate) const V4_NO_OPTIONS: u8 = 0x45;
+/// An option-less IPv4 header and the four bytes after it (ports, or ICMP type and code):
+/// all a plain IPv4 packet's flow key is read from.
+pub(crate) const V4_FLOW_BYTES: usize = wire::ipv4::HEADER_LEN + 4;
+/// The fragment offset bits of the IPv4 flags/fragment-offset word.
+const FRAG_OFFSET: u16 = 0x1fff;
+
+/// The flow bytes of the plain IPv4 packet at the start of `packet`: IHL 5, not a later
+/// fragment, at least [`V4_FLOW_BYTES`] long. Two such packets with the same protocol,
+/// addresses and first four L4 bytes have the same [`FlowKey`].
+pub(crate) fn plain_v4_flow(packet: &[u8]) -> Option<[u8; V4_FLOW_BYTES]> {
+    let h: [u8; V4_FLOW_BYTES] = *packet.first_chunk()?;
+    let plain = h[0] == V4_NO_OPTIONS
+        && usize::from(u16::from_be_bytes([h[2], h[3]])) >= V4_FLOW_BYTES
+        && u16::from_be_bytes([h[6], h[7]]) & FRAG_OFFSET == 0;
+    plain.then_some(h)
+}
+
+/// The length of the IPv4 packet at the start of `packet`, if it is a plain one (see
+/// [`plain_v4_flow`]) of flow `flow`, no longer than `room`, with a right header checksum
+/// and a TTL above 1: a packet both fast paths forward from fixed offsets, as the general
+/// path's full parse, selector check and TTL rule would.
+#[inline(always)]
+pub(crate) fn plain_v4_len(packet: &[u8], room: usize, flow: &[u8; V4_FLOW_BYTES]) -> Option<usize> {
+    let h: &[u8; V4_FLOW_BYTES] = packet.first_chunk()?;
+    let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let plain = h[0] == V4_NO_OPTIONS
+        && (V4_FLOW_BYTES..=room).contains(&len)
+        && u16::from_be_bytes([h[6], h[7]]) & FRAG_OFFSET == 0
+        && h[8] > 1
+        && h[9] == flow[9]
+        && h[12..] == flow[12..]
+        && h.first_chunk().is_some_and(|h| wire::checksum::ipv4_header(h) == 0xffff);
+    plain.then_some(len)
+}
+
 /// The byte layout of one SA's ESP packets.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Shape {

@@ -1066,7 +1066,7 @@ impl Worker {
                     let (start, len) = Self::decap_one(sa, batch, &p, outer_ecn, &mut admitted)?;
                     // The latest admitted flow: the next packets most likely belong to it.
                     let at = p.packet * batch.slot_len + start;
-                    if let Some(f) = batch.area.get(at..at + len).and_then(fast_in::flow_of) {
+                    if let Some(f) = batch.area.get(at..at + len).and_then(packet::plain_v4_flow) {
                         flow = Some(f);
                     }
                     Ok((start, len))

@@ -145,8 +145,17 @@ struct Outcome {
     drops: DropCounts,
 }
 
-/// The fast gateway's outcome must be the general one's, to the byte.
-fn assert_agree(fast: &Outcome, general: &Outcome) {
+impl Outcome {
+    fn of(report: BatchReport, area: &Area, g: &Gateway) -> Self {
+        Self { report, packets: area.packets.clone(), bytes: area.bytes.clone(), drops: *g.worker.drops() }
+    }
+}
+
+/// The fast gateway's outcome (first) must be the general one's (second), to the byte, and
+/// the general gateway must never have taken a fast path.
+fn assert_agree(outcomes: &[Outcome], general_gateway: &Gateway) {
+    assert_eq!(general_gateway.worker.fast_batches(), FastBatches::default());
+    let [fast, general] = outcomes else { panic!("two outcomes") };
     assert_eq!(fast.report, general.report, "reports");
     assert_eq!(fast.packets, general.packets, "packets");
     assert_eq!(fast.drops, general.drops, "drop counters");
@@ -171,15 +180,9 @@ fn same_batch(pair: &mut Pair, inners: &[(Vec<u8>, usize)]) -> (bool, BatchRepor
             batch.push(Frame::Ip, OFFSET, &bytes).unwrap();
         }
         let report = g.worker.encapsulate(&mut g.enclave, &g.sad, &g.spd, &mut batch);
-        results.push(Outcome {
-            report,
-            packets: area.packets.clone(),
-            bytes: area.bytes.clone(),
-            drops: *g.worker.drops(),
-        });
+        results.push(Outcome::of(report, &area, g));
     }
-    assert_agree(&results[0], &results[1]);
-    assert_eq!(pair.general.worker.fast_batches(), FastBatches::default());
+    assert_agree(&results, &pair.general);
     (pair.fast.worker.fast_batches().outbound > before.outbound, results[0].report)
 }
 
@@ -242,28 +245,44 @@ fn fast_and_general_paths_write_the_same_bytes() {
     }
 }
 
-#[test]
-fn lifetime_limits_reached_inside_a_fast_batch_count_and_drop_alike() {
-    let shape = GCM_UDP_V4;
+/// Packet and byte limits that eight batches of 24 packets cross, soft then hard (at most
+/// 100 packets or 90,000 bytes: the fifth batch at the latest).
+fn small_lifetime() -> Lifetime {
     let soft = LifetimeLimits { packets: Some(50), bytes: Some(40_000), time: None };
     let hard = LifetimeLimits { packets: Some(100), bytes: Some(90_000), time: None };
-    let mut pair = pair(shape, Lifetime { soft, hard });
-    let mut rng = Rng(7);
-    let mut fast_reports = Vec::new();
-    for _ in 0..8 {
-        let inners: Vec<_> = (0..24).map(|_| (inner_packet(&mut rng, shape, None), 0)).collect();
-        let (fast, report) = same_batch(&mut pair, &inners);
-        if fast {
-            fast_reports.push(report);
-        }
-    }
-    // The soft limits and then a hard one are crossed inside fast batches (at most 100
-    // packets or 90,000 bytes: the fifth batch at the latest); past the hard limit the SA
-    // is expired and the general path drops everything.
+    Lifetime { soft, hard }
+}
+
+/// The reports of the batches that took the fast path, of eight runs of `batch`.
+fn fast_reports(mut batch: impl FnMut() -> (bool, BatchReport)) -> Vec<BatchReport> {
+    (0..8)
+        .filter_map(|_| {
+            let (fast, report) = batch();
+            fast.then_some(report)
+        })
+        .collect()
+}
+
+/// The limits of [`small_lifetime`] must have been crossed inside fast batches: past the
+/// hard limit the SA is expired and the general path drops everything, so a drop must
+/// come from a fast batch, counted under `HardLifetime` (`hard_drops`).
+fn assert_limits_crossed(fast_reports: &[BatchReport], hard_drops: u64) {
     assert!(fast_reports.len() >= 2, "{fast_reports:?}");
     assert!(fast_reports.iter().any(|r| r.lifetime_check_due), "{fast_reports:?}");
     assert!(fast_reports.iter().any(|r| r.dropped > 0), "{fast_reports:?}");
-    assert!(pair.fast.worker.drops().get(DropReason::HardLifetime) > 0);
+    assert!(hard_drops > 0);
+}
+
+#[test]
+fn lifetime_limits_reached_inside_a_fast_batch_count_and_drop_alike() {
+    let shape = GCM_UDP_V4;
+    let mut pair = pair(shape, small_lifetime());
+    let mut rng = Rng(7);
+    let reports = fast_reports(|| {
+        let inners: Vec<_> = (0..24).map(|_| (inner_packet(&mut rng, shape, None), 0)).collect();
+        same_batch(&mut pair, &inners)
+    });
+    assert_limits_crossed(&reports, pair.fast.worker.drops().get(DropReason::HardLifetime));
 }
 
 #[test]
@@ -518,15 +537,9 @@ fn same_in_batch(pair: &mut InPair, frames: &[(Frame, Vec<u8>)]) -> (bool, Batch
             batch.push(*f, OFFSET, bytes).unwrap();
         }
         let report = g.worker.decapsulate(&mut g.enclave, &g.sad, &mut batch);
-        results.push(Outcome {
-            report,
-            packets: area.packets.clone(),
-            bytes: area.bytes.clone(),
-            drops: *g.worker.drops(),
-        });
+        results.push(Outcome::of(report, &area, g));
     }
-    assert_agree(&results[0], &results[1]);
-    assert_eq!(pair.general.worker.fast_batches(), FastBatches::default());
+    assert_agree(&results, &pair.general);
     (pair.fast.worker.fast_batches().inbound > before.inbound, results[0].report)
 }
 
@@ -719,24 +732,14 @@ fn the_inbound_fast_path_steps_aside_for_esn_resynchronisation() {
 #[test]
 fn inbound_lifetime_limits_reached_inside_a_fast_batch_count_and_drop_alike() {
     let shape = GCM_UDP_V4;
-    let soft = LifetimeLimits { packets: Some(50), bytes: Some(40_000), time: None };
-    let hard = LifetimeLimits { packets: Some(100), bytes: Some(90_000), time: None };
+    let mut pair = in_pair(shape, TunnelOptions { lifetime: small_lifetime(), ..TunnelOptions::default() });
     // Only the receivers' limits matter: the sender's are far off.
-    let lifetime = Lifetime { soft, hard };
-    let mut pair = in_pair(shape, TunnelOptions { lifetime, ..TunnelOptions::default() });
     pair.sender = Gateway::new();
     tunnel(&mut pair.sender, &mut Gateway::new(), shape, 0x5151, Instant::now());
     let mut rng = Rng(5);
-    let mut fast_reports = Vec::new();
-    for _ in 0..8 {
+    let reports = fast_reports(|| {
         let frames = in_frames(&mut pair, &mut rng, shape, 24, None, false, &[]);
-        let (fast, report) = same_in_batch(&mut pair, &frames);
-        if fast {
-            fast_reports.push(report);
-        }
-    }
-    assert!(fast_reports.len() >= 2, "{fast_reports:?}");
-    assert!(fast_reports.iter().any(|r| r.lifetime_check_due), "{fast_reports:?}");
-    assert!(fast_reports.iter().any(|r| r.dropped > 0), "{fast_reports:?}");
-    assert!(pair.fast.worker.drops().get(DropReason::HardLifetime) > 0);
+        same_in_batch(&mut pair, &frames)
+    });
+    assert_limits_crossed(&reports, pair.fast.worker.drops().get(DropReason::HardLifetime));
 }

@@ -57,7 +57,7 @@ pub fn ipv4_header(h: &[u8; 20]) -> u16 {
 #[inline(always)]
 pub fn update_words<const N: usize>(checksum: u16, old: [u16; N], new: [u16; N]) -> u16 {
     let sum = |ws: [u16; N]| fold(ws.iter().map(|&w| u64::from(w)).sum());
-    !fold(u64::from(!checksum) + u64::from(!sum(old)) + u64::from(sum(new)))
+    update_sums(checksum, sum(old), sum(new))
 }
 
 /// Adds folded sums, e.g. a pseudo-header sum and a message sum (RFC 1071 §2(A)).
@@ -77,7 +77,13 @@ pub fn finish(sum: u16) -> u16 {
 /// (an address, a TTL/protocol word); eqn. 3 avoids the `-0` result of RFC 1141's eqn. 2.
 #[inline]
 pub fn update(checksum: u16, old: &[u8], new: &[u8]) -> u16 {
-    !fold(u64::from(!checksum) + u64::from(!data(old)) + u64::from(data(new)))
+    update_sums(checksum, data(old), data(new))
+}
+
+/// RFC 1624 eqn. 3 on the folded sums of the old and the new fields.
+#[inline(always)]
+fn update_sums(checksum: u16, old: u16, new: u16) -> u16 {
+    !fold(u64::from(!checksum) + u64::from(!old) + u64::from(new))
 }
 
 #[cfg(test)]

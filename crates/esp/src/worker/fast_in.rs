@@ -16,20 +16,13 @@ use wire::{checksum, Ecn};
 
 use super::{Owner, Pending, Worker};
 use crate::batch::{Action, Batch, Frame};
-use crate::packet::Shape;
+use crate::packet::{self, Shape, V4_FLOW_BYTES, V4_NO_OPTIONS};
 use crate::sad::{Encapsulation, InboundSa, Sad};
 
-/// An IPv4 header without options: version 4, IHL 5.
-const V4_NO_OPTIONS: u8 = 0x45;
 /// IPv4 header length without options.
 const V4_HEADER: usize = wire::ipv4::HEADER_LEN;
-/// The fixed IPv4 header and the first four bytes after it (ports, or ICMP type and code):
-/// what an inner packet's flow key is read from.
-pub(super) const KEY_END: usize = V4_HEADER + 4;
 /// IPv4 "more fragments" and the fragment offset: either makes an outer packet a fragment.
 const FRAGMENT: u16 = 0x3fff;
-/// The fragment offset alone: a later fragment carries no ports.
-const FRAG_OFFSET: u16 = 0x1fff;
 
 /// A batch the queuing pass accepted: its one SA.
 pub(super) struct InPlan<'s> {
@@ -155,21 +148,11 @@ impl Worker {
     }
 }
 
-/// The flow bytes of an inner packet at the start of `plaintext` that [`open_fast`] can
-/// take once its flow was admitted: a plain IPv4 header (see [`open_fast`]).
-pub(super) fn flow_of(plaintext: &[u8]) -> Option<[u8; KEY_END]> {
-    let h: [u8; KEY_END] = plaintext.get(..KEY_END)?.try_into().ok()?;
-    let plain = h[0] == V4_NO_OPTIONS
-        && usize::from(u16::from_be_bytes([h[2], h[3]])) >= KEY_END
-        && u16::from_be_bytes([h[6], h[7]]) & FRAG_OFFSET == 0;
-    plain.then_some(h)
-}
-
 /// Finishes an authenticated packet `p` the general `decap_one` would deliver, if it is a
-/// plain IPv4 packet (IHL 5, not a later fragment, at least [`KEY_END`] bytes, header
-/// checksum right, TTL above 1) of the flow `flow` (bytes of an admitted packet, from
-/// [`flow_of`]) carrying a well-formed trailer and an ECN pair RFC 6040 forwards: the same
-/// checks and rewrite, reading fixed offsets instead of parsing. Returns the inner packet's
+/// plain IPv4 packet of the flow `flow` (bytes of an admitted packet, from
+/// [`packet::plain_v4_flow`]; see [`packet::plain_v4_len`]) carrying a well-formed trailer
+/// and an ECN pair RFC 6040 forwards: the same checks and rewrite, reading fixed offsets
+/// instead of parsing. Returns the inner packet's
 /// offset and length in its slot; `None` leaves the packet as it was for `decap_one`.
 #[inline(always)]
 pub(super) fn open_fast(
@@ -177,7 +160,7 @@ pub(super) fn open_fast(
     batch: &mut Batch<'_>,
     p: &Pending,
     outer_ecn: Ecn,
-    flow: &[u8; KEY_END],
+    flow: &[u8; V4_FLOW_BYTES],
 ) -> Option<(usize, usize)> {
     let slot_start = p.packet * batch.slot_len;
     let pt_start = p.start + wire::esp::HEADER_LEN + shape.iv;
@@ -193,21 +176,10 @@ pub(super) fn open_fast(
     if padding.iter().zip(1u8..).any(|(&b, n)| b != n) {
         return None;
     }
-    let h = plaintext.get(..KEY_END)?;
-    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-    let plain = h[0] == V4_NO_OPTIONS
-        && (KEY_END..=inner_len).contains(&total)
-        && u16::from_be_bytes([h[6], h[7]]) & FRAG_OFFSET == 0
-        && h[8] > 1
-        && h[9] == flow[9]
-        && h[12..KEY_END] == flow[12..KEY_END]
-        && h.first_chunk().is_some_and(|h| checksum::ipv4_header(h) == 0xffff);
-    if !plain {
-        return None;
-    }
-    let ecn = crate::ecn::decapsulated(Ecn::from_bits(h[1]), outer_ecn)?;
+    let total = packet::plain_v4_len(plaintext, inner_len, flow)?;
+    let (tos, ttl) = (*plaintext.get(1)?, *plaintext.get(8)?);
+    let ecn = crate::ecn::decapsulated(Ecn::from_bits(tos), outer_ecn)?;
     // Forwarding: the decapsulator decrements the inner TTL (RFC 4301 §5.1.2.1 note 2).
-    let ttl = h[8] - 1;
-    crate::packet::forward_rewrite_v4(plaintext, ttl, ecn).ok()?;
+    packet::forward_rewrite_v4(plaintext, ttl.checked_sub(1)?, ecn).ok()?;
     Some((pt_start, total))
 }

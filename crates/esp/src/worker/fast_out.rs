@@ -10,24 +10,16 @@
 //! (`crates/esp/tests/fast_path.rs` holds the two to that).
 
 use enclave::{EspDescriptor, EspStatus};
-use wire::checksum;
 
 use super::{drop_packet, low16, transmit, BatchReport, Owner, Pending, Worker, OUTER_TTL};
 use crate::batch::{Action, Batch, Transmit};
 use crate::drop::DropReason;
-use crate::packet::{self, Inner, OuterFields, OuterV4, Shape};
+use crate::packet::{self, Inner, OuterFields, OuterV4, Shape, V4_FLOW_BYTES};
 use crate::sad::{OutboundSa, OutboundSaId, Sad};
 use crate::spd::{PolicyAction, Spd};
 
-/// An IPv4 header without options: version 4, IHL 5.
-const V4_NO_OPTIONS: u8 = 0x45;
-/// The fixed header and the first four bytes after it (ports, or ICMP type and code): what
-/// the flow comparison reads.
-const KEY_END: usize = 24;
 /// IPv4 flag "don't fragment" in the flags/fragment-offset word.
 const FLAG_DF: u16 = 0x4000;
-/// The fragment offset bits of that word.
-const FRAG_OFFSET: u16 = 0x1fff;
 
 /// A batch the checking pass accepted: its one SA, and what writing its packets needs.
 pub(super) struct Plan<'s> {
@@ -79,7 +71,7 @@ impl Worker {
                 let Some(slot) = batch.area.get_mut(slot_start..slot_start + batch.slot_len) else {
                     break 'one DropReason::NoRoom;
                 };
-                let Some(h) = slot.get(pkt.offset..pkt.offset + KEY_END) else {
+                let Some(h) = slot.get(pkt.offset..pkt.offset + V4_FLOW_BYTES) else {
                     break 'one DropReason::NoRoom;
                 };
                 let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
@@ -179,10 +171,7 @@ fn plan<'s>(sad: &'s Sad, spd: &Spd, batch: &Batch<'_>) -> Option<Plan<'s>> {
     // The first packet is parsed in full: its flow key picks the policy. Every other packet
     // carries the same bytes where the key comes from, and so the same key.
     let inner = Inner::parse(head).ok()?;
-    let key: &[u8] = head.get(..KEY_END)?;
-    if inner.v6 || key[0] != V4_NO_OPTIONS {
-        return None;
-    }
+    let key = packet::plain_v4_flow(head)?;
     let Some(PolicyAction::Protect(id)) = spd.lookup(&inner.key.tuple()).map(|p| p.action) else {
         return None;
     };
@@ -204,19 +193,10 @@ fn plan<'s>(sad: &'s Sad, spd: &Spd, batch: &Batch<'_>) -> Option<Plan<'s>> {
             return None;
         }
         let at = i * slot_len + pkt.offset;
-        let h = batch.area.get(at..at + KEY_END)?;
-        let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
-        let frag_word = u16::from_be_bytes([h[6], h[7]]);
-        let plain = h[0] == V4_NO_OPTIONS
-            && (KEY_END..=pkt.len).contains(&len)
-            && frag_word & FRAG_OFFSET == 0
-            && h[8] > 1
-            && h[9] == key[9]
-            && h[12..KEY_END] == key[12..KEY_END]
-            && h.first_chunk().is_some_and(|h| checksum::ipv4_header(h) == 0xffff);
+        let len = packet::plain_v4_len(batch.area.get(at..at + pkt.len)?, pkt.len, &key)?;
         let total = shape.total(len);
         let room = pkt.offset >= before && pkt.offset - before + total <= slot_len;
-        if !(plain && room && total <= mtu) {
+        if !(room && total <= mtu) {
             return None;
         }
         bytes = bytes.saturating_add(u64::try_from(len).unwrap_or(u64::MAX));
