@@ -20,7 +20,7 @@ use crate::api::report::InboundMode;
 use crate::error::{Error, Result};
 use ring::aead::{Aad, LessSafeKey};
 use ring::hmac;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 /// ESP header: SPI and sequence number.
 const HDR: usize = 8;
@@ -303,60 +303,42 @@ fn claim(sa: &EspSa, sent: &mut SentWindow, seq: u64) -> EspStatus {
     EspStatus::Ok
 }
 
-/// Takes the numbers of a batch's ENCRYPT descriptors from their SAs' windows before any
-/// packet is sealed, one lock per run of one SA's descriptors, so that the window is held
-/// for a few comparisons, never across the cryptography, and lanes on one SA seal at once.
-/// `claims[i]` becomes `Ok` or the refusal for descriptor `i`; `NotProcessed` where the
-/// descriptor is no well-formed ENCRYPT (the batch pass says what is wrong with it).
-fn claim_numbers(
-    table: &Table<EspSa>,
-    area_len: usize,
-    descriptors: &[EspDescriptor],
-    claims: &mut [EspStatus],
-) {
-    let mut held: Option<(u32, MutexGuard<'_, SentWindow>)> = None;
-    for (d, c) in descriptors.iter().zip(claims.iter_mut()) {
-        *c = EspStatus::NotProcessed;
-        if d.opcode != EspOpcode::ENCRYPT {
-            continue;
-        }
-        let Ok(sa) = table.get(d.sa.0) else { continue };
-        let Some(window) = sa.sent.as_deref() else { continue };
-        // A number is used up only by a packet that will be sealed.
-        let fits = (d.offset as usize).checked_add(d.len as usize).is_some_and(|end| end <= area_len);
-        if !fits || split_lengths(&sa.suite, d.len as usize, true).is_err() {
-            continue;
-        }
-        if held.as_ref().is_none_or(|(h, _)| *h != d.sa.0) {
-            // Release the previous run's window before taking the next one.
-            held = None;
-            // A lane that panicked holding the window may have left it half-updated:
-            // refuse rather than risk a number twice.
-            let Ok(guard) = window.lock() else { continue };
-            held = Some((d.sa.0, guard));
-        }
-        if let Some((_, sent)) = held.as_mut() {
-            *c = claim(sa, sent, d.seq);
+/// Takes the numbers of a run of one outbound SA's ENCRYPT descriptors from its window
+/// before any packet is sealed, under one lock, so that the window is held for a few
+/// comparisons, never across the cryptography, and lanes on one SA seal at once. Only
+/// descriptors whose `status` is `Ok` (region and lengths checked: a number is used up only
+/// by a packet that will be sealed) claim one; their status becomes the claim's outcome.
+fn claim_run(sa: &EspSa, run: &[EspDescriptor], status: &mut [EspStatus]) {
+    let refuse = |status: &mut [EspStatus]| {
+        status.iter_mut().filter(|s| **s == EspStatus::Ok).for_each(|s| *s = EspStatus::NotProcessed);
+    };
+    let Some(window) = sa.sent.as_deref() else { return refuse(status) };
+    // A lane that panicked holding the window may have left it half-updated: refuse rather
+    // than risk a number twice.
+    let Ok(mut sent) = window.lock() else { return refuse(status) };
+    for (d, s) in run.iter().zip(status.iter_mut()) {
+        if *s == EspStatus::Ok {
+            *s = claim(sa, &mut sent, d.seq);
         }
     }
 }
 
-/// Encrypts `pkt` in place as number `seq`, which `claimed` says whether it was given.
+/// Encrypts `pkt` in place as number `seq`, already claimed; `aead` is the SA's expanded
+/// key and salt for the AEAD suites, and `iv_len`/`icv_len` the suite's, all looked up once
+/// per run.
 fn encrypt_one(
     sa: &EspSa,
-    claimed: EspStatus,
-    keys: (&mut KeyCache, &mut u32),
+    aead: Option<(&LessSafeKey, [u8; 4])>,
+    (iv_len, icv_len): (usize, usize),
     pkt: &mut [u8],
     seq: u64,
 ) -> EspStatus {
-    let (iv_len, payload, icv_len) = match split_lengths(&sa.suite, pkt.len(), true) {
-        Ok(l) => l,
-        Err(s) => return s,
+    let Some(payload) = pkt.len().checked_sub(HDR + iv_len + icv_len) else {
+        return EspStatus::BadLength;
     };
-    if claimed != EspStatus::Ok {
-        return claimed;
-    }
-    let (hdr, rest) = pkt.split_at_mut(HDR);
+    let Some((hdr, rest)) = pkt.split_first_chunk_mut::<HDR>() else {
+        return EspStatus::BadLength;
+    };
     hdr[..4].copy_from_slice(&sa.spi.to_be_bytes());
     hdr[4..].copy_from_slice(&seq_lo(seq));
     let (ivb, rest) = rest.split_at_mut(iv_len);
@@ -364,7 +346,7 @@ fn encrypt_one(
     let esn = sa.esn;
     let ok = match &sa.cipher {
         EspCipher::Aead { .. } => {
-            let Some((key, salt)) = sa.aead(keys.0, keys.1) else {
+            let Some((key, salt)) = aead else {
                 return EspStatus::NotProcessed;
             };
             let iv = seq.to_be_bytes();
@@ -401,13 +383,42 @@ fn encrypt_one(
                 true
             }
         }
-        // Direction was checked by the caller.
+        // Direction was checked for the run.
         EspCipher::CbcIn { .. } => false,
     };
     if ok {
         EspStatus::Ok
     } else {
         EspStatus::WrongDirection
+    }
+}
+
+/// A run of ENCRYPT descriptors of the outbound SA `sa`: each packet's region and lengths
+/// checked, then the numbers of those that pass claimed (`claim_run`), then those sealed.
+fn encrypt_run(
+    sa: &EspSa,
+    (keys, slot): (&mut KeyCache, &mut u32),
+    packets: &mut [u8],
+    run: &[EspDescriptor],
+    status: &mut [EspStatus],
+) {
+    for (d, s) in run.iter().zip(status.iter_mut()) {
+        *s = match region(packets.len(), d) {
+            Some(r) => split_lengths(&sa.suite, r.len(), true).map_or_else(|e| e, |_| EspStatus::Ok),
+            None => EspStatus::OutOfBounds,
+        };
+    }
+    claim_run(sa, run, status);
+    let aead = sa.aead(keys, slot);
+    let lens = (sa.suite.cipher.iv_len(), sa.suite.icv_len());
+    for (d, s) in run.iter().zip(status.iter_mut()) {
+        if *s != EspStatus::Ok {
+            continue;
+        }
+        *s = match region(packets.len(), d).and_then(|r| packets.get_mut(r)) {
+            Some(pkt) => encrypt_one(sa, aead, lens, pkt, d.seq),
+            None => EspStatus::OutOfBounds,
+        };
     }
 }
 
@@ -698,20 +709,19 @@ fn status_of(e: &Error) -> EspStatus {
     }
 }
 
-fn one(
-    table: &Table<EspSa>,
-    lane: &mut Lane,
-    claimed: EspStatus,
-    packets: &mut [u8],
-    d: &EspDescriptor,
-) -> EspStatus {
+/// Where descriptor `d`'s packet lies in an area of `area` bytes, if it lies inside.
+fn region(area: usize, d: &EspDescriptor) -> Option<core::ops::Range<usize>> {
+    let start = d.offset as usize;
+    start.checked_add(d.len as usize).filter(|&e| e <= area).map(|end| start..end)
+}
+
+/// The SA of a run of `d`'s SA and opcode, if it exists and allows that opcode; else the
+/// status of every descriptor of the run.
+fn resolve<'t>(table: &'t Table<EspSa>, d: &EspDescriptor) -> core::result::Result<&'t EspSa, EspStatus> {
     if ![EspOpcode::ENCRYPT, EspOpcode::DECRYPT, EspOpcode::DECRYPT_FORWARD].contains(&d.opcode) {
-        return EspStatus::UnknownOpcode;
+        return Err(EspStatus::UnknownOpcode);
     }
-    let sa = match table.get(d.sa.0) {
-        Ok(sa) => sa,
-        Err(e) => return status_of(&e),
-    };
+    let sa = table.get(d.sa.0).map_err(|e| status_of(&e))?;
     let allowed = match sa.dir {
         Direction::Outbound => EspOpcode::ENCRYPT,
         Direction::Inbound(InboundMode::Decrypt) => EspOpcode::DECRYPT,
@@ -719,39 +729,54 @@ fn one(
     };
     if d.opcode != allowed {
         let inbound_op = d.opcode != EspOpcode::ENCRYPT;
-        return if inbound_op && matches!(sa.dir, Direction::Inbound(_)) {
+        return Err(if inbound_op && matches!(sa.dir, Direction::Inbound(_)) {
             EspStatus::ModeNotAllowed
         } else {
             EspStatus::WrongDirection
-        };
+        });
     }
-    let start = d.offset as usize;
-    let Some(end) = start.checked_add(d.len as usize).filter(|&e| e <= packets.len()) else {
-        return EspStatus::OutOfBounds;
+    Ok(sa)
+}
+
+/// One run: consecutive descriptors with one SA handle and one opcode.
+fn run_of(
+    table: &Table<EspSa>,
+    lane: &mut Lane,
+    packets: &mut [u8],
+    run: &[EspDescriptor],
+    status: &mut [EspStatus],
+) {
+    let Some(first) = run.first() else { return };
+    let sa = match resolve(table, first) {
+        Ok(sa) => sa,
+        Err(s) => return status.fill(s),
     };
-    match d.opcode {
-        EspOpcode::ENCRYPT => match packets.get_mut(start..end) {
-            Some(pkt) => {
-                let (keys, slot, _) = lane.parts(d.sa.0);
-                encrypt_one(sa, claimed, (keys, slot), pkt, d.seq)
+    let (keys, slot, scratch) = lane.parts(first.sa.0);
+    if first.opcode == EspOpcode::ENCRYPT {
+        return encrypt_run(sa, (keys, slot), packets, run, status);
+    }
+    for (d, s) in run.iter().zip(status.iter_mut()) {
+        let Some(r) = region(packets.len(), d) else {
+            *s = EspStatus::OutOfBounds;
+            continue;
+        };
+        *s = if first.opcode == EspOpcode::DECRYPT {
+            match packets.get_mut(r) {
+                Some(pkt) => decrypt_one(sa, (&mut *keys, &mut *slot), pkt, d.seq, scratch),
+                None => EspStatus::OutOfBounds,
             }
-            None => EspStatus::OutOfBounds,
-        },
-        EspOpcode::DECRYPT => match packets.get_mut(start..end) {
-            Some(pkt) => {
-                let (keys, slot, scratch) = lane.parts(d.sa.0);
-                decrypt_one(sa, (keys, slot), pkt, d.seq, scratch)
-            }
-            None => EspStatus::OutOfBounds,
-        },
-        _ => {
-            let (keys, slot, scratch) = lane.parts(d.sa.0);
-            forward_one(sa, (keys, slot), packets, d, start..end, scratch)
-        }
+        } else {
+            forward_one(sa, (&mut *keys, &mut *slot), packets, d, r, scratch)
+        };
     }
 }
 
 /// Runs one batch on `lane`; the caller has checked the batch's shape.
+///
+/// A gateway worker hands an SA's packets over together, so the batch goes in runs of
+/// consecutive descriptors with one SA handle and one opcode: a run looks its SA up, checks
+/// the direction and fetches the expanded key once, and per packet only its region,
+/// lengths, number and transform are left.
 pub(crate) fn batch(
     table: &Table<EspSa>,
     lane: &mut Lane,
@@ -760,19 +785,25 @@ pub(crate) fn batch(
     status: &mut [EspStatus],
 ) -> BatchSummary {
     let mut summary = BatchSummary::default();
-    let mut claims = core::mem::take(&mut lane.claims);
-    claims.resize(descriptors.len(), EspStatus::NotProcessed);
-    claim_numbers(table, packets.len(), descriptors, &mut claims);
-    for ((d, s), &claimed) in descriptors.iter().zip(status.iter_mut()).zip(claims.iter()) {
-        *s = one(table, lane, claimed, packets, d);
-        lane.counters.record_status(*s);
-        if *s == EspStatus::Ok {
-            summary.ok += 1;
-        } else {
-            summary.failed += 1;
+    let (mut ds, mut ss) = (descriptors, status);
+    while let Some(first) = ds.first() {
+        let n = ds.iter().take_while(|d| d.sa == first.sa && d.opcode == first.opcode).count();
+        let (Some((run, ds_rest)), Some((st, ss_rest))) =
+            (ds.split_at_checked(n), core::mem::take(&mut ss).split_at_mut_checked(n))
+        else {
+            break;
+        };
+        run_of(table, lane, packets, run, st);
+        for s in st.iter() {
+            lane.counters.record_status(*s);
+            if *s == EspStatus::Ok {
+                summary.ok += 1;
+            } else {
+                summary.failed += 1;
+            }
         }
+        (ds, ss) = (ds_rest, ss_rest);
     }
-    lane.claims = claims;
     summary
 }
 

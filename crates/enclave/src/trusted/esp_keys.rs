@@ -10,8 +10,9 @@
 //! Every byte here is counted in [`crate::MemoryReport::esp_sa_bytes`]. A key leaving the
 //! cache (eviction, SA delete, instance drop) is overwritten in place with a key of the same
 //! algorithm made from zeros first, as ring keys are not `Zeroize` (see `seal::scrub_aead_key`).
-//! Stack temporaries of an expansion are cleared by the stack scrub of every delete
-//! (`trusted::scrub_stack`), like those of the per-packet crypto calls.
+//! Stack temporaries of an expansion are cleared right after it (`EXPANSION_SCRUB` bytes
+//! below [`KeyCache::get`], about twice the expansion's time); those of the per-packet crypto
+//! calls by the stack scrub of every delete (`trusted::scrub_stack`).
 
 use super::seal::scrub_aead_key;
 use ring::aead::{Algorithm, LessSafeKey, UnboundKey};
@@ -36,6 +37,11 @@ struct Cached {
     owner: u64,
     key: LessSafeKey,
 }
+
+/// Bytes of stack cleared below [`KeyCache::get`] after an expansion: four times what ring's
+/// key set-up and the move of the new entry leave (`tests/key_exposure.rs` still finds key
+/// bytes with 2 KB, none with 4 KB).
+const EXPANSION_SCRUB: usize = 16 * 1024;
 
 /// The cache of one enclave instance.
 pub(crate) struct KeyCache {
@@ -70,6 +76,10 @@ impl KeyCache {
         if self.entries.get(i).is_none_or(|e| e.owner != owner) {
             i = self.fill(owner, alg, raw)?;
             *slot = u32::try_from(i).ok()?;
+            // The expansion moved the schedule (whose first round keys are the raw key)
+            // through frames below this one; clear them now rather than trust that a later
+            // `scrub_stack` runs from a deep enough frame to reach them.
+            super::scrub_stack_by::<EXPANSION_SCRUB>();
         }
         self.entries.get(i).map(|e| &e.key)
     }

@@ -28,8 +28,6 @@ pub(crate) struct Lane {
     /// Private scratch for DECRYPT_FORWARD and CBC, allocated once.
     pub(crate) scratch: Zeroizing<Vec<u8>>,
     pub(crate) counters: Counters,
-    /// Per descriptor of the batch at hand: its sequence number's claim (see `esp::batch`).
-    pub(crate) claims: Vec<EspStatus>,
 }
 
 impl Lane {
@@ -41,7 +39,6 @@ impl Lane {
             spare: NO_SLOT,
             scratch: Zeroizing::new(vec![0u8; esp::SCRATCH_LEN]),
             counters: Counters::default(),
-            claims: Vec::new(),
         }
     }
 
@@ -79,9 +76,7 @@ impl Lane {
 
     /// Bytes the lane holds whatever the SAs: itself and its scratch.
     pub(crate) fn fixed_bytes(&self) -> usize {
-        core::mem::size_of::<Self>()
-            + self.scratch.capacity()
-            + self.claims.capacity() * core::mem::size_of::<EspStatus>()
+        core::mem::size_of::<Self>() + self.scratch.capacity()
     }
 }
 

@@ -66,9 +66,14 @@ const STACK_SCRUB: usize = 64 * 1024;
 /// calls, so the frames those calls used are overwritten and no copy of a deleted key
 /// outlives it. Needs a thread stack larger than [`STACK_SCRUB`] (the default 8 MiB main
 /// stack and 2 MiB thread stacks are).
-#[inline(never)]
 pub(crate) fn scrub_stack() {
-    let mut area = [0u8; STACK_SCRUB];
+    scrub_stack_by::<STACK_SCRUB>();
+}
+
+/// Overwrites `N` bytes of stack below the caller with zeros (see [`scrub_stack`]).
+#[inline(never)]
+pub(crate) fn scrub_stack_by<const N: usize>() {
+    let mut area = [0u8; N];
     zeroize::Zeroize::zeroize(&mut area[..]);
     core::hint::black_box(&area);
 }
