@@ -381,11 +381,44 @@ pub(crate) struct Reservation {
 }
 
 impl Reservation {
+    /// The run's first sequence number.
+    pub(crate) fn first_seq(&self) -> u64 {
+        self.first_seq
+    }
+
     /// The SA's usage totals once the `k`-th packet of the run (from 0), of `len` bytes with
     /// `bytes_before` bytes of the run ahead of it, is counted.
     fn totals(&self, k: u64, bytes_before: u64, len: u64) -> (u64, u64) {
         let packets = self.packets_before.saturating_add(k).saturating_add(1);
         (packets, self.bytes_before.saturating_add(bytes_before).saturating_add(len))
+    }
+
+    /// Whether [`OutboundRuntime::judge`] gives every packet `k` of this run, `packets`
+    /// packets of `bytes` bytes in all, its number `first_seq + k` and no crossing: every
+    /// number in the space, and no limit within the run's span of the SA's totals (a soft
+    /// one may lie behind it). Then the caller may skip the per-packet judging; otherwise
+    /// some packet crosses or breaks a limit, or the run is at an edge of the counters, and
+    /// each packet must be judged.
+    pub(crate) fn is_clear(&self, packets: u64, bytes: u64, esn: bool, life: &Lifetime) -> bool {
+        let last = if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
+        let Some(last_seq) = (self.first_seq.checked_add(packets)).and_then(|e| e.checked_sub(1)) else {
+            return false;
+        };
+        let (Some(packets_end), Some(bytes_end)) =
+            (self.packets_before.checked_add(packets), self.bytes_before.checked_add(bytes))
+        else {
+            return false;
+        };
+        // A packet crosses limit `l` when its total reaches `l` from below: the run's totals
+        // span (before, end]. A hard limit behind it means the SA is over it already.
+        let soft_clear = |l: Option<u64>, before: u64, end: u64| l.is_none_or(|l| l > end || l <= before);
+        let hard_clear = |l: Option<u64>, end: u64| l.is_none_or(|l| l > end);
+        self.first_seq != 0
+            && last_seq <= last
+            && soft_clear(life.soft.packets, self.packets_before, packets_end)
+            && soft_clear(life.soft.bytes, self.bytes_before, bytes_end)
+            && hard_clear(life.hard.packets, packets_end)
+            && hard_clear(life.hard.bytes, bytes_end)
     }
 }
 
@@ -786,6 +819,63 @@ mod tests {
             "198.18.0.1".parse().unwrap(),
             "198.18.1.1".parse().unwrap(),
         )
+    }
+
+    /// `is_clear` against judging each packet: over runs placed at, just before and just
+    /// past every limit and at the ends of the number space, a clear run's packets are all
+    /// judged `Ok((first + k, false))`, and every other run has a packet judged otherwise,
+    /// but for totals at the end of the counters, which are always judged one by one.
+    #[test]
+    fn a_clear_run_is_exactly_one_that_judging_leaves_alone() {
+        let lens = [1u64, 60, 1400, 7];
+        let marks = [5u64, 6, 7, 8, 9, 10, 11, 1000, 1460, 1461, 1467, 1468, 2000];
+        let mut checked = (0, 0);
+        for esn in [false, true] {
+            let firsts =
+                [0, 1, 2, u64::from(u32::MAX) - 3, u64::from(u32::MAX) - 2, u64::MAX - 4, u64::MAX - 3];
+            for first_seq in firsts {
+                for (packets_before, bytes_before) in
+                    [(0, 0), (5, 60), (7, 1461), (u64::MAX - 2, u64::MAX - 70)]
+                {
+                    for limit in marks.iter().map(|&m| Some(m)).chain([None]) {
+                        for which in 0..4 {
+                            let mut life = Lifetime::default();
+                            match which {
+                                0 => life.soft.packets = limit.map(|l| l % 20),
+                                1 => life.soft.bytes = limit,
+                                2 => life.hard.packets = limit.map(|l| l % 20 + 3),
+                                _ => life.hard.bytes = limit,
+                            }
+                            let rt = OutboundRuntime::new(1500);
+                            let bytes: u64 = lens.iter().sum();
+                            let r = Reservation { first_seq, packets_before, bytes_before };
+                            let clear = r.is_clear(4, bytes, esn, &life);
+                            let mut ahead = 0;
+                            let untouched = lens.iter().enumerate().all(|(k, &len)| {
+                                let k = k as u64;
+                                let j = rt.judge(&r, k, ahead, len, esn, &life);
+                                ahead += len;
+                                j == Ok((first_seq.wrapping_add(k), false))
+                            });
+                            let case =
+                                format!("{first_seq} {packets_before} {bytes_before} {life:?} esn {esn}");
+                            if packets_before < u64::MAX / 2 {
+                                assert_eq!(clear, untouched, "{case}");
+                            } else {
+                                // Totals that saturate: judged one by one, whatever the limits.
+                                assert!(!clear, "{case}");
+                            }
+                            if clear {
+                                checked.0 += 1;
+                            } else {
+                                checked.1 += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked.0 > 100 && checked.1 > 100, "both outcomes covered: {checked:?}");
     }
 
     #[test]

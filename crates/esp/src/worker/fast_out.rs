@@ -60,7 +60,10 @@ impl Worker {
         let rt = sa.runtime();
         let before = shape.before();
         let n = batch.len;
-        let reservation = rt.reserve(u64::try_from(n).unwrap_or(u64::MAX), plan.bytes);
+        let count = u64::try_from(n).unwrap_or(u64::MAX);
+        let reservation = rt.reserve(count, plan.bytes);
+        // Most runs are far from every limit: then each packet's number is the next one.
+        let clear = reservation.is_clear(count, plan.bytes, cfg.esn, &cfg.lifetime);
         let mut bytes_before = 0u64;
         'packets: for i in 0..n {
             // `plan` checked every bound used here: of these reasons only the lifetime's
@@ -93,7 +96,11 @@ impl Worker {
                 }
                 let len64 = u64::try_from(len).unwrap_or(u64::MAX);
                 let nth = u64::try_from(i).unwrap_or(u64::MAX);
-                let judged = rt.judge(&reservation, nth, bytes_before, len64, cfg.esn, &cfg.lifetime);
+                let judged = if clear {
+                    Ok((reservation.first_seq() + nth, false))
+                } else {
+                    rt.judge(&reservation, nth, bytes_before, len64, cfg.esn, &cfg.lifetime)
+                };
                 bytes_before = bytes_before.saturating_add(len64);
                 let (seq, crossed) = match judged {
                     Ok(v) => v,
