@@ -409,6 +409,10 @@ fn encrypt_run(
         };
     }
     claim_run(sa, run, status);
+    if !status.contains(&EspStatus::Ok) {
+        // Nothing to seal: no key to expand.
+        return;
+    }
     let aead = sa.aead(keys, slot);
     let lens = (sa.suite.cipher.iv_len(), sa.suite.icv_len());
     for (d, s) in run.iter().zip(status.iter_mut()) {
