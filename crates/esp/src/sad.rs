@@ -246,6 +246,16 @@ impl Usage {
     }
 }
 
+/// The last sequence number an outbound SA may send: 2^32 - 1 without ESN, 2^64 - 2 with it
+/// (2^64 - 1 is where the counter saturates, RFC 4303 §3.3.3: a sender never cycles it).
+fn last_seq(esn: bool) -> u64 {
+    if esn {
+        u64::MAX - 1
+    } else {
+        u64::from(u32::MAX)
+    }
+}
+
 /// The hot part of an outbound SA, shared by every worker.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -306,7 +316,7 @@ impl OutboundRuntime {
     /// with it); otherwise `SeqExhausted`, and the SA expires (RFC 4303 §3.3.3: a sender
     /// never cycles the counter). `None`: past the end of the space.
     fn usable(&self, seq: Option<u64>, esn: bool) -> core::result::Result<u64, DropReason> {
-        let last = if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
+        let last = last_seq(esn);
         seq.filter(|&s| s != 0 && s <= last).ok_or_else(|| {
             self.usage.expired.store(true, Ordering::Relaxed);
             DropReason::SeqExhausted
@@ -400,8 +410,7 @@ impl Reservation {
     /// some packet crosses or breaks a limit, or the run is at an edge of the counters, and
     /// each packet must be judged.
     pub(crate) fn is_clear(&self, packets: u64, bytes: u64, esn: bool, life: &Lifetime) -> bool {
-        let last = if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
-        let Some(last_seq) = (self.first_seq.checked_add(packets)).and_then(|e| e.checked_sub(1)) else {
+        let Some(run_last) = self.first_seq.checked_add(packets).and_then(|e| e.checked_sub(1)) else {
             return false;
         };
         let (Some(packets_end), Some(bytes_end)) =
@@ -414,7 +423,7 @@ impl Reservation {
         let soft_clear = |l: Option<u64>, before: u64, end: u64| l.is_none_or(|l| l > end || l <= before);
         let hard_clear = |l: Option<u64>, end: u64| l.is_none_or(|l| l > end);
         self.first_seq != 0
-            && last_seq <= last
+            && run_last <= last_seq(esn)
             && soft_clear(life.soft.packets, self.packets_before, packets_end)
             && soft_clear(life.soft.bytes, self.bytes_before, bytes_end)
             && hard_clear(life.hard.packets, packets_end)
@@ -631,9 +640,8 @@ fn evaluate(
     let bytes = usage.bytes.load(Ordering::Relaxed);
     let age = now.saturating_duration_since(life.installed);
     // The sequence number space, outbound only: used up (hard) or 7/8 used (soft).
-    let last = |esn: bool| if esn { u64::MAX - 1 } else { u64::from(u32::MAX) };
-    let seq_exhausted = seq.is_some_and(|(next, esn)| next > last(esn));
-    let seq_late = seq.is_some_and(|(next, esn)| next.saturating_sub(1) >= last(esn) / 8 * 7);
+    let seq_exhausted = seq.is_some_and(|(next, esn)| next > last_seq(esn));
+    let seq_late = seq.is_some_and(|(next, esn)| next.saturating_sub(1) >= last_seq(esn) / 8 * 7);
     if !life.hard_reported {
         // The data path refuses the first packet above a hard count, so "reached" is "above".
         let over = |l: Option<u64>, n: u64| l.is_some_and(|l| n > l);
