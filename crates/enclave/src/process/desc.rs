@@ -13,7 +13,8 @@
 //! 16..48  body             call:  opcode u16 | 0 u16 | arg_off u32 | arg_len u32
 //!                                 | res_off u32 | res_cap u32 | 0 x12
 //!                          batch: first u32 | count u32 | 0 x24
-//! 48..64  reserved, zero
+//! 48..60  reserved, zero
+//! 60..64  ring stamp       written by the ring when it publishes the slot (ring.rs)
 //! ```
 //!
 //! A batch is descriptor table entries `first .. first + count`, each the 32-byte
@@ -31,7 +32,8 @@
 //! 11      reserved, zero
 //! 12..16  result_len u32   call: bytes written at res_off (result or encoded error);
 //!                          batch: statuses written (its count)
-//! 16..64  reserved, zero
+//! 16..60  reserved, zero
+//! 60..64  ring stamp
 //! ```
 
 use super::layout::{COMPLETION_SLOT, REQUEST_SLOT, STATUS_BYTES};
@@ -132,9 +134,10 @@ pub fn request_header(s: &[u8; REQUEST_SLOT]) -> (u8, u64) {
     (s[0], u64_at(s, 8))
 }
 
-/// Decodes a private copy of a request slot; reserved bytes must be zero.
+/// Decodes a private copy of a request slot; reserved bytes must be zero (the ring's stamp
+/// is not the slot format's).
 pub fn decode_request(s: &[u8; REQUEST_SLOT]) -> Result<Request, RejectReason> {
-    if !all_zero(&s[1..8]) || !all_zero(&s[48..64]) {
+    if !all_zero(&s[1..8]) || !all_zero(&s[48..60]) {
         return Err(RejectReason::ReservedBytes);
     }
     match s[0] {
@@ -255,16 +258,30 @@ mod tests {
         let batch = encode_batch(1, &BatchDescriptor { first: 0, count: 1 });
         let call =
             encode_call(1, &CallDescriptor { opcode: 1, arg_off: 0, arg_len: 0, res_off: 0, res_cap: 0 });
-        for i in (1..8).chain(24..64) {
+        for i in (1..8).chain(24..60) {
             let mut s = batch;
             s[i] = 0x80;
             assert_eq!(decode_request(&s), Err(RejectReason::ReservedBytes), "batch byte {i}");
         }
-        for i in (1..8).chain(18..20).chain(36..64) {
+        for i in (1..8).chain(18..20).chain(36..60) {
             let mut s = call;
             s[i] = 1;
             assert_eq!(decode_request(&s), Err(RejectReason::ReservedBytes), "call byte {i}");
         }
+    }
+
+    #[test]
+    fn the_ring_stamp_is_not_part_of_a_slot() {
+        let b = BatchDescriptor { first: 8, count: 2 };
+        let mut s = encode_batch(3, &b);
+        assert!(s[60..].iter().all(|&x| x == 0), "left for the ring");
+        s[60..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode_request(&s), Ok(Request::Batch(b)));
+        let c = Completion { cookie: 1, kind: KIND_BATCH, status: 0, reject: 0, result_len: 2 };
+        let mut e = c.encode();
+        assert!(e[60..].iter().all(|&x| x == 0), "left for the ring");
+        e[60..].copy_from_slice(&7u32.to_le_bytes());
+        assert_eq!(Completion::decode(&e), c);
     }
 
     #[test]

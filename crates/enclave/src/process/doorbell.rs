@@ -1,7 +1,7 @@
 //! Doorbells: non-blocking eventfds, rung only when the other side said it is asleep.
 //!
 //! A sleeper sets its "sleeping" flag in the control block, issues a full fence, re-checks
-//! its ring, and only then waits here; a producer publishes its ring head, issues a full
+//! its ring, and only then waits here; a producer publishes its entries (stamps), issues a full
 //! fence, and rings only if the flag is set. One of the two always sees the other's store,
 //! so no wake-up is lost, and a busy peer costs no system call at all.
 #![allow(unsafe_code)]

@@ -1,15 +1,18 @@
 //! Fuzz entry: arbitrary bytes as the gateway's side of the shared memory, served by the
 //! guest's ring loop over the mock enclave's in-memory SA table.
 //!
-//! Input layout: `u32 head | u32 completion tail | request slots (16 x 64 B) | descriptor
+//! Input layout: `u32 stamped | u32 completion tail | request slots (16 x 64 B) | descriptor
 //! table (64 x 32 B) | packet area bytes (4 KiB) | call area bytes ...`, each part cut short
-//! where the input ends. Nothing may panic; every slot consumed gets a completion; the guest
+//! where the input ends. The first `stamped` slots get the stamps an honest gateway writes
+//! when it publishes them; the others keep whatever stamp bytes the input gave them. The
+//! completion tail is stored after the guest started, as a gateway that lies about it would.
+//! Nothing may panic; every slot consumed gets a completion; the guest
 //! never writes the descriptor table, writes status entries only inside the runs of batches
 //! it accepted, and leaves the packet area untouched unless a trusted batch ran.
 
 use super::desc::{self, Request};
 use super::guest::Server;
-use super::layout::{Geometry, Layout, DESCRIPTOR_BYTES, REQUEST_SLOT, STATUS_BYTES};
+use super::layout::{Geometry, Layout, COMPLETION_SLOT, DESCRIPTOR_BYTES, REQUEST_SLOT, STATUS_BYTES};
 use super::mock::MockEnclave;
 use super::ring;
 use super::shm::SharedMem;
@@ -49,7 +52,7 @@ pub fn ring_input(data: &[u8]) {
     let (shm, layout) = (&f.shm, f.layout);
     shm.zero(0, layout.total);
     let word = |i: usize| data.get(i..i + 4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    let head = word(0);
+    let stamped = word(0);
     let comp_tail = word(4);
     ring::reset(shm, &layout.requests, 0);
     ring::reset(shm, &layout.completions, 0);
@@ -65,11 +68,11 @@ pub fn ring_input(data: &[u8]) {
     shm.write_from(layout.call, call);
     let statuses = GEOMETRY.descriptors as usize * STATUS_BYTES;
     shm.write_from(layout.statuses, &vec![UNWRITTEN; statuses]);
-    if let Some(a) = shm.atomic_u32(layout.requests.head) {
-        a.store(head, Ordering::Release);
-    }
-    if let Some(a) = shm.atomic_u32(layout.completions.tail) {
-        a.store(comp_tail, Ordering::Release);
+    for i in 0..stamped.min(GEOMETRY.slots) {
+        let at = layout.requests.slot_offset(i) + REQUEST_SLOT - ring::STAMP_BYTES;
+        if let Some(a) = shm.atomic_u32(at) {
+            a.store(i, Ordering::Release);
+        }
     }
 
     let mut enclave = MockEnclave::new(MAX_BATCH);
@@ -89,13 +92,19 @@ pub fn ring_input(data: &[u8]) {
     let _ = enclave.esp_sa_delete(crate::api::handle::EspSaHandle(0x4200_0000));
 
     let Ok(mut server) = Server::new(shm.clone(), layout, MAX_BATCH) else { return };
+    let Ok(completions) = ring::Consumer::<COMPLETION_SLOT>::new(shm.clone(), layout.completions) else {
+        return;
+    };
+    if let Some(a) = shm.atomic_u32(layout.completions.tail) {
+        a.store(comp_tail, Ordering::Release);
+    }
     let before = read(shm, layout.packet_range().start, layout.packet_range().len());
     let n = server.poll(&mut enclave);
     let batches = enclave.counters().batches;
-    // Slots were consumed only if the head was honest and completions had room, and each
+    // Slots were consumed only in stamp order and while completions had room, and each
     // consumed slot got its completion.
     assert!(n <= GEOMETRY.slots);
-    let published = shm.atomic_u32(layout.completions.head).map_or(0, |a| a.load(Ordering::Acquire));
+    let published = completions.available(u32::MAX);
     assert_eq!(published, n, "one completion per consumed slot");
     if batches == 0 {
         // No trusted batch ran: the packet area must be exactly as the gateway left it.

@@ -175,10 +175,9 @@ impl Server {
         &self.rejects
     }
 
-    /// Whether the gateway has queued anything (a lying head counts as something: the next
-    /// [`Self::poll`] counts and skips it).
+    /// Whether the gateway has queued anything.
     pub fn has_work(&self) -> bool {
-        !matches!(self.requests.available(), Ok(0))
+        self.requests.ready(0)
     }
 
     fn reject(&mut self, r: RejectReason) {
@@ -186,42 +185,30 @@ impl Server {
         self.rejects_dirty = true;
     }
 
-    /// Handles everything queued (bounded by the free completion slots); returns the
+    /// Handles what is queued, in order, up to [`POLL_LIMIT`] slots and while the completion
+    /// ring has room; returns the
     /// number of request slots consumed. Each slot's completion is published as soon as it
     /// is done, so the gateway can reuse a finished batch's packets while later batches run.
+    /// The next entry is known from its slot's stamp, a line this loop prefetched while the
+    /// previous batch's crypto ran.
     pub fn poll<E: Enclave + ?Sized>(&mut self, enclave: &mut E) -> u32 {
-        let avail = match self.requests.available() {
-            Ok(n) => n,
-            Err(c) => {
-                // More entries claimed than the ring holds: skip them unread.
-                self.reject(RejectReason::OversizedBatch);
-                self.requests.skip_to(c.observed);
-                self.publish_counters();
-                return 0;
-            }
-        };
-        if avail == 0 {
-            return 0;
-        }
-        let free = match self.completions.free_at_least(avail) {
-            Ok(n) => {
-                self.completion_ring_corrupt = false;
-                n
-            }
-            Err(_) => {
-                // Count once per episode, not once per spin.
-                if !self.completion_ring_corrupt {
-                    self.completion_ring_corrupt = true;
-                    self.reject(RejectReason::CorruptIndex);
-                    self.publish_counters();
+        let mut n = 0u32;
+        while n < POLL_LIMIT && self.requests.ready(n) {
+            match self.completions.free_at_least(1) {
+                Ok(0) => break,
+                Ok(_) => self.completion_ring_corrupt = false,
+                Err(_) => {
+                    // Count once per episode, not once per spin.
+                    if !self.completion_ring_corrupt {
+                        self.completion_ring_corrupt = true;
+                        self.reject(RejectReason::CorruptIndex);
+                        self.publish_counters();
+                    }
+                    break;
                 }
-                return 0;
             }
-        };
-        let n = avail.min(free);
-        for pos in 0..n {
             let mut slot = [0u8; REQUEST_SLOT];
-            self.requests.read(pos, &mut slot);
+            self.requests.read(n, &mut slot);
             let (kind, cookie) = desc::request_header(&slot);
             let done = match desc::decode_request(&slot) {
                 Err(r) => {
@@ -235,11 +222,15 @@ impl Server {
                         result_len: 0,
                     }
                 }
-                Ok(Request::Batch(b)) => self.serve_batch(enclave, &b, cookie, pos),
+                Ok(Request::Batch(b)) => self.serve_batch(enclave, &b, cookie, n),
                 Ok(Request::Call(c)) => self.serve_call(enclave, &c, cookie),
             };
             self.completions.write(0, &done.encode());
             self.completions.publish(1);
+            n += 1;
+        }
+        if n == 0 {
+            return 0;
         }
         // One store for all the slots taken: the host reads this index rarely (see
         // `Producer::free_at_least`), so it need not move per slot.
@@ -920,6 +911,10 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> Result<(), ProcessErro
 /// multiple of 64, the looks between clock reads.
 const YIELD_EVERY: u32 = 256;
 
+/// Most request slots one [`Server::poll`] takes before it releases them: a gateway that
+/// keeps the ring busy must see slots come free long before it has written a ring's worth.
+pub const POLL_LIMIT: u32 = 16;
+
 /// Serves until asked to stop or until the gateway is gone.
 fn serve<E: Enclave + ?Sized>(
     shm: &SharedMem,
@@ -1090,7 +1085,7 @@ mod tests {
             self.req.publish(u32::try_from(slots.len()).unwrap());
             let n = self.server.poll(&mut self.enclave);
             assert_eq!(n as usize, slots.len());
-            let avail = self.comp.available().unwrap();
+            let avail = self.comp.available(u32::MAX);
             let mut out = Vec::new();
             for i in 0..avail {
                 let mut s = [0u8; COMPLETION_SLOT];
@@ -1310,19 +1305,63 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_ring_head_is_skipped_unread_and_counted() {
+    fn a_slot_without_its_stamp_is_not_read() {
         let mut r = rig(32);
-        // The gateway claims 9 entries in an 8-slot ring.
-        r.shm.atomic_u32(r.layout.requests.head).unwrap().store(9, Ordering::Release);
-        assert_eq!(r.server.poll(&mut r.enclave), 0);
-        assert_eq!(r.server.rejects().get(RejectReason::OversizedBatch), 1);
-        assert_eq!(r.comp.available(), Ok(0), "no completion for a batch that was never read");
-        assert!(!r.server.has_work(), "resynchronized at the claimed head");
-        // The ring works again afterwards.
-        r.req = Producer::new(r.shm.clone(), r.layout.requests).unwrap();
         let out = r.pair.outbound;
-        let (_, st) = r.batch(1, 0, &[EspDescriptor::encrypt(out, 0, 64, 1)]);
-        assert_eq!(st[0].0, EspStatus::Ok);
+        r.put(0, &[EspDescriptor::encrypt(out, 0, 64, 1).encode()]);
+        r.req.write(0, &encode_batch(1, &BatchDescriptor { first: 0, count: 1 }));
+        let stamp = r.layout.requests.slot_offset(0) + REQUEST_SLOT - ring::STAMP_BYTES;
+        let stamp = r.shm.atomic_u32(stamp).unwrap();
+        // Written but not stamped, or stamped for another lap (8 slots) or another entry: the
+        // guest waits, reads nothing and answers nothing.
+        for forged in [None, Some(8u32), Some(u32::MAX - 7), Some(1)] {
+            if let Some(v) = forged {
+                stamp.store(v, Ordering::Release);
+            }
+            assert!(!r.server.has_work(), "{forged:?}");
+            assert_eq!(r.server.poll(&mut r.enclave), 0, "{forged:?}");
+        }
+        assert_eq!(r.comp.available(u32::MAX), 0, "no completion for a slot never read");
+        assert_eq!(r.enclave.counters().batches, 0);
+        assert!(r.packets().iter().all(|&b| b == 0));
+        assert_eq!(r.server.rejects(), &RejectCounters::default(), "waiting is not a refusal");
+        // Stamped as entry 0, it runs.
+        stamp.store(0, Ordering::Release);
+        assert_eq!(r.server.poll(&mut r.enclave), 1);
+        assert_eq!(r.statuses(0, 1), [(EspStatus::Ok, None)]);
+    }
+
+    #[test]
+    fn a_busy_gateway_sees_slots_released_every_poll_limit() {
+        // A ring of 64 slots filled at once: one poll takes POLL_LIMIT of them and frees them
+        // before the next poll, so a gateway writing ahead never waits for a whole ring.
+        let layout = Layout::new(Geometry { slots: 64, ..G }).unwrap();
+        let shm = Arc::new(SharedMem::create(layout.total).unwrap());
+        ring::reset(&shm, &layout.requests, 0);
+        ring::reset(&shm, &layout.completions, 0);
+        let mut req = Producer::<REQUEST_SLOT>::new(shm.clone(), layout.requests).unwrap();
+        let mut comp = Consumer::<COMPLETION_SLOT>::new(shm.clone(), layout.completions).unwrap();
+        let mut server = Server::new(shm.clone(), layout, 32).unwrap();
+        let mut enclave = MockEnclave::new(32);
+        for i in 0..64u32 {
+            // An empty batch: a slot the guest answers without the trusted core.
+            req.write(i, &encode_batch(u64::from(i), &BatchDescriptor { first: 0, count: 0 }));
+        }
+        req.publish(64);
+        assert_eq!(req.free(), Ok(0));
+        let mut seen = 0u32;
+        while seen < 64 {
+            assert_eq!(server.poll(&mut enclave), POLL_LIMIT);
+            seen += POLL_LIMIT;
+            assert_eq!(req.free(), Ok(seen), "released as soon as the poll ends");
+            let got = comp.available(u32::MAX);
+            assert_eq!(got, POLL_LIMIT);
+            let mut c = [0u8; COMPLETION_SLOT];
+            comp.read(0, &mut c);
+            assert_eq!(Completion::decode(&c).cookie, u64::from(seen - POLL_LIMIT), "in order");
+            comp.release(got);
+        }
+        assert_eq!(server.poll(&mut enclave), 0);
     }
 
     #[test]

@@ -510,12 +510,9 @@ impl Host {
         let mut got = 0u32;
         let mut spins = 0u32;
         while got < n {
-            let avail = self
-                .completions
-                .available()
-                .map_err(|_| ProcessError::Protocol { why: "completion ring index corrupt" })?;
+            let avail = self.completions.available(n - got);
             if avail > 0 {
-                let take = avail.min(n - got);
+                let take = avail;
                 for i in 0..take {
                     let mut s = [0u8; COMPLETION_SLOT];
                     self.completions.read(i, &mut s);
@@ -544,7 +541,7 @@ impl Host {
             }
             self.set_u32(ctl::HOST_WAITING, 1);
             fence(Ordering::SeqCst);
-            let still_empty = matches!(self.completions.available(), Ok(0));
+            let still_empty = !self.completions.ready(0);
             let r = if still_empty { self.sleep_on_completions(Duration::from_millis(100)) } else { Ok(()) };
             self.set_u32(ctl::HOST_WAITING, 0);
             r?;

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! 0        control block (one page): magic, geometry echo, state, wake-up flags, counters
-//! 4096     request ring:    head (own cache line) | tail (own line) | slots x 64 B
-//! ...      completion ring: head (own cache line) | tail (own line) | slots x 64 B
+//! 4096     request ring:    tail (own cache line) | slots x 64 B, each stamped
+//! ...      completion ring: tail (own cache line) | slots x 64 B, each stamped
 //! page     descriptor table: descriptors x 32 B   (gateway writes, enclave reads)
 //! page     status table:     descriptors x 2 B    (enclave writes, gateway reads)
 //! page     packet area      (ESP descriptors' offsets are relative to its start)
@@ -13,8 +13,10 @@
 //! An ESP batch is one request slot naming a run of the descriptor table (first index,
 //! count); its statuses go to the same indices of the status table. The two tables are
 //! written by different sides, so they sit on different pages: no cache line holds bytes
-//! that both processes' cores write. For the same reason head and tail of a ring sit on
-//! separate 64-byte lines. The guest computes this layout from its own command line and
+//! that both processes' cores write. For the same reason a ring's consumer index has a line
+//! of its own, and a ring has no producer index at all: the producer stamps each slot (the
+//! slot's last four bytes) when it publishes it, so the consumer learns of an entry from the
+//! line it reads anyway (`ring.rs`). The guest computes this layout from its own command line and
 //! checks the memfd's size against it; it never reads offsets or sizes back from the shared
 //! memory.
 
@@ -52,7 +54,7 @@ pub const MAX_CALL_AREA: u32 = 16 << 20;
 /// `"CLSTRENC"`: the control block's magic, written by the host.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CLSTRENC");
 /// Layout version; bumped whenever anything in this file changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Offsets of the control block's fields. All fields are little-endian and naturally
 /// aligned; the ones two sides touch concurrently are accessed only atomically.
@@ -122,9 +124,8 @@ impl Default for Geometry {
 /// A ring's offsets in the shared memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingLayout {
-    /// Offset of the producer index (`u32`).
-    pub head: usize,
-    /// Offset of the consumer index (`u32`).
+    /// Offset of the consumer index (`u32`); the producer's entries carry their own stamps
+    /// (see `ring.rs`).
     pub tail: usize,
     /// Offset of slot 0.
     pub slots: usize,
@@ -196,9 +197,8 @@ impl Layout {
             });
         }
         let ring = |start: usize, slot_size: usize| RingLayout {
-            head: start,
-            tail: start + CACHE_LINE,
-            slots: start + 2 * CACHE_LINE,
+            tail: start,
+            slots: start + CACHE_LINE,
             slot_size,
             capacity: g.slots,
         };
@@ -242,10 +242,10 @@ mod tests {
     #[test]
     fn default_layout_is_aligned_and_disjoint() {
         let l = Layout::new(Geometry::default()).unwrap();
-        assert_eq!(l.requests.head % CACHE_LINE, 0);
-        assert_eq!(l.requests.tail - l.requests.head, CACHE_LINE);
-        assert_eq!(l.completions.head % CACHE_LINE, 0);
-        assert!(l.requests.end() <= l.completions.head);
+        assert_eq!(l.requests.tail % CACHE_LINE, 0);
+        assert_eq!(l.requests.slots - l.requests.tail, CACHE_LINE);
+        assert_eq!(l.completions.tail % CACHE_LINE, 0);
+        assert!(l.requests.end() <= l.completions.tail);
         assert!(l.completions.end() <= l.descriptors);
         assert_eq!((l.descriptors % PAGE, l.statuses % PAGE), (0, 0));
         assert!(l.descriptor_offset(l.geometry.descriptors) <= l.statuses);

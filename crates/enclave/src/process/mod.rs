@@ -31,8 +31,10 @@
 //! of the descriptor table (packed 32-byte descriptors) and *one* completion; the statuses go
 //! to the same run of the status table (2 bytes each). Slots and table entries are read and
 //! written as bytes at fixed offsets ([`desc`]), never as Rust structs; the guest keeps its
-//! own ring indices privately and only *publishes* them, so a gateway that scribbles over the
-//! indices can make the guest skip or stall, never index outside a ring ([`ring`]).
+//! own ring indices privately and only *publishes* them, and takes an entry only when its
+//! slot carries exactly the entry's index (the producer's stamp), so a gateway that scribbles
+//! over indices or stamps can make the guest skip or stall, never index outside a ring
+//! ([`ring`]).
 //!
 //! # Iago defence (Slick §4.6, applied to offsets)
 //!
@@ -52,8 +54,8 @@
 //! # Speed
 //!
 //! One batch is one crossing and one ring entry each way: the gateway writes its descriptors
-//! (two to a cache line) into the descriptor table, one request slot, publishes the ring head
-//! once and rings the doorbell (an eventfd write) only if the enclave went to sleep; the
+//! (two to a cache line) into the descriptor table, one request slot, stamps that slot (no
+//! ring head: the enclave learns of the entry from the slot it reads anyway) and rings the doorbell (an eventfd write) only if the enclave went to sleep; the
 //! enclave answers with the batch's statuses (32 to a cache line) and one completion slot.
 //! Per packet, only half a cache line of descriptor and two status bytes cross between the
 //! two cores (a slot of its own per packet each way, as in the first ring format, made the

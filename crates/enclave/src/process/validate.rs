@@ -45,8 +45,9 @@ pub enum RejectReason {
     BadLength = 5,
     /// DECRYPT_FORWARD: the outer header offset is not 20..=68 bytes before the ESP header.
     BadOuterHeader = 6,
-    /// The request ring's head claimed more entries than the ring holds; the batch was
-    /// skipped unread.
+    /// Retired with layout version 3, which has no request ring head that could claim more
+    /// entries than the ring holds; never counted now, kept so that the codes after it and
+    /// the counters' positions stay as they were.
     OversizedBatch = 7,
     /// The completion ring's tail (the gateway's index) is inconsistent with ours.
     CorruptIndex = 8,
