@@ -510,9 +510,9 @@ impl Host {
         let mut got = 0u32;
         let mut spins = 0u32;
         while got < n {
-            let avail = self.completions.available(n - got);
-            if avail > 0 {
-                let take = avail;
+            // At most the ones we wait for: a later entry belongs to the next caller.
+            let take = self.completions.available(n - got);
+            if take > 0 {
                 for i in 0..take {
                     let mut s = [0u8; COMPLETION_SLOT];
                     self.completions.read(i, &mut s);
