@@ -1310,8 +1310,7 @@ mod tests {
         let out = r.pair.outbound;
         r.put(0, &[EspDescriptor::encrypt(out, 0, 64, 1).encode()]);
         r.req.write(0, &encode_batch(1, &BatchDescriptor { first: 0, count: 1 }));
-        let stamp = r.layout.requests.slot_offset(0) + REQUEST_SLOT - ring::STAMP_BYTES;
-        let stamp = r.shm.atomic_u32(stamp).unwrap();
+        let stamp = r.shm.atomic_u32(r.layout.requests.stamp_offset(0)).unwrap();
         // Written but not stamped, or stamped for another lap (8 slots) or another entry: the
         // guest waits, reads nothing and answers nothing.
         for forged in [None, Some(8u32), Some(u32::MAX - 7), Some(1)] {

@@ -121,6 +121,10 @@ impl Default for Geometry {
     }
 }
 
+/// Bytes at the end of every ring slot that hold its stamp (`ring.rs`); the slot formats
+/// leave them out.
+pub const STAMP_BYTES: usize = 4;
+
 /// A ring's offsets in the shared memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingLayout {
@@ -141,6 +145,11 @@ impl RingLayout {
         // `capacity` is a power of two, so the mask keeps the slot number below it.
         let slot = (index & (self.capacity - 1)) as usize;
         self.slots + slot * self.slot_size
+    }
+
+    /// Offset of the stamp of the slot that ring index `index` maps to.
+    pub fn stamp_offset(&self, index: u32) -> usize {
+        self.slot_offset(index) + self.slot_size.saturating_sub(STAMP_BYTES)
     }
 
     fn end(&self) -> usize {

@@ -14,14 +14,11 @@
 //! as "not yet published"; a tail that claims more released entries than were produced is
 //! reported as [`RingCorrupt`]; slot offsets are masked, so no index can leave the ring.
 
-use super::layout::RingLayout;
+use super::layout::{RingLayout, STAMP_BYTES};
 use super::shm::SharedMem;
 use super::ProcessError;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-
-/// Bytes at the end of every slot that hold its stamp (the slot formats leave them out).
-pub const STAMP_BYTES: usize = 4;
 
 /// The consumer's published index is inconsistent with ours (more than a ring's worth
 /// apart): a protocol violation, counted by the guest, fatal for the host.
@@ -54,7 +51,7 @@ fn word(shm: &SharedMem, off: usize) -> &AtomicU32 {
 
 /// The stamp word of the slot that `index` maps to.
 fn stamp<'a>(shm: &'a SharedMem, ring: &RingLayout, index: u32) -> &'a AtomicU32 {
-    word(shm, ring.slot_offset(index) + ring.slot_size.saturating_sub(STAMP_BYTES))
+    word(shm, ring.stamp_offset(index))
 }
 
 /// The producing end: writes slots, then stamps them.
@@ -273,7 +270,7 @@ mod tests {
         assert!(!c.ready(0));
         p.publish(1);
         assert!(c.ready(0));
-        let stamp_at = |i: u32| shm.atomic_u32(ring.slot_offset(i) + REQUEST_SLOT - STAMP_BYTES);
+        let stamp_at = |i: u32| shm.atomic_u32(ring.stamp_offset(i));
         assert_eq!(
             stamp_at(1).unwrap().load(Ordering::Acquire),
             1u32.wrapping_sub(4),
@@ -284,7 +281,7 @@ mod tests {
     #[test]
     fn forged_stamps_and_a_lying_tail_are_not_used() {
         let (mut p, c, shm, ring) = pair(100, 4);
-        let stamp_at = |i: u32| shm.atomic_u32(ring.slot_offset(i) + REQUEST_SLOT - STAMP_BYTES).unwrap();
+        let stamp_at = |i: u32| shm.atomic_u32(ring.stamp_offset(i)).unwrap();
         // A stamp from the next lap, or from the lap before, or of another slot: not ready.
         for forged in [104, 96, 101, 0, u32::MAX] {
             stamp_at(100).store(forged, Ordering::Release);
