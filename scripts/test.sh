@@ -30,6 +30,9 @@ if [ "$rc" -ne 0 ]; then
   echo "cargo test failed"; echo "tests: $passed passed, $failed failed"; exit "$rc"
 fi
 
+echo "== hostile-gateway suite"
+./scripts/redteam.sh
+
 echo "== short fuzz runs"
 FUZZ_SECONDS=${FUZZ_SECONDS:-20} ./scripts/fuzz.sh
 

@@ -31,7 +31,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use enclave::attest::{verify_software_evidence, Evidence, EvidenceKind, Measurement};
+use enclave::attest::{
+    identity_report_data, verify_software_evidence, Evidence, EvidenceKind, EvidencePurpose, Measurement,
+};
+use enclave::migration::export_report_data;
 use enclave::migration::{verify_destination, DestinationKey, MigrationPackage, OaepHash};
 use enclave::TenantId;
 use migrate::{AgentSettings, HsmAgent, HsmKeys, KeyLabel};
@@ -47,10 +50,6 @@ use crate::platform::{hex, load_or_create_token, unhex};
 use crate::service::Inner;
 use crate::tenant::Command;
 
-/// Domain of the source's evidence (report data) over a package.
-const SOURCE_DOMAIN: &[u8] = b"cloister-migration-source-v1";
-/// Domain of the enclave's evidence over a backup package.
-const BACKUP_DOMAIN: &[u8] = b"cloister-backup-v1";
 /// The backup file's format name.
 pub(crate) const BACKUP_FORMAT: &str = "cloister-backup-v1";
 /// The largest package the destination takes in one request.
@@ -234,31 +233,6 @@ fn hsm_error(e: migrate::MigrateError) -> Error {
     Error::Migration(format!("HSM: {e}"))
 }
 
-/// The source's report data: its evidence binds the package to the destination key.
-pub(crate) fn source_report_data(tenant: u32, package: &[u8], destination_spki: &[u8]) -> [u8; 64] {
-    let mut c = ring::digest::Context::new(&ring::digest::SHA512);
-    c.update(SOURCE_DOMAIN);
-    c.update(&tenant.to_be_bytes());
-    c.update(ring::digest::digest(&ring::digest::SHA256, package).as_ref());
-    c.update(ring::digest::digest(&ring::digest::SHA256, destination_spki).as_ref());
-    let mut out = [0u8; 64];
-    out.copy_from_slice(c.finish().as_ref());
-    out
-}
-
-/// The backing-up enclave's report data: its evidence binds the package to the backup key
-/// it is wrapped for.
-pub(crate) fn backup_report_data(tenant: u32, package: &[u8], label: &str) -> [u8; 64] {
-    let mut c = ring::digest::Context::new(&ring::digest::SHA512);
-    c.update(BACKUP_DOMAIN);
-    c.update(&tenant.to_be_bytes());
-    c.update(ring::digest::digest(&ring::digest::SHA256, package).as_ref());
-    c.update(label.as_bytes());
-    let mut out = [0u8; 64];
-    out.copy_from_slice(c.finish().as_ref());
-    out
-}
-
 fn field(v: &Json, name: &str) -> Result<Vec<u8>> {
     v.get(name)
         .and_then(Json::as_str)
@@ -377,11 +351,19 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
     }))
 }
 
-/// Our enclave's measurement for tenant `name`, from its own evidence.
+/// Our enclave's measurement for tenant `name`, from its own identity evidence.
 fn own_measurement(inner: &Inner, name: &str) -> Result<Measurement> {
-    let nonce = [0u8; 64];
-    let own = call(inner, name, |reply| Command::Evidence { report_data: nonce, reply })??;
-    Ok(verify_software_evidence(&own, inner.platform.public_key(), &nonce)
+    let tenant = inner
+        .lock()
+        .get(name)
+        .map(|h| h.config.id)
+        .ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
+    let mut challenge = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut challenge)
+        .map_err(|_| Error::Internal { what: "random challenge".into() })?;
+    let own = call(inner, name, |reply| Command::Identity { challenge, reply })??;
+    let rd = identity_report_data(TenantId(tenant), &challenge);
+    Ok(verify_software_evidence(&own, inner.platform.public_key(), EvidencePurpose::Identity, &rd)
         .map_err(|e| Error::Migration(format!("our own evidence: {e}")))?
         .measurement)
 }
@@ -477,14 +459,14 @@ pub(crate) fn restore(inner: &Inner, body: &[u8]) -> Result<Json> {
     if !label.is_backup() {
         return Err(Error::Migration(format!("{label} is not a backup key")));
     }
-    let rd = backup_report_data(b.tenant_id, &bytes, &b.backup_key);
+    let rd = export_report_data(TenantId(b.tenant_id), &bytes, b.backup_key.as_bytes());
     let verified = agent
         .settings
         .peers
         .values()
         .map(|p| p.platform_key.as_slice())
         .chain([inner.platform.public_key()])
-        .find_map(|key| verify_software_evidence(&evidence, key, &rd).ok())
+        .find_map(|key| verify_software_evidence(&evidence, key, EvidencePurpose::Backup, &rd).ok())
         .ok_or_else(|| {
             Error::Migration(
                 "the backup's evidence verifies under no configured peer's platform key nor ours: \
@@ -603,12 +585,14 @@ pub(crate) fn package(inner: &Inner, name: &str, body: &[u8]) -> Result<Json> {
     };
     // The source: some peer's platform signed it, for this tenant, our measurement, and
     // this very package to this very key.
-    let rd = source_report_data(tenant, &bytes, &destination.spki_der);
+    let rd = export_report_data(TenantId(tenant), &bytes, &destination.spki_der);
     let verified = agent
         .settings
         .peers
         .values()
-        .find_map(|p| verify_software_evidence(&evidence, &p.platform_key, &rd).ok())
+        .find_map(|p| {
+            verify_software_evidence(&evidence, &p.platform_key, EvidencePurpose::MigrationSource, &rd).ok()
+        })
         .ok_or_else(|| {
             refuse("the source's evidence verifies under no configured peer's platform key".into())
         })?;
@@ -698,14 +682,5 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn the_source_evidence_binds_tenant_package_and_destination_key() {
-        let base = source_report_data(1, b"package", b"spki");
-        assert_ne!(base, source_report_data(2, b"package", b"spki"));
-        assert_ne!(base, source_report_data(1, b"packagf", b"spki"));
-        assert_ne!(base, source_report_data(1, b"package", b"spkj"));
-        assert_eq!(base, source_report_data(1, b"package", b"spki"));
     }
 }

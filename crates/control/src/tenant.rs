@@ -64,8 +64,8 @@ pub(crate) enum Command {
     Offer(Sender<Result<Vec<u8>>>),
     /// An envelope for the secret `name`.
     Provision { name: String, envelope: Vec<u8>, reply: Sender<Result<()>> },
-    /// Evidence from the tenant's enclave over `report_data` (a move's checks).
-    Evidence { report_data: [u8; 64], reply: Sender<Result<Vec<u8>>> },
+    /// Identity evidence from the tenant's enclave for a fresh `challenge` (its measurement).
+    Identity { challenge: [u8; 32], reply: Sender<Result<Vec<u8>>> },
     /// Freeze IKE and export the enclave's state for a move, the data key wrapped to
     /// `wrap_spki`; the reply is the package and the source's evidence binding it to the
     /// destination key `destination_spki`.
@@ -529,8 +529,8 @@ impl<L: Launcher> Runner<L> {
                 return Err(failed(format!("export: {e}")));
             }
         };
-        let rd = crate::moving::source_report_data(self.config.id, package.as_bytes(), destination_spki);
-        let evidence = enc.lock().evidence(&rd).map_err(|e| failed(format!("evidence: {e}")))?;
+        let evidence =
+            enc.lock().export_evidence(destination_spki).map_err(|e| failed(format!("evidence: {e}")))?;
         Ok((package.into_bytes(), evidence.bytes))
     }
 
@@ -548,8 +548,8 @@ impl<L: Launcher> Runner<L> {
         let enc = gw.enclave();
         let package =
             enc.lock().export_secrets(wrap_spki, oaep, &state).map_err(|e| failed(format!("backup: {e}")))?;
-        let rd = crate::moving::backup_report_data(self.config.id, package.as_bytes(), label);
-        let evidence = enc.lock().evidence(&rd).map_err(|e| failed(format!("evidence: {e}")))?;
+        let evidence =
+            enc.lock().export_evidence(label.as_bytes()).map_err(|e| failed(format!("evidence: {e}")))?;
         self.log(&format!("backup package made ({} bytes, key {label})", package.as_bytes().len()));
         Ok((package.into_bytes(), evidence.bytes))
     }
@@ -735,8 +735,8 @@ impl<L: Launcher> Runner<L> {
                 }
                 let _ = reply.send(r);
             }
-            Command::Evidence { report_data, reply } => {
-                let e = gw.enclave().lock().evidence(&report_data).map(|e| e.bytes);
+            Command::Identity { challenge, reply } => {
+                let e = gw.enclave().lock().identity_evidence(&challenge).map(|e| e.bytes);
                 let _ = reply.send(
                     e.map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() }),
                 );

@@ -28,7 +28,7 @@ use cloister_enclave::process::{InFlight, PacketArea, ProcessEnclave, ProcessSpe
 use cloister_enclave::{
     ChildSaPair, ChildSaParams, Cipher, DhExchange, DhGroup, Enclave, EnclaveConfig, EspDescriptor,
     EspSaHandle, EspStatus, IkeSaHandle, IkeSaParams, Limits, MemoryReport, Prf, ProvisioningKey, Role,
-    Suite, TenantId,
+    Suite, TenantId, IKE_NONCE_LEN,
 };
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -112,9 +112,9 @@ fn start_process(tenant: u32) -> ProcessEnclave {
 /// IKE_SA_INIT and IKE_AUTH's child SA between `a` (initiator) and `peer` (responder).
 fn tunnel(a: &mut dyn Enclave, peer: &mut dyn Enclave, spi: u32) -> (ChildSaPair, ChildSaPair) {
     let group = DhGroup::Curve25519;
-    let (mut ni, mut nr) = ([0u8; 32], [0u8; 32]);
-    a.random_nonce(&mut ni).unwrap();
-    peer.random_nonce(&mut nr).unwrap();
+    let (mut ni, mut nr) = ([0u8; IKE_NONCE_LEN], [0u8; IKE_NONCE_LEN]);
+    a.ike_nonces(&mut ni).unwrap();
+    peer.ike_nonces(&mut nr).unwrap();
     let (mut ke_a, mut ke_p) = ([0u8; 32], [0u8; 32]);
     let dh_a = a.dh_generate(group, &mut ke_a).unwrap();
     let dh_p = peer.dh_generate(group, &mut ke_p).unwrap();
@@ -805,9 +805,12 @@ fn memory() {
         let empty = e.memory_report();
         let mut ke_peer = [0u8; 32];
         let _unused = peer.dh_generate(DhGroup::Curve25519, &mut ke_peer).unwrap();
-        let (ni, nr) = ([1u8; 32], [2u8; 32]);
+        let nr = [2u8; 32];
         let mut ikes: Vec<IkeSaHandle> = Vec::with_capacity(IKE);
         for i in 0..IKE {
+            // Each derivation names a fresh nonce of the enclave's own.
+            let mut ni = [0u8; IKE_NONCE_LEN];
+            e.ike_nonces(&mut ni).unwrap();
             let mut ke = [0u8; 32];
             let dh = e.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
             let params = IkeSaParams {
@@ -829,6 +832,8 @@ fn memory() {
         let sealed = e.memory_report();
         let mut outbound = Vec::with_capacity(ESP_PAIRS);
         for i in 0..ESP_PAIRS {
+            let mut ni = [0u8; IKE_NONCE_LEN];
+            e.ike_nonces(&mut ni).unwrap();
             let params = ChildSaParams {
                 role: Role::Initiator,
                 suite: SUITE,

@@ -10,15 +10,22 @@
 //! protocols can be built and tested against the same trait the hardware providers will
 //! implement.
 //!
-//! Evidence format, software-rooted v1 (integers big-endian):
+//! The enclave never signs report data a caller chose: each piece of evidence is for one
+//! [`EvidencePurpose`], whose code is inside the signed body, over report data the enclave
+//! computed itself from values of that purpose (an offer's key, a destination key, a
+//! package it exported, a verifier's challenge). Evidence for one purpose never verifies as
+//! evidence for another, whatever its report data.
+//!
+//! Evidence format, software-rooted v2 (integers big-endian):
 //!
 //! ```text
 //! 0   "CLEV"  magic
-//! 4   1       version
+//! 4   2       version
 //! 5   1       kind: software-rooted
-//! 6   0 0     reserved
+//! 6   1       purpose (EvidencePurpose code)
+//! 7   0       reserved
 //! 8   48      measurement = SHA-384("cloister-measurement-v1" || u64 len || code || u64 len || config)
-//! 56  64      report data (chosen by the verifier, e.g. a hash of a channel key)
+//! 56  64      report data (computed by the enclave for the purpose)
 //! 120 4       tenant
 //! 124 2       signature length n
 //! 126 n       ECDSA P-256 SHA-256 signature (DER) over bytes 0..124, by the platform key
@@ -33,6 +40,7 @@ use zeroize::Zeroizing;
 
 const MAGIC: &[u8; 4] = b"CLEV";
 const SIGNED_LEN: usize = 124;
+const VERSION: u8 = 2;
 
 /// Who vouches for the evidence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,6 +48,62 @@ const SIGNED_LEN: usize = 124;
 pub enum EvidenceKind {
     /// Signed by a software platform key: no hardware root of trust.
     SoftwareRooted,
+}
+
+/// What a piece of evidence is for: signed with it, checked by every verifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EvidencePurpose {
+    /// "This enclave runs this measurement for this tenant", fresh for a verifier's
+    /// challenge ([`crate::Enclave::identity_evidence`], [`identity_report_data`]).
+    Identity,
+    /// An attested-provisioning offer's X25519 key ([`crate::provision::offer_report_data`]).
+    ProvisioningOffer,
+    /// A migration destination's RSA key ([`crate::migration::destination_report_data`]).
+    MigrationDestination,
+    /// A migration package this enclave exported, for one destination key
+    /// ([`crate::migration::export_report_data`]).
+    MigrationSource,
+    /// A backup package this enclave exported, for one backup key
+    /// ([`crate::migration::export_report_data`]).
+    Backup,
+}
+
+impl EvidencePurpose {
+    /// The code in the evidence.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Identity => 1,
+            Self::ProvisioningOffer => 2,
+            Self::MigrationDestination => 3,
+            Self::MigrationSource => 4,
+            Self::Backup => 5,
+        }
+    }
+
+    /// The purpose of a code, if it is one.
+    pub fn from_code(code: u8) -> Option<Self> {
+        [
+            Self::Identity,
+            Self::ProvisioningOffer,
+            Self::MigrationDestination,
+            Self::MigrationSource,
+            Self::Backup,
+        ]
+        .into_iter()
+        .find(|p| p.code() == code)
+    }
+}
+
+/// The report data of [`EvidencePurpose::Identity`] evidence for a verifier's `challenge`.
+pub fn identity_report_data(tenant: TenantId, challenge: &[u8; 32]) -> [u8; 64] {
+    let mut ctx = digest::Context::new(&digest::SHA512);
+    ctx.update(b"cloister-identity-v1");
+    ctx.update(&tenant.0.to_be_bytes());
+    ctx.update(challenge);
+    let mut rd = [0u8; 64];
+    rd.copy_from_slice(ctx.finish().as_ref());
+    rd
 }
 
 /// A measurement: SHA-384 of code and configuration.
@@ -99,8 +163,14 @@ pub trait AttestationProvider: Send {
     fn kind(&self) -> EvidenceKind;
     /// The measurement that evidence will carry.
     fn measurement(&self) -> Measurement;
-    /// Evidence binding `report_data` to the measurement, for `tenant`.
-    fn evidence(&self, tenant: TenantId, report_data: &[u8; 64]) -> Result<Evidence>;
+    /// Evidence binding `report_data` to the measurement, for `tenant` and `purpose`. Only
+    /// the trusted core calls this, with report data it computed for the purpose.
+    fn evidence(
+        &self,
+        tenant: TenantId,
+        purpose: EvidencePurpose,
+        report_data: &[u8; 64],
+    ) -> Result<Evidence>;
 }
 
 /// The software-rooted provider (see the module doc for what it does and does not prove).
@@ -168,10 +238,15 @@ impl AttestationProvider for SoftwareAttestation {
         self.measurement
     }
 
-    fn evidence(&self, tenant: TenantId, report_data: &[u8; 64]) -> Result<Evidence> {
+    fn evidence(
+        &self,
+        tenant: TenantId,
+        purpose: EvidencePurpose,
+        report_data: &[u8; 64],
+    ) -> Result<Evidence> {
         let mut b = Vec::with_capacity(SIGNED_LEN + 2 + 72);
         b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&[1, 1, 0, 0]);
+        b.extend_from_slice(&[VERSION, 1, purpose.code(), 0]);
         b.extend_from_slice(&self.measurement.0);
         b.extend_from_slice(report_data);
         b.extend_from_slice(&tenant.0.to_be_bytes());
@@ -202,17 +277,19 @@ pub struct VerifiedEvidence {
     pub tenant: TenantId,
 }
 
-/// Verifies software-rooted evidence against the platform public key and the report data
-/// the verifier chose. The caller still compares the measurement with its reference value.
+/// Verifies software-rooted evidence against the platform public key, the purpose it must
+/// be for and the report data the verifier computed for that purpose. The caller still
+/// compares the measurement with its reference value.
 pub fn verify_software_evidence(
     evidence: &[u8],
     platform_public_key: &[u8],
+    purpose: EvidencePurpose,
     report_data: &[u8; 64],
 ) -> Result<VerifiedEvidence> {
     let bad = |why| Error::Attestation { why };
     let signed = evidence.get(..SIGNED_LEN).ok_or(bad("evidence too short"))?;
-    if &signed[0..4] != MAGIC || signed[4] != 1 || signed[5] != 1 || signed[6..8] != [0, 0] {
-        return Err(bad("not software-rooted evidence v1"));
+    if &signed[0..4] != MAGIC || signed[4] != VERSION || signed[5] != 1 || signed[7] != 0 {
+        return Err(bad("not software-rooted evidence v2"));
     }
     let len_bytes = evidence.get(SIGNED_LEN..SIGNED_LEN + 2).ok_or(bad("evidence too short"))?;
     let sig_len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
@@ -221,6 +298,9 @@ pub fn verify_software_evidence(
     UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_ASN1, platform_public_key)
         .verify(signed, sig)
         .map_err(|_| bad("signature does not verify"))?;
+    if signed[6] != purpose.code() {
+        return Err(bad("evidence is for another purpose"));
+    }
     if &signed[56..120] != report_data {
         return Err(bad("report data does not match"));
     }
@@ -239,15 +319,33 @@ mod tests {
         let key = SoftwareAttestation::generate_platform_key().unwrap();
         let p = SoftwareAttestation::new(&key, CodeIdentity::Bytes(b"code".to_vec()), b"cfg").unwrap();
         let rd = [7u8; 64];
-        let e = p.evidence(TenantId(3), &rd).unwrap();
-        let v = verify_software_evidence(&e.bytes, p.platform_public_key(), &rd).unwrap();
+        let id = EvidencePurpose::Identity;
+        let e = p.evidence(TenantId(3), id, &rd).unwrap();
+        let v = verify_software_evidence(&e.bytes, p.platform_public_key(), id, &rd).unwrap();
         assert_eq!(v.measurement, software_measurement(b"code", b"cfg"));
         assert_eq!(v.tenant, TenantId(3));
-        assert!(verify_software_evidence(&e.bytes, p.platform_public_key(), &[8; 64]).is_err());
+        assert!(verify_software_evidence(&e.bytes, p.platform_public_key(), id, &[8; 64]).is_err());
         let mut t = e.bytes.clone();
         t[10] ^= 1;
-        assert!(verify_software_evidence(&t, p.platform_public_key(), &rd).is_err());
-        assert!(verify_software_evidence(&e.bytes[..100], p.platform_public_key(), &rd).is_err());
+        assert!(verify_software_evidence(&t, p.platform_public_key(), id, &rd).is_err());
+        assert!(verify_software_evidence(&e.bytes[..100], p.platform_public_key(), id, &rd).is_err());
+        // Evidence for one purpose never verifies for another, even over the same report data.
+        for other in [EvidencePurpose::ProvisioningOffer, EvidencePurpose::MigrationSource] {
+            assert_eq!(
+                verify_software_evidence(&e.bytes, p.platform_public_key(), other, &rd),
+                Err(Error::Attestation { why: "evidence is for another purpose" })
+            );
+        }
+        // Nor does a purpose byte rewritten after signing.
+        let mut t = e.bytes.clone();
+        t[6] = EvidencePurpose::Backup.code();
+        assert!(verify_software_evidence(&t, p.platform_public_key(), EvidencePurpose::Backup, &rd).is_err());
+        for code in 0..=255u8 {
+            assert_eq!(
+                EvidencePurpose::from_code(code).map(EvidencePurpose::code),
+                (1..=5).contains(&code).then_some(code)
+            );
+        }
     }
 
     #[test]

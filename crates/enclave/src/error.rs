@@ -213,6 +213,15 @@ pub enum Error {
         /// The measurement the evidence carries.
         got: Box<crate::attest::Measurement>,
     },
+    /// The call breaks a rule the enclave enforces of the protocol itself, whatever the
+    /// caller states: a nonce it did not issue or already used, a role the nonces do not
+    /// give, evidence for a purpose it does not serve. One of a fixed set of reasons
+    /// ([`crate::refusal`]); always counted as [`ErrorKind::ProtocolRefused`].
+    #[error("refused by the enclave's protocol rules: {why}")]
+    ProtocolRefused {
+        /// Which rule.
+        why: &'static str,
+    },
     /// A crypto library refused an operation that the enclave's own checks allowed.
     #[error("internal crypto failure in {what}")]
     Internal {
@@ -276,13 +285,15 @@ pub enum ErrorKind {
     VerifyFailed,
     /// [`Error::BatchTooLarge`], [`Error::StatusLengthMismatch`].
     BadBatch,
+    /// [`Error::ProtocolRefused`]: what a hostile caller's attempts end in.
+    ProtocolRefused,
     /// Everything else (randomness, exhaustion, internal, attestation, measurement, self-test).
     Other,
 }
 
 impl ErrorKind {
     /// Number of kinds, for counter arrays.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 }
 
 impl Error {
@@ -312,6 +323,7 @@ impl Error {
             | Self::Migration { .. } => ErrorKind::BlobRejected,
             Self::IntegrityCheckFailed | Self::AuthenticationFailed { .. } => ErrorKind::VerifyFailed,
             Self::BatchTooLarge { .. } | Self::StatusLengthMismatch { .. } => ErrorKind::BadBatch,
+            Self::ProtocolRefused { .. } => ErrorKind::ProtocolRefused,
             Self::Exhausted { .. }
             | Self::Random
             | Self::SelfTestFailed { .. }
@@ -322,6 +334,21 @@ impl Error {
             Self::Process(_) => ErrorKind::Other,
         }
     }
+}
+
+/// The reasons of [`Error::ProtocolRefused`].
+pub mod refusal {
+    /// A nonce in an IKE SA or child SA derivation that this enclave did not issue
+    /// ([`crate::Enclave::ike_nonces`]), where one of the two must be its own.
+    pub const NONCE_NOT_ISSUED: &str = "neither nonce was issued by this enclave";
+    /// A nonce of this enclave that an earlier derivation already used.
+    pub const NONCE_USED: &str = "the enclave's nonce was used before";
+    /// A nonce of this enclave issued so long ago that its use is no longer tracked.
+    pub const NONCE_EXPIRED: &str = "the enclave's nonce is too old";
+    /// Evidence over an exported package asked for before any export.
+    pub const NOTHING_EXPORTED: &str = "no package was exported";
+    /// The stated role is not the one the enclave's nonce holds in the exchange.
+    pub const ROLE_MISMATCH: &str = "the stated role is not the one the enclave's nonce gives";
 }
 
 /// Result alias for this crate.

@@ -132,8 +132,13 @@ impl Enclave for InlineEnclave {
         self.core.tenant()
     }
 
-    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
-        let r = self.core.evidence(report_data);
+    fn identity_evidence(&mut self, challenge: &[u8; 32]) -> Result<Evidence> {
+        let r = self.core.identity_evidence(challenge);
+        self.core.counted(r)
+    }
+
+    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
+        let r = self.core.export_evidence(bound_to);
         self.core.counted(r)
     }
 
@@ -216,6 +221,11 @@ impl Enclave for InlineEnclave {
 
     fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
         let r = self.core.random_nonce(out);
+        self.core.counted(r)
+    }
+
+    fn ike_nonces(&mut self, out: &mut [u8]) -> Result<()> {
+        let r = self.core.ike_nonces(out);
         self.core.counted(r)
     }
 

@@ -39,8 +39,11 @@ pub use api::ike::{
 };
 pub use api::report::{Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey};
 pub use api::{Enclave, EspCrossing};
-pub use error::{BlobRejection, Error, ErrorKind, Result};
+pub use error::{refusal, BlobRejection, Error, ErrorKind, Result};
 #[cfg(feature = "test-export")]
 pub use inline::{EspKeysExport, IkeKeysExport};
 pub use inline::{InlineEnclave, InlineEspLane};
 pub use provision::{seal_format, ProvisioningOffer};
+
+/// Bytes of one IKE nonce from [`Enclave::ike_nonces`].
+pub const IKE_NONCE_LEN: usize = trusted::nonce::NONCE_LEN;

@@ -313,6 +313,38 @@ pub fn destination_report_data(tenant: TenantId, spki_der: &[u8]) -> [u8; 64] {
     rd
 }
 
+/// The report data of the evidence over a package this enclave exported
+/// ([`crate::Enclave::export_evidence`]): SHA-512("cloister-export-v1" || tenant u32 ||
+/// SHA-256(package) || SHA-256(bound_to)), where `bound_to` names whom the package is for
+/// (a destination enclave's SPKI, or a backup key's label). The purpose in the evidence
+/// tells a move ([`crate::attest::EvidencePurpose::MigrationSource`]) from a backup.
+pub fn export_report_data(tenant: TenantId, package: &[u8], bound_to: &[u8]) -> [u8; 64] {
+    export_report_data_of(tenant, &package_digest(package), bound_to)
+}
+
+/// SHA-256 of a package's bytes.
+pub(crate) fn package_digest(package: &[u8]) -> [u8; 32] {
+    let mut d = [0u8; 32];
+    d.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, package).as_ref());
+    d
+}
+
+/// [`export_report_data`] from the package's digest.
+pub(crate) fn export_report_data_of(
+    tenant: TenantId,
+    package_digest: &[u8; 32],
+    bound_to: &[u8],
+) -> [u8; 64] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA512);
+    ctx.update(b"cloister-export-v1");
+    ctx.update(&tenant.0.to_be_bytes());
+    ctx.update(package_digest);
+    ctx.update(ring::digest::digest(&ring::digest::SHA256, bound_to).as_ref());
+    let mut rd = [0u8; 64];
+    rd.copy_from_slice(ctx.finish().as_ref());
+    rd
+}
+
 /// The source side's check of a destination key before anything is wrapped to it: the
 /// evidence verifies under `platform_public_key`, binds this SPKI, and names `tenant` and
 /// the `expected` measurement.
@@ -323,7 +355,8 @@ pub fn verify_destination(
     tenant: TenantId,
 ) -> Result<()> {
     let rd = destination_report_data(tenant, &key.spki_der);
-    let verified = attest::verify_software_evidence(&key.evidence.bytes, platform_public_key, &rd)?;
+    let purpose = attest::EvidencePurpose::MigrationDestination;
+    let verified = attest::verify_software_evidence(&key.evidence.bytes, platform_public_key, purpose, &rd)?;
     if verified.tenant != tenant {
         return Err(refused(why::WRONG_TENANT));
     }

@@ -269,7 +269,9 @@ pub fn verify_offer(
     let claimed = attest::software_evidence_tenant(&offer.evidence.bytes)
         .ok_or(Error::Attestation { why: "evidence too short" })?;
     let rd = offer_report_data(claimed, &offer.public_key, &offer.challenge);
-    let verified = attest::verify_software_evidence(&offer.evidence.bytes, platform_public_key, &rd)?;
+    let purpose = attest::EvidencePurpose::ProvisioningOffer;
+    let verified =
+        attest::verify_software_evidence(&offer.evidence.bytes, platform_public_key, purpose, &rd)?;
     if verified.tenant != tenant {
         return Err(Error::Provisioning { why: why::WRONG_TENANT });
     }

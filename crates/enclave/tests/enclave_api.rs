@@ -58,9 +58,7 @@ fn ike_sa_init(group: DhGroup, prf: Prf, suite: Suite) -> Pair {
 fn ike_sa_init_with(group: DhGroup, prf: Prf, suite: Suite, r_inbound: InboundMode) -> Pair {
     let r_limits = Limits { inbound: r_inbound, ..Limits::default() };
     let (mut i, mut r) = (start(1), start_limits(1, PROV_KEY, 0, r_limits));
-    let (mut ni, mut nr) = (vec![0u8; 32], vec![0u8; 32]);
-    i.random_nonce(&mut ni).unwrap();
-    r.random_nonce(&mut nr).unwrap();
+    let (ni, nr) = (support::nonce(&mut i), support::nonce(&mut r));
     let (mut ke_i, mut ke_r) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
     let dh_i = i.dh_generate(group, &mut ke_i).unwrap();
     let dh_r = r.dh_generate(group, &mut ke_r).unwrap();
@@ -230,13 +228,15 @@ fn signature_auth_with_rsa_and_ecdsa() {
     ));
 }
 
+/// A child SA as CREATE_CHILD_SA makes one: each side names a fresh nonce of its own.
 fn child(p: &mut Pair, suite: Suite, esn: bool, pfs: Option<DhGroup>) -> (ChildSaPair, ChildSaPair) {
+    let (ni, nr) = (support::nonce(&mut p.i), support::nonce(&mut p.r));
     let params = |role| ChildSaParams {
         role,
         suite,
         esn,
-        nonce_i: &p.ni,
-        nonce_r: &p.nr,
+        nonce_i: &ni,
+        nonce_r: &nr,
         spi_inbound: if role == Role::Initiator { 0xc1c1_0001 } else { 0xc2c2_0002 },
         spi_outbound: if role == Role::Initiator { 0xc2c2_0002 } else { 0xc1c1_0001 },
     };
@@ -558,6 +558,7 @@ fn bad_descriptors_get_a_status_each_and_are_counted() {
     let mut other = start(2);
     let mut ke = [0u8; 32];
     let _ = other.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
+    let fresh = support::nonce(&mut p.i);
     let dead =
         p.i.child_sa_create(
             p.ike_i,
@@ -567,7 +568,7 @@ fn bad_descriptors_get_a_status_each_and_are_counted() {
                 role: Role::Initiator,
                 suite,
                 esn: false,
-                nonce_i: &p.ni,
+                nonce_i: &fresh,
                 nonce_r: &p.nr,
                 spi_inbound: 7,
                 spi_outbound: 8,
@@ -638,11 +639,12 @@ fn handles_are_checked_for_every_call() {
     // A DH value is consumed by its agreement, even a failed one.
     let mut ke = [0u8; 32];
     let dh = other.i.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
+    let ours = support::nonce(&mut other.i);
     let params = IkeSaParams {
         role: Role::Initiator,
         prf: Prf::HmacSha256,
         suite: Suite::aead(Cipher::AesGcm16_128),
-        nonce_i: &[1; 16],
+        nonce_i: &ours,
         nonce_r: &[2; 16],
         spi_i: 1,
         spi_r: 2,
@@ -676,12 +678,14 @@ fn clear_and_seal_then_rekey_with_the_blob() {
     ));
     // SK_e/SK_a stay: the SA still protects messages.
     sk_round_trip(&mut p.i, p.ike_i, &mut p.r, p.ike_r, suite);
-    // Child SA from the sealed SK_d: needs the blob, refuses a tampered one.
+    // Child SA from the sealed SK_d: needs the blob, refuses a tampered one. IKE_SA_INIT's
+    // nonces served IKE_AUTH's child: a later one names a fresh nonce of ours.
+    let fresh = support::nonce(&mut p.i);
     let params = |role| ChildSaParams {
         role,
         suite: Suite::aead(Cipher::ChaCha20Poly1305),
         esn: false,
-        nonce_i: &p.ni,
+        nonce_i: &fresh,
         nonce_r: &p.nr,
         spi_inbound: 11,
         spi_outbound: 12,
@@ -702,12 +706,13 @@ fn clear_and_seal_then_rekey_with_the_blob() {
     let (mut ke_i, mut ke_r) = ([0u8; 32], [0u8; 32]);
     let dh_i = p.i.dh_generate(DhGroup::Curve25519, &mut ke_i).unwrap();
     let dh_r = p.r.dh_generate(DhGroup::Curve25519, &mut ke_r).unwrap();
+    let (rekey_i, rekey_r) = (support::nonce(&mut p.i), support::nonce(&mut p.r));
     let new = |role| IkeSaParams {
         role,
         prf: Prf::HmacSha256,
         suite: Suite::cbc(Cipher::AesCbc256, Integ::HmacSha256_128),
-        nonce_i: &[7; 32],
-        nonce_r: &[8; 32],
+        nonce_i: &rekey_i,
+        nonce_r: &rekey_r,
         spi_i: 0x3333,
         spi_r: 0x4444,
     };
@@ -748,11 +753,12 @@ fn sealed_blobs_below_the_trusted_minimum_are_refused() {
     let dh = later.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
     let peer = later.dh_generate(DhGroup::Curve25519, &mut ke2).unwrap();
     later.dh_delete(peer).unwrap();
+    let (ours, child_nonce) = (support::nonce(&mut later), support::nonce(&mut later));
     let params = IkeSaParams {
         role: Role::Initiator,
         prf: Prf::HmacSha256,
         suite,
-        nonce_i: &[1; 16],
+        nonce_i: &ours,
         nonce_r: &[2; 16],
         spi_i: 0x1111,
         spi_r: 0x2222,
@@ -765,7 +771,7 @@ fn sealed_blobs_below_the_trusted_minimum_are_refused() {
         role: Role::Initiator,
         suite,
         esn: false,
-        nonce_i: &[1; 16],
+        nonce_i: &child_nonce,
         nonce_r: &[2; 16],
         spi_inbound: 1,
         spi_outbound: 2,
@@ -856,8 +862,14 @@ fn attestation_evidence_verifies_with_the_platform_key() {
     let anchor = att.platform_public_key().to_vec();
     let expected = cloister_enclave::attest::AttestationProvider::measurement(&att);
     let mut e = InlineEnclave::start(config, Box::new(att)).unwrap();
-    let rd = [3u8; 64];
-    let ev = e.evidence(&rd).unwrap();
-    let v = verify_software_evidence(&ev.bytes, &anchor, &rd).unwrap();
+    let ev = e.identity_evidence(&[3; 32]).unwrap();
+    let rd = cloister_enclave::attest::identity_report_data(TenantId(9), &[3; 32]);
+    let identity = cloister_enclave::attest::EvidencePurpose::Identity;
+    let v = verify_software_evidence(&ev.bytes, &anchor, identity, &rd).unwrap();
     assert_eq!((v.measurement, v.tenant), (expected, TenantId(9)));
+    // Evidence over an exported package exists only once a package does.
+    assert_eq!(
+        e.export_evidence(b"any key").map(|_| ()),
+        Err(Error::ProtocolRefused { why: refusal::NOTHING_EXPORTED })
+    );
 }

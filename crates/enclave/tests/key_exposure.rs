@@ -203,8 +203,7 @@ fn no_key_byte_is_in_the_gateway_and_the_enclave_holds_them() {
     let enclave_pid = e.pid().unwrap().to_string();
 
     // IKE_SA_INIT request, then the tenant's answer with its wrapped PSK.
-    let mut ni = [0u8; 32];
-    e.random_nonce(&mut ni).unwrap();
+    let ni = support::nonce(&mut e);
     let mut ke_i = [0u8; 32];
     let dh = e.dh_generate(DhGroup::Curve25519, &mut ke_i).unwrap();
     let (spi_i, spi_r, gw_in, gw_out) =

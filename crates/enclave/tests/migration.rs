@@ -62,9 +62,10 @@ fn process(tenant: u32) -> (ProcessEnclave, Vec<u8>) {
 
 /// The measurement an enclave attests to.
 fn measurement_of(e: &mut dyn Enclave, platform_public: &[u8]) -> Measurement {
-    let rd = [5u8; 64];
-    let ev = e.evidence(&rd).unwrap();
-    verify_software_evidence(&ev.bytes, platform_public, &rd).unwrap().measurement
+    let ev = e.identity_evidence(&[5; 32]).unwrap();
+    let rd = cloister_enclave::attest::identity_report_data(e.tenant(), &[5; 32]);
+    let identity = cloister_enclave::attest::EvidencePurpose::Identity;
+    verify_software_evidence(&ev.bytes, platform_public, identity, &rd).unwrap().measurement
 }
 
 struct Tunnel {
@@ -78,7 +79,7 @@ struct Tunnel {
 }
 
 fn tunnel(e: &mut dyn Enclave, peer: &mut InlineEnclave, tenant: u32) -> Tunnel {
-    let (ike, peer_ike, sa, peer_sa) = ike_and_child(e, peer, &[1u8; 32], &[2u8; 32]);
+    let (ike, peer_ike, sa, peer_sa) = ike_and_child(e, peer);
     let blob =
         wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(tenant), SecretKind::PreSharedKey, PSK)
             .unwrap();

@@ -69,11 +69,7 @@ struct Tunnel {
 
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, then IKE_AUTH's child SA */
 fn tunnel(p: &mut ProcessEnclave, i: &mut InlineEnclave) -> Tunnel {
-    let (mut ni, mut nr) = (vec![0u8; 32], vec![0u8; 32]);
-    p.random_nonce(&mut ni).unwrap();
-    i.random_nonce(&mut nr).unwrap();
-    assert_ne!(ni, vec![0u8; 32]);
-    let (ike_p, ike_i, pp, ip) = ike_and_child(p, i, &ni, &nr);
+    let (ike_p, ike_i, pp, ip) = ike_and_child(p, i);
     Tunnel { ike_p, ike_i, p: pp, i: ip }
 }
 
@@ -200,11 +196,12 @@ fn ike_calls_cross_and_refusals_keep_their_type() {
         Err(Error::AuthenticationFailed { method: 2 })
     );
 
-    // Evidence from the child, bound to our report data and to the child's own code.
-    let rd = [9u8; 64];
-    let ev = p.evidence(&rd).unwrap();
+    // Identity evidence from the child, bound to our challenge and to the child's own code.
+    let ev = p.identity_evidence(&[9; 32]).unwrap();
     let platform = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(vec![]), b"").unwrap();
-    let v = verify_software_evidence(&ev.bytes, platform.platform_public_key(), &rd).unwrap();
+    let rd = cloister_enclave::attest::identity_report_data(TenantId(5), &[9; 32]);
+    let identity = cloister_enclave::attest::EvidencePurpose::Identity;
+    let v = verify_software_evidence(&ev.bytes, platform.platform_public_key(), identity, &rd).unwrap();
     assert_eq!(v.tenant, TenantId(5));
 
     // Typed refusals cross unchanged: a handle of another instance, a deleted one.
@@ -498,9 +495,7 @@ fn a_restarted_enclave_restores_its_ike_sa_from_sealed_state_and_rekeys_children
     assert_eq!(a.ike_sa_seal_state(ike).map(|b| b.0.len()), Ok(state.0.len()));
 
     // Child SAs are rekeyed through the restored SA, with SK_d from its sealed blob.
-    let (mut ni, mut nr) = (vec![0u8; 32], vec![0u8; 32]);
-    a.random_nonce(&mut ni).unwrap();
-    peer.random_nonce(&mut nr).unwrap();
+    let (ni, nr) = (support::nonce(&mut a), support::nonce(&mut peer));
     let child = |role, spi_inbound, spi_outbound| ChildSaParams {
         role,
         suite: SUITE,
@@ -747,7 +742,7 @@ fn establish_seal_in_one_crossing_matches_the_four_calls() {
 fn ike_sa_respond_in_one_crossing_agrees_with_the_initiator() {
     let (mut r, _pk) = start_process(1);
     let mut i = start_inline(1);
-    let (ni, nr) = ([1u8; 32], [2u8; 32]);
+    let (ni, nr) = (support::nonce(&mut i), support::nonce(&mut r));
     let group = DhGroup::Curve25519;
     let params = |role| IkeSaParams {
         role,

@@ -73,7 +73,12 @@ fn start() -> InlineEnclave {
 
 fn setup() -> State {
     let (mut peer, mut local) = (start(), start());
-    let (ni, nr) = ([1u8; 32], [2u8; 32]);
+    // Each side names a nonce its own enclave issued, and each child SA fresh ones.
+    let nonce = |e: &mut InlineEnclave| {
+        let mut n = [0u8; enclave::IKE_NONCE_LEN];
+        e.ike_nonces(&mut n).map(|()| n)
+    };
+    let (ni, nr) = (nonce(&mut peer).expect("nonce"), nonce(&mut local).expect("nonce"));
     let group = DhGroup::Curve25519;
     let (mut ke_p, mut ke_l) = ([0u8; 32], [0u8; 32]);
     let dh_p = peer.dh_generate(group, &mut ke_p).expect("dh");
@@ -102,6 +107,7 @@ fn setup() -> State {
     ];
     let mut sas = Vec::new();
     for (spi, suite, esn, v6, udp) in shapes {
+        let (ni, nr) = (nonce(&mut peer).expect("nonce"), nonce(&mut local).expect("nonce"));
         let child = |role, spi_inbound, spi_outbound| ChildSaParams {
             role,
             suite,

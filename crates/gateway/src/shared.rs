@@ -47,8 +47,12 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn tenant(&self) -> TenantId {
         self.tenant
     }
-    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
-        self.lock().evidence(report_data)
+    fn identity_evidence(&mut self, challenge: &[u8; 32]) -> Result<Evidence> {
+        self.lock().identity_evidence(challenge)
+    }
+
+    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
+        self.lock().export_evidence(bound_to)
     }
     fn memory_report(&self) -> MemoryReport {
         self.lock().memory_report()
@@ -90,6 +94,10 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     }
     fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
         self.lock().random_nonce(out)
+    }
+
+    fn ike_nonces(&mut self, out: &mut [u8]) -> Result<()> {
+        self.lock().ike_nonces(out)
     }
     fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
         self.lock().dh_generate(group, public_out)

@@ -11,27 +11,53 @@ use crate::error::Error;
 
 /// Bytes drawn per enclave call (the call's maximum).
 const BLOCK: usize = 256;
+/// IKE nonces drawn per enclave call.
+const NONCES: usize = 4;
 
-/// Random bytes not yet handed out.
+/// Random bytes and IKE nonces not yet handed out.
 pub(crate) struct RandomPool {
     buf: [u8; BLOCK],
     /// `buf[..left]` is unused.
     left: usize,
+    /// Nonces the enclave issued ([`enclave::Enclave::ike_nonces`]): it accepts only its own
+    /// as our side's nonce in a derivation, each once, so they are drawn apart from `buf`.
+    nonces: [u8; NONCES * enclave::IKE_NONCE_LEN],
+    /// `nonces[..nonces_left * IKE_NONCE_LEN]` are unused.
+    nonces_left: usize,
 }
 
 impl core::fmt::Debug for RandomPool {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("RandomPool").field("left", &self.left).finish_non_exhaustive()
+        f.debug_struct("RandomPool")
+            .field("left", &self.left)
+            .field("nonces_left", &self.nonces_left)
+            .finish_non_exhaustive()
     }
 }
 
 impl Default for RandomPool {
     fn default() -> Self {
-        Self { buf: [0; BLOCK], left: 0 }
+        Self { buf: [0; BLOCK], left: 0, nonces: [0; NONCES * enclave::IKE_NONCE_LEN], nonces_left: 0 }
     }
 }
 
 impl RandomPool {
+    /// One IKE nonce of the enclave's, drawing [`NONCES`] at a time with `draw` (the
+    /// enclave's `ike_nonces`).
+    pub(crate) fn nonce(
+        &mut self,
+        draw: impl FnOnce(&mut [u8]) -> enclave::Result<()>,
+    ) -> Result<Vec<u8>, Error> {
+        if self.nonces_left == 0 {
+            draw(&mut self.nonces)?;
+            self.nonces_left = NONCES;
+        }
+        self.nonces_left -= 1;
+        let at = self.nonces_left * enclave::IKE_NONCE_LEN;
+        let n = self.nonces.get(at..at + enclave::IKE_NONCE_LEN).map(<[u8]>::to_vec).unwrap_or_default();
+        Ok(n)
+    }
+
     /// Fills `out` with bytes no other caller got, drawing a new block with `draw` (the
     /// enclave's `random_nonce`) when this one runs out.
     pub(crate) fn fill(

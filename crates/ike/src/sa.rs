@@ -58,8 +58,6 @@ pub const IKE_PORT: u16 = 500;
 pub const NATT_PORT: u16 = 4500;
 /// The non-ESP marker in front of IKE messages on port 4500 (RFC 3948 §2.2).
 pub(crate) const NON_ESP_MARKER: [u8; 4] = [0; 4];
-/// Our nonces' length: at least half of the largest PRF key (§2.10).
-const NONCE_LEN: usize = 32;
 /// How many COOKIE or INVALID_KE_PAYLOAD answers an initiator follows before giving up.
 const MAX_INIT_RETRIES: u8 = 3;
 /// The longest retransmission interval.
@@ -125,11 +123,10 @@ impl<E: Enclave> Ctx<'_, E> {
         self.random.fill(|b| enclave.random_nonce(b), out)
     }
 
-    /// A fresh nonce.
+    /// A fresh nonce, issued by the enclave (which accepts only its own in derivations).
     fn nonce(&mut self) -> Result<Vec<u8>, Error> {
-        let mut n = vec![0u8; NONCE_LEN];
-        self.random(&mut n)?;
-        Ok(n)
+        let enclave = &mut *self.enclave;
+        self.random.nonce(|b| enclave.ike_nonces(b))
     }
 
     /// When to try a refused request again (TEMPORARY_FAILURE, §2.25): one to four seconds

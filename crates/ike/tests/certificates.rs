@@ -492,8 +492,11 @@ impl Enclave for TamperingEnclave {
     fn tenant(&self) -> TenantId {
         self.0.tenant()
     }
-    fn evidence(&mut self, report_data: &[u8; 64]) -> enclave::Result<Evidence> {
-        self.0.evidence(report_data)
+    fn identity_evidence(&mut self, challenge: &[u8; 32]) -> enclave::Result<Evidence> {
+        self.0.identity_evidence(challenge)
+    }
+    fn export_evidence(&mut self, bound_to: &[u8]) -> enclave::Result<Evidence> {
+        self.0.export_evidence(bound_to)
     }
     fn memory_report(&self) -> MemoryReport {
         self.0.memory_report()
@@ -512,6 +515,9 @@ impl Enclave for TamperingEnclave {
     }
     fn random_nonce(&mut self, out: &mut [u8]) -> enclave::Result<()> {
         self.0.random_nonce(out)
+    }
+    fn ike_nonces(&mut self, out: &mut [u8]) -> enclave::Result<()> {
+        self.0.ike_nonces(out)
     }
     fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> enclave::Result<DhHandle> {
         self.0.dh_generate(group, public_out)

@@ -92,7 +92,7 @@ fn answers_charons_sa_init_request(file: &str, from: &str, to: &str) {
             _ => None,
         })
         .unwrap();
-    assert_eq!(nonce.data.len(), 32);
+    assert_eq!(nonce.data.len(), enclave::IKE_NONCE_LEN, "a nonce the enclave issued");
     let natd_s = response.notify(NotifyType::NAT_DETECTION_SOURCE_IP).unwrap();
     assert_eq!(natd_s.data, nat::hash(h.initiator_spi, h.responder_spi, to));
     let natd_d = response.notify(NotifyType::NAT_DETECTION_DESTINATION_IP).unwrap();

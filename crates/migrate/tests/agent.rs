@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{verify, AgentSettings, HsmAgent, Measurement, MigrateError, OaepHash};
 use common::{config, with_setup, Env, Setup, PROV_KEY, TENANT, TOKEN, USER_PIN};
-use enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
+use enclave::attest::{
+    identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
+};
 use enclave::migration::OaepHash as EnclaveOaep;
 use enclave::provision::wrap_secret;
 use enclave::{Enclave, InlineEnclave, ProvisioningKey, SecretKind, TenantId};
@@ -33,9 +35,9 @@ fn inline_on(platform_key: &[u8], code: &[u8]) -> (Box<dyn Enclave>, Measurement
     .unwrap();
     let public = att.platform_public_key().to_vec();
     let mut e: Box<dyn Enclave> = Box::new(InlineEnclave::start(config(), Box::new(att)).unwrap());
-    let rd = [3u8; 64];
-    let ev = e.evidence(&rd).unwrap();
-    let m = verify_software_evidence(&ev.bytes, &public, &rd).unwrap().measurement;
+    let ev = e.identity_evidence(&[3; 32]).unwrap();
+    let rd = identity_report_data(config().tenant, &[3; 32]);
+    let m = verify_software_evidence(&ev.bytes, &public, EvidencePurpose::Identity, &rd).unwrap().measurement;
     (e, label_measurement(&m).unwrap())
 }
 

@@ -13,7 +13,9 @@ mod common;
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{verify, AuditLog, Flow, Hsm, HsmConfig, Measurement, MigrateError, Mode, Pin};
 use common::{config, with_setup, Env, Setup, PROV_KEY, TENANT, USER_PIN};
-use enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
+use enclave::attest::{
+    identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
+};
 use enclave::migration::{why, MigrationRestore};
 use enclave::process::{ProcessEnclave, ProcessSpec};
 use enclave::provision::wrap_secret;
@@ -35,9 +37,10 @@ struct Node {
 
 fn node(enclave: Box<dyn Enclave>, platform: Vec<u8>) -> Node {
     let mut enclave = enclave;
-    let rd = [3u8; 64];
-    let ev = enclave.evidence(&rd).unwrap();
-    let m = verify_software_evidence(&ev.bytes, &platform, &rd).unwrap().measurement;
+    let ev = enclave.identity_evidence(&[3; 32]).unwrap();
+    let rd = identity_report_data(enclave.tenant(), &[3; 32]);
+    let m =
+        verify_software_evidence(&ev.bytes, &platform, EvidencePurpose::Identity, &rd).unwrap().measurement;
     Node { enclave, platform, measurement: label_measurement(&m).unwrap() }
 }
 

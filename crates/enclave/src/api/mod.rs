@@ -56,9 +56,19 @@ pub trait Enclave: Send {
     /// The tenant this instance serves.
     fn tenant(&self) -> TenantId;
 
-    /// Attestation evidence binding `report_data` (e.g. a hash of a channel key) to the
-    /// measurement of this enclave's code and configuration.
-    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence>;
+    /// Evidence that this enclave runs its measurement for its tenant, fresh for a
+    /// verifier's `challenge`: purpose [`crate::attest::EvidencePurpose::Identity`], over
+    /// [`crate::attest::identity_report_data`]. There is no call for evidence over report
+    /// data the caller chooses: every other piece of evidence comes with the value it
+    /// vouches for (an offer, a destination key, an exported package).
+    fn identity_evidence(&mut self, challenge: &[u8; 32]) -> Result<Evidence>;
+
+    /// Evidence over the last package this instance exported ([`Self::export_state`]:
+    /// purpose `MigrationSource`; [`Self::export_secrets`]: `Backup`), bound to `bound_to`
+    /// (the destination enclave's SPKI, or the backup key's label), over
+    /// [`crate::migration::export_report_data`] of the package digest the enclave recorded.
+    /// Refused before any export.
+    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence>;
 
     /// Bytes of trusted memory held, per kind.
     fn memory_report(&self) -> MemoryReport;
@@ -182,8 +192,17 @@ pub trait Enclave: Send {
     /// Forgets a secret (zeroized where the key type allows, see docs/threat-model.md).
     fn delete_secret(&mut self, secret: SecretHandle) -> Result<()>;
 
-    /// Fills `out` (16..=256 bytes) with Nonce Data from the enclave's CSPRNG.
+    /// Fills `out` (16..=256 bytes) from the enclave's CSPRNG: public random values (SPIs,
+    /// cookie secrets, timer jitter). Never an IKE nonce: those come from [`Self::ike_nonces`].
     fn random_nonce(&mut self, out: &mut [u8]) -> Result<()>;
+
+    /// Fills `out` with fresh IKE Nonce Data of this enclave, [`crate::IKE_NONCE_LEN`] bytes
+    /// each (`out.len()` a whole number of them). Every IKE SA and child SA derivation must
+    /// name one of these as our side's nonce, which it spends (one derivation per nonce), and
+    /// our role in that exchange is the position the nonce holds (Ni: initiator); only
+    /// IKE_AUTH's first child reuses IKE_SA_INIT's pair, once. The enclave recognises its
+    /// nonces by a MAC; it tracks the use of the last 65536 issued and refuses older ones.
+    fn ike_nonces(&mut self, out: &mut [u8]) -> Result<()>;
 
     /// Generates an ephemeral DH private value and writes its public value (Key Exchange
     /// Data, exactly [`DhGroup::public_len`] bytes) to `public_out`.

@@ -21,8 +21,8 @@ use crate::provision::ProvisioningOffer;
 
 /// Call opcodes: one per [`crate::Enclave`] method that is not the ESP batch.
 pub mod op {
-    /// [`crate::Enclave::evidence`].
-    pub const EVIDENCE: u16 = 1;
+    /// [`crate::Enclave::identity_evidence`].
+    pub const IDENTITY_EVIDENCE: u16 = 1;
     /// [`crate::Enclave::memory_report`].
     pub const MEMORY_REPORT: u16 = 2;
     /// [`crate::Enclave::counters`].
@@ -104,6 +104,10 @@ pub mod op {
     pub const AUTH_VERIFY_COMPUTE: u16 = 40;
     /// [`crate::Enclave::sk_encrypt_establish`].
     pub const SK_ENCRYPT_ESTABLISH: u16 = 41;
+    /// [`crate::Enclave::ike_nonces`].
+    pub const IKE_NONCES: u16 = 42;
+    /// [`crate::Enclave::export_evidence`].
+    pub const EXPORT_EVIDENCE: u16 = 43;
 }
 
 /// How [`op::EXPORT_STATE`], [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`],
@@ -725,6 +729,7 @@ pub fn put_error(w: &mut Writer, e: &Error) {
         Error::Provisioning { why } => w.u8(30).str(why),
         Error::MeasurementMismatch { expected, got } => w.u8(31).bytes(&expected.0).bytes(&got.0),
         Error::Migration { why } => w.u8(32).str(why),
+        Error::ProtocolRefused { why } => w.u8(33).str(why),
         // Variants added later, and transport errors (which the trusted core never
         // returns), cross as an internal failure rather than breaking the build.
         #[allow(unreachable_patterns)]
@@ -771,6 +776,7 @@ pub fn get_error(r: &mut Reader<'_>) -> Result<Error, Malformed> {
             got: Box::new(get_measurement(r)?),
         },
         32 => Error::Migration { why: s(r)? },
+        33 => Error::ProtocolRefused { why: s(r)? },
         _ => return Err(Malformed),
     })
 }

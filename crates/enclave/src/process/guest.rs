@@ -477,10 +477,15 @@ pub fn dispatch<E: Enclave + ?Sized>(
         Ok(if r.bool()? { Some(SealedBlob(r.bytes()?.to_vec())) } else { None })
     };
     let res = match opcode {
-        op::EVIDENCE => {
-            let rd: [u8; 64] = r.bytes()?.try_into().map_err(|_| RejectReason::BadArguments)?;
+        op::IDENTITY_EVIDENCE => {
+            let challenge: [u8; 32] = r.bytes()?.try_into().map_err(|_| RejectReason::BadArguments)?;
             r.finish()?;
-            e.evidence(&rd).map(|ev| codec::put_evidence(w, &ev))
+            e.identity_evidence(&challenge).map(|ev| codec::put_evidence(w, &ev))
+        }
+        op::EXPORT_EVIDENCE => {
+            let bound_to = r.bytes()?;
+            r.finish()?;
+            e.export_evidence(bound_to).map(|ev| codec::put_evidence(w, &ev))
         }
         op::MEMORY_REPORT => {
             r.finish()?;
@@ -545,6 +550,14 @@ pub fn dispatch<E: Enclave + ?Sized>(
             r.finish()?;
             let mut out = vec![0u8; n];
             e.random_nonce(&mut out).map(|()| {
+                w.bytes(&out);
+            })
+        }
+        op::IKE_NONCES => {
+            let n = out_len(&mut r)?;
+            r.finish()?;
+            let mut out = vec![0u8; n];
+            e.ike_nonces(&mut out).map(|()| {
                 w.bytes(&out);
             })
         }

@@ -1072,10 +1072,17 @@ impl Enclave for ProcessEnclave {
         self.tenant
     }
 
-    fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
+    fn identity_evidence(&mut self, challenge: &[u8; 32]) -> Result<Evidence> {
         let mut w = Writer::new();
-        w.bytes(report_data);
-        let res = self.call(op::EVIDENCE, &w)?;
+        w.bytes(challenge);
+        let res = self.call(op::IDENTITY_EVIDENCE, &w)?;
+        decode(&res, codec::get_evidence)
+    }
+
+    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
+        let mut w = Writer::new();
+        w.bytes(bound_to);
+        let res = self.call(op::EXPORT_EVIDENCE, &w)?;
         decode(&res, codec::get_evidence)
     }
 
@@ -1209,6 +1216,14 @@ impl Enclave for ProcessEnclave {
         let mut w = Writer::new();
         w.u32(len_u32(out.len()));
         let res = self.call(op::RANDOM_NONCE, &w)?;
+        let got = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
+        fill(out, &got)
+    }
+
+    fn ike_nonces(&mut self, out: &mut [u8]) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(len_u32(out.len()));
+        let res = self.call(op::IKE_NONCES, &w)?;
         let got = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
         fill(out, &got)
     }

@@ -102,7 +102,10 @@ impl Enclave for MockEnclave {
     fn tenant(&self) -> TenantId {
         TenantId(1)
     }
-    fn evidence(&mut self, _: &[u8; 64]) -> Result<Evidence> {
+    fn identity_evidence(&mut self, _: &[u8; 32]) -> Result<Evidence> {
+        unsupported()
+    }
+    fn export_evidence(&mut self, _: &[u8]) -> Result<Evidence> {
         unsupported()
     }
     fn memory_report(&self) -> MemoryReport {
@@ -135,6 +138,9 @@ impl Enclave for MockEnclave {
         }
         out.fill(0x4e);
         Ok(())
+    }
+    fn ike_nonces(&mut self, _: &mut [u8]) -> Result<()> {
+        unsupported()
     }
     fn dh_generate(&mut self, _: DhGroup, _: &mut [u8]) -> Result<DhHandle> {
         unsupported()

@@ -44,6 +44,22 @@ pub(crate) struct IkeSa {
     pub(crate) sealed_counter: Option<u64>,
     /// Next explicit IV for AEAD SK payloads we send; never repeats under SK_e.
     pub(crate) next_iv: u64,
+    /// The digest ([`nonce_pair`]) of IKE_SA_INIT's Ni and Nr while the child SA that
+    /// IKE_AUTH creates from them (RFC 7296 §2.17) is still to come: that one derivation
+    /// may use nonces already spent on this SA's own; taken by it, and gone at
+    /// clear-and-seal.
+    pub(crate) first_child: Option<Box<[u8; 32]>>,
+}
+
+/// SHA-256 of `len(Ni) || Ni || Nr`: which nonce pair a derivation names.
+pub(crate) fn nonce_pair(nonce_i: &[u8], nonce_r: &[u8]) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(&u16::try_from(nonce_i.len()).unwrap_or(u16::MAX).to_be_bytes());
+    ctx.update(nonce_i);
+    ctx.update(nonce_r);
+    let mut d = [0u8; 32];
+    d.copy_from_slice(ctx.finish().as_ref());
+    d
 }
 
 impl IkeSa {
@@ -52,6 +68,7 @@ impl IkeSa {
         core::mem::size_of::<Self>()
             + self.sk_d.as_ref().map_or(0, |_| core::mem::size_of::<KeyBuf<MAX_PRF_LEN>>())
             + self.sk_p.as_ref().map_or(0, |_| core::mem::size_of::<AuthKeys>())
+            + self.first_child.as_ref().map_or(0, |_| 32)
     }
 
     /// The keys protecting what we send (outbound) or receive.
@@ -150,6 +167,7 @@ impl IkeSa {
             sk_p: None,
             sealed_counter: Some(counter),
             next_iv: next_iv & (u64::MAX >> 1),
+            first_child: None,
         })
     }
 }
@@ -250,6 +268,7 @@ pub(crate) fn derive_ike_sa(
         sk_p: keep_auth_keys.then(|| Box::new(AuthKeys { i: pi, r: pr })),
         sealed_counter: None,
         next_iv: 1,
+        first_child: None,
     })
 }
 

@@ -15,6 +15,7 @@ pub(crate) mod keybuf;
 pub(crate) mod lane;
 pub(crate) mod migration;
 pub(crate) mod modp;
+pub(crate) mod nonce;
 pub(crate) mod prf;
 pub(crate) mod provisioning;
 pub(crate) mod seal;
@@ -35,7 +36,7 @@ use crate::api::ike::{
     PeerCredential, SealedBlob,
 };
 use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
-use crate::attest::{AttestationProvider, Evidence};
+use crate::attest::{AttestationProvider, Evidence, EvidencePurpose};
 use crate::error::{Error, Result};
 use crate::migration::{
     destination_report_data, why as mwhy, DestinationKey, MigrationPackage, MigrationRestore, OaepHash,
@@ -106,6 +107,10 @@ pub(crate) struct TrustedCore {
     offers: provisioning::Offers,
     /// The migration destination key pair, until an import consumes it.
     destination: Option<Box<migration::DestinationKeyPair>>,
+    /// Our IKE nonces: issued, recognised and spent here (see `nonce`).
+    nonces: nonce::Nonces,
+    /// What the last export was and the digest of its package, for its evidence.
+    last_export: Option<(ExportScope, [u8; 32])>,
     counters: Counters,
     attestation: Box<dyn AttestationProvider>,
 }
@@ -146,6 +151,7 @@ impl TrustedCore {
             rng.fill(&mut tag).map_err(|_| Error::Random)?;
         }
         let tag = tag[0];
+        let nonces = nonce::Nonces::new(&rng)?;
         let l = config.limits;
         Ok(Self {
             tenant: config.tenant,
@@ -164,6 +170,8 @@ impl TrustedCore {
             wrapped_keys: esp_wrapped::KeyRecord::default(),
             offers: provisioning::Offers::default(),
             destination: None,
+            nonces,
+            last_export: None,
             counters: Counters::default(),
             attestation,
         })
@@ -228,8 +236,23 @@ impl TrustedCore {
         r
     }
 
-    pub(crate) fn evidence(&mut self, report_data: &[u8; 64]) -> Result<Evidence> {
-        self.attestation.evidence(self.tenant, report_data)
+    pub(crate) fn identity_evidence(&mut self, challenge: &[u8; 32]) -> Result<Evidence> {
+        let rd = crate::attest::identity_report_data(self.tenant, challenge);
+        self.attestation.evidence(self.tenant, EvidencePurpose::Identity, &rd)
+    }
+
+    /// Evidence over the last package [`Self::export`] made, for `bound_to`; its purpose is
+    /// the export's (a move or a backup).
+    pub(crate) fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
+        let (scope, digest) = self
+            .last_export
+            .ok_or(Error::ProtocolRefused { why: crate::error::refusal::NOTHING_EXPORTED })?;
+        let purpose = match scope {
+            ExportScope::State => EvidencePurpose::MigrationSource,
+            ExportScope::Secrets => EvidencePurpose::Backup,
+        };
+        let rd = crate::migration::export_report_data_of(self.tenant, &digest, bound_to);
+        self.attestation.evidence(self.tenant, purpose, &rd)
     }
 
     pub(crate) fn memory_report(&self) -> MemoryReport {
@@ -253,6 +276,7 @@ impl TrustedCore {
                 + lane_fixed
                 + self.wrapped_keys.bytes()
                 + self.offers.bytes()
+                + self.nonces.bytes()
                 + self.ike.overhead_bytes()
                 + esp.overhead_bytes()
                 + self.dh.overhead_bytes()
@@ -274,7 +298,8 @@ impl TrustedCore {
     pub(crate) fn provisioning_offer_at(&mut self, now: Instant) -> Result<ProvisioningOffer> {
         let offer = self.offers.issue(&self.rng, now)?;
         let report_data = offer_report_data(self.tenant, &offer.public, &offer.challenge);
-        let evidence = self.attestation.evidence(self.tenant, &report_data)?;
+        let evidence =
+            self.attestation.evidence(self.tenant, EvidencePurpose::ProvisioningOffer, &report_data)?;
         Ok(ProvisioningOffer {
             challenge: offer.challenge,
             public_key: offer.public,
@@ -365,6 +390,10 @@ impl TrustedCore {
         self.rng.fill(out).map_err(|_| Error::Random)
     }
 
+    pub(crate) fn ike_nonces(&mut self, out: &mut [u8]) -> Result<()> {
+        self.nonces.issue(&self.rng, out)
+    }
+
     pub(crate) fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
         let secret = DhSecret::generate(group, &self.rng, public_out)?;
         self.dh.insert(secret).map(DhHandle)
@@ -382,8 +411,13 @@ impl TrustedCore {
 
     pub(crate) fn ike_sa_create(&mut self, x: DhExchange<'_>, p: &IkeSaParams<'_>) -> Result<IkeSaHandle> {
         let g_ir = self.agree(x)?;
-        let sa = ike_keys::derive_ike_sa(SkeyseedSource::Initial, &g_ir, p)?;
-        self.ike.insert(sa).map(IkeSaHandle)
+        // Our nonce is spent only once keys exist: a refused call derived nothing.
+        let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
+        let mut sa = ike_keys::derive_ike_sa(SkeyseedSource::Initial, &g_ir, p)?;
+        sa.first_child = Some(Box::new(ike_keys::nonce_pair(p.nonce_i, p.nonce_r)));
+        let h = self.ike.insert(sa)?;
+        self.nonces.spend(claim);
+        Ok(IkeSaHandle(h))
     }
 
     /// Runs `f` with the IKE SA's SK_d: resident, or unsealed from `sealed` for the call only.
@@ -431,10 +465,13 @@ impl TrustedCore {
         p: &IkeSaParams<'_>,
     ) -> Result<IkeSaHandle> {
         let g_ir = self.agree(x)?;
+        let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
         let sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
             ike_keys::derive_ike_sa(SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d }, &g_ir, p)
         })?;
-        self.ike.insert(sa).map(IkeSaHandle)
+        let h = self.ike.insert(sa)?;
+        self.nonces.spend(claim);
+        Ok(IkeSaHandle(h))
     }
 
     pub(crate) fn auth_compute(
@@ -509,6 +546,19 @@ impl TrustedCore {
             Some(x) => Some(self.agree(x)?),
             None => None,
         };
+        let sa = self.ike.get(ike.0)?;
+        // IKE_AUTH's child derives from IKE_SA_INIT's nonces, spent on the IKE SA: allowed
+        // once, in the SA's own role. Every other child needs a fresh nonce of ours. Either
+        // is spent only once the keys are installed: a refused call derived nothing.
+        let first = sa.first_child.as_deref() == Some(&ike_keys::nonce_pair(p.nonce_i, p.nonce_r));
+        let claim = if first {
+            if p.role != sa.role {
+                return Err(Error::ProtocolRefused { why: crate::error::refusal::ROLE_MISMATCH });
+            }
+            None
+        } else {
+            Some(self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?)
+        };
         let (inbound, outbound) = self
             .with_sk_d(ike, sealed, |sa, sk_d| ike_keys::derive_child_keys(sa.prf, sk_d, g_ir.as_ref(), p))?;
         // The inbound SA is bound to the one operation the measured config allows.
@@ -518,7 +568,18 @@ impl TrustedCore {
         let mut esp = self.esp_write();
         let h_in = esp.insert(sa_in)?;
         match esp.insert(sa_out) {
-            Ok(h_out) => Ok(ChildSaPair { inbound: EspSaHandle(h_in), outbound: EspSaHandle(h_out) }),
+            Ok(h_out) => {
+                drop(esp);
+                match claim {
+                    Some(c) => self.nonces.spend(c),
+                    None => {
+                        if let Ok(sa) = self.ike.get_mut(ike.0) {
+                            sa.first_child = None;
+                        }
+                    }
+                }
+                Ok(ChildSaPair { inbound: EspSaHandle(h_in), outbound: EspSaHandle(h_out) })
+            }
             Err(e) => {
                 // Never used: no lane has its key.
                 drop(esp.remove(h_in));
@@ -537,6 +598,8 @@ impl TrustedCore {
         // Dropping the boxes zeroizes SK_d, SK_pi and SK_pr and frees their memory.
         sa.sk_d = None;
         sa.sk_p = None;
+        // IKE_AUTH is over: its child SA exists or never will.
+        sa.first_child = None;
         sa.sealed_counter = Some(counter);
         self.seal_counter = counter;
         Ok(SealedBlob(blob))
@@ -716,6 +779,8 @@ impl TrustedCore {
                 }
             }
         }
+        drop(esp);
+        self.last_export = Some((scope, crate::migration::package_digest(package.as_bytes())));
         Ok(package)
     }
 
@@ -724,7 +789,8 @@ impl TrustedCore {
     pub(crate) fn migration_destination_key(&mut self, bits: usize) -> Result<DestinationKey> {
         let (pair, spki_der) = migration::DestinationKeyPair::generate(bits)?;
         let report_data = destination_report_data(self.tenant, &spki_der);
-        let evidence = self.attestation.evidence(self.tenant, &report_data)?;
+        let evidence =
+            self.attestation.evidence(self.tenant, EvidencePurpose::MigrationDestination, &report_data)?;
         self.destination = Some(Box::new(pair));
         Ok(DestinationKey { spki_der, evidence })
     }
@@ -992,5 +1058,6 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
         sk_p,
         sealed_counter: (flags & 4 != 0).then_some(counter),
         next_iv: next_iv & (u64::MAX >> 1),
+        first_child: None,
     })
 }

@@ -314,11 +314,13 @@ mod tests {
         let (mut a, mut b) = (vec![0u8; 32], vec![0u8; 32]);
         let dh_a = c.dh_generate(group, &mut a).unwrap();
         let _dh_b = c.dh_generate(group, &mut b).unwrap();
+        let mut ni = [0u8; crate::IKE_NONCE_LEN];
+        c.ike_nonces(&mut ni).unwrap();
         let params = IkeSaParams {
             role: Role::Initiator,
             prf: Prf::HmacSha256,
             suite: Suite::aead(crate::Cipher::AesGcm16_128),
-            nonce_i: &[1; 32],
+            nonce_i: &ni,
             nonce_r: &[2; 32],
             spi_i: 1,
             spi_r: 2,
@@ -442,12 +444,14 @@ mod tests {
         let mut pubs = [vec![0u8; 32], vec![0u8; 32]];
         let dh = c.dh_generate(DhGroup::Curve25519, &mut pubs[0]).unwrap();
         c.dh_generate(DhGroup::Curve25519, &mut pubs[1]).unwrap();
+        let mut nr = [0u8; crate::IKE_NONCE_LEN];
+        c.ike_nonces(&mut nr).unwrap();
         let params = IkeSaParams {
             role: Role::Responder,
             prf: Prf::HmacSha256,
             suite: Suite::aead(crate::Cipher::AesGcm16_256),
             nonce_i: &[1; 32],
-            nonce_r: &[2; 32],
+            nonce_r: &nr,
             spi_i: 5,
             spi_r: 6,
         };

@@ -95,6 +95,7 @@ fn ike_sa_with_peer_key(suite: Suite, peer_enc: &[u8]) -> IkeSa {
         sk_p: None,
         sealed_counter: None,
         next_iv: 1,
+        first_child: None,
     }
 }
 

@@ -25,12 +25,10 @@ pub fn inner(k: usize, len: usize) -> Vec<u8> {
 
 /// An IKE SA (x25519, HMAC-SHA256, AES-GCM-256) and its first child SA between two
 /// enclaves, `a` the initiator: (a's IKE SA, b's IKE SA, a's child SA, b's child SA). Child
-/// SPIs 0xc100 (a inbound) and 0xc200 (b inbound).
+/// SPIs 0xc100 (a inbound) and 0xc200 (b inbound). Each side's nonce is its enclave's own.
 pub fn ike_and_child(
     a: &mut dyn cloister_enclave::Enclave,
     b: &mut dyn cloister_enclave::Enclave,
-    nonce_i: &[u8],
-    nonce_r: &[u8],
 ) -> (
     cloister_enclave::IkeSaHandle,
     cloister_enclave::IkeSaHandle,
@@ -40,6 +38,8 @@ pub fn ike_and_child(
     use cloister_enclave::*;
     let suite = Suite::aead(Cipher::AesGcm16_256);
     let group = DhGroup::Curve25519;
+    let (ni, nr) = (nonce(a), nonce(b));
+    let (nonce_i, nonce_r) = (&ni[..], &nr[..]);
     let (mut ke_a, mut ke_b) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
     let dh_a = a.dh_generate(group, &mut ke_a).unwrap();
     let dh_b = b.dh_generate(group, &mut ke_b).unwrap();
@@ -68,4 +68,11 @@ pub fn ike_and_child(
     let sa_a = a.child_sa_create(ike_a, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
     let sa_b = b.child_sa_create(ike_b, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
     (ike_a, ike_b, sa_a, sa_b)
+}
+
+/// One IKE nonce of `e`'s: what our side of an exchange must send and name in derivations.
+pub fn nonce(e: &mut (impl cloister_enclave::Enclave + ?Sized)) -> Vec<u8> {
+    let mut n = vec![0u8; cloister_enclave::IKE_NONCE_LEN];
+    e.ike_nonces(&mut n).unwrap();
+    n
 }
