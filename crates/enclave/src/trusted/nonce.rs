@@ -40,6 +40,13 @@ pub(crate) struct Nonces {
     used: Box<[u64; WORDS]>,
 }
 
+impl Drop for Nonces {
+    fn drop(&mut self) {
+        // ring keys are not `Zeroize`: overwritten in place, as every other HMAC key here.
+        super::prf::scrub_hmac_key(&mut self.mac_key);
+    }
+}
+
 /// A recognised nonce of ours and its place in the exchange, not yet marked used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Claim {

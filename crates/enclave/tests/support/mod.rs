@@ -76,3 +76,25 @@ pub fn nonce(e: &mut (impl cloister_enclave::Enclave + ?Sized)) -> Vec<u8> {
     e.ike_nonces(&mut n).unwrap();
     n
 }
+
+/// An IKE_SA_INIT message as its sender puts it on the wire (RFC 7296 §1.2): header, an
+/// SA payload (empty here), KE (group 31) and Nonce. The enclave takes AUTH input only
+/// from the exchange it derived the IKE SA from: these SPIs, this KE and nonce.
+pub fn sa_init_message(spi_i: u64, spi_r: u64, initiator: bool, ke: &[u8], nonce: &[u8]) -> Vec<u8> {
+    let flags = if initiator { 0x08 } else { 0x20 };
+    let mut m = Vec::new();
+    m.extend_from_slice(&spi_i.to_be_bytes());
+    m.extend_from_slice(&spi_r.to_be_bytes());
+    m.extend_from_slice(&[33, 0x20, 34, flags, 0, 0, 0, 0, 0, 0, 0, 0]);
+    m.extend_from_slice(&[34, 0, 0, 4]);
+    m.extend_from_slice(&[40, 0]);
+    m.extend_from_slice(&((8 + ke.len()) as u16).to_be_bytes());
+    m.extend_from_slice(&[0, 31, 0, 0]);
+    m.extend_from_slice(ke);
+    m.extend_from_slice(&[0, 0]);
+    m.extend_from_slice(&((4 + nonce.len()) as u16).to_be_bytes());
+    m.extend_from_slice(nonce);
+    let len = m.len() as u32;
+    m[24..28].copy_from_slice(&len.to_be_bytes());
+    m
+}

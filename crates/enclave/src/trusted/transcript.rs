@@ -1,0 +1,162 @@
+//! What the enclave keeps of IKE_SA_INIT, so that AUTH covers only the exchange whose keys
+//! it holds.
+//!
+//! AUTH signs or MACs `RealMessage | peer's Nonce | prf(SK_p, ID')` (RFC 7296 §2.15). If
+//! the caller could hand in any message and nonce, the enclave would sign the octets of an
+//! exchange it never took part in. So the IKE SA records, when it is made, a digest of each
+//! side's Key Exchange Data and Nonce Data (the values its keys were derived from), and an
+//! AUTH input must be an IKE_SA_INIT message of that side carrying exactly those payloads,
+//! under this SA's SPIs, with the other side's recorded nonce. The record goes at
+//! clear-and-seal, when AUTH is over.
+
+use crate::api::alg::Role;
+use crate::api::ike::AuthInput;
+use crate::error::{refusal, Error, Result};
+
+/// IKE_SA_INIT's exchange type (RFC 7296 §3.1).
+const IKE_SA_INIT: u8 = 34;
+/// Payload types (RFC 7296 §3.2).
+const KEY_EXCHANGE: u8 = 34;
+const NONCE: u8 = 40;
+/// The IKE header's length; a payload header's.
+const HEADER: usize = 28;
+const PAYLOAD_HEADER: usize = 4;
+/// Flags: Initiator and Response (RFC 7296 §3.1).
+const FLAG_INITIATOR: u8 = 0x08;
+const FLAG_RESPONSE: u8 = 0x20;
+
+/// SHA-256 of a value.
+pub(crate) fn digest(v: &[u8]) -> [u8; 32] {
+    let mut d = [0u8; 32];
+    d.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, v).as_ref());
+    d
+}
+
+/// Digests of IKE_SA_INIT's values, indexed by side (0: initiator, 1: responder).
+pub(crate) struct Transcript {
+    pub(crate) ke: [[u8; 32]; 2],
+    pub(crate) nonce: [[u8; 32]; 2],
+}
+
+fn side(role: Role) -> usize {
+    match role {
+        Role::Initiator => 0,
+        Role::Responder => 1,
+    }
+}
+
+fn other(role: Role) -> Role {
+    match role {
+        Role::Initiator => Role::Responder,
+        Role::Responder => Role::Initiator,
+    }
+}
+
+impl Transcript {
+    /// Checks that `input` is the AUTH input of `signer` in this exchange (IKE SA SPIs
+    /// `spi_i`, `spi_r`): its IKE_SA_INIT message, the other side's nonce.
+    pub(crate) fn check(&self, signer: Role, spi_i: u64, spi_r: u64, input: &AuthInput<'_>) -> Result<()> {
+        let refuse = Error::ProtocolRefused { why: refusal::NOT_THE_TRANSCRIPT };
+        let s = side(signer);
+        if digest(input.peer_nonce) != self.nonce[side(other(signer))] {
+            return Err(refuse);
+        }
+        let (ke, nonce) = sa_init_values(input.real_message, signer, spi_i, spi_r).ok_or(refuse.clone())?;
+        if digest(ke) != self.ke[s] || digest(nonce) != self.nonce[s] {
+            return Err(refuse);
+        }
+        Ok(())
+    }
+}
+
+/// The Key Exchange Data and Nonce Data of `msg` if it is `signer`'s IKE_SA_INIT message
+/// of the SA with these SPIs (a request has SPIr 0): a whole message whose payload chain
+/// holds exactly one KE and one Nonce payload.
+fn sa_init_values(msg: &[u8], signer: Role, spi_i: u64, spi_r: u64) -> Option<(&[u8], &[u8])> {
+    let h = msg.get(..HEADER)?;
+    let u64_at = |i: usize| h.get(i..i + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+    let len = h.get(24..28).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes)?;
+    let want_r = if signer == Role::Initiator { 0 } else { spi_r };
+    let want_flags = if signer == Role::Initiator { FLAG_INITIATOR } else { FLAG_RESPONSE };
+    if u64_at(0)? != spi_i
+        || u64_at(8)? != want_r
+        || h[18] != IKE_SA_INIT
+        || h[19] & (FLAG_INITIATOR | FLAG_RESPONSE) != want_flags
+        || usize::try_from(len).ok()? != msg.len()
+    {
+        return None;
+    }
+    let (mut next, mut at) = (h[16], HEADER);
+    let (mut ke, mut nonce) = (None, None);
+    // Each payload is at least its header long, so the walk ends within the message.
+    while next != 0 {
+        let p = msg.get(at..at + PAYLOAD_HEADER)?;
+        let plen = usize::from(u16::from_be_bytes([p[2], p[3]]));
+        let body = msg.get(at + PAYLOAD_HEADER..at.checked_add(plen)?).filter(|_| plen >= PAYLOAD_HEADER)?;
+        match next {
+            KEY_EXCHANGE if ke.is_none() => ke = Some(body.get(4..)?),
+            NONCE if nonce.is_none() => nonce = Some(body),
+            KEY_EXCHANGE | NONCE => return None,
+            _ => {}
+        }
+        next = p[0];
+        at += plen;
+    }
+    (at == msg.len()).then_some(())?;
+    Some((ke?, nonce?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IKE_SA_INIT message: header, then SA (empty body), KE, Nonce.
+    fn msg(spi_i: u64, spi_r: u64, flags: u8, ke: &[u8], nonce: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&spi_i.to_be_bytes());
+        m.extend_from_slice(&spi_r.to_be_bytes());
+        m.extend_from_slice(&[33, 0x20, IKE_SA_INIT, flags, 0, 0, 0, 0, 0, 0, 0, 0]);
+        m.extend_from_slice(&[KEY_EXCHANGE, 0, 0, 4]);
+        let ke_len = u16::try_from(8 + ke.len()).unwrap();
+        m.extend_from_slice(&[NONCE, 0]);
+        m.extend_from_slice(&ke_len.to_be_bytes());
+        m.extend_from_slice(&[0, 31, 0, 0]);
+        m.extend_from_slice(ke);
+        m.extend_from_slice(&[0, 0]);
+        m.extend_from_slice(&u16::try_from(4 + nonce.len()).unwrap().to_be_bytes());
+        m.extend_from_slice(nonce);
+        let len = u32::try_from(m.len()).unwrap();
+        m[24..28].copy_from_slice(&len.to_be_bytes());
+        m
+    }
+
+    fn transcript() -> Transcript {
+        Transcript { ke: [digest(b"ke i"), digest(b"ke r")], nonce: [digest(b"nonce i"), digest(b"nonce r")] }
+    }
+
+    #[test]
+    fn only_the_exchanges_own_messages_and_nonces_pass() {
+        let t = transcript();
+        let m1 = msg(7, 0, FLAG_INITIATOR, b"ke i", b"nonce i");
+        let m2 = msg(7, 9, FLAG_RESPONSE, b"ke r", b"nonce r");
+        let input = |m, n| AuthInput { real_message: m, peer_nonce: n, id_body: b"id" };
+        t.check(Role::Initiator, 7, 9, &input(&m1, b"nonce r")).unwrap();
+        t.check(Role::Responder, 7, 9, &input(&m2, b"nonce i")).unwrap();
+        let refused = Err(Error::ProtocolRefused { why: refusal::NOT_THE_TRANSCRIPT });
+        // The other side's message, the wrong nonce, other SPIs, other values.
+        assert_eq!(t.check(Role::Initiator, 7, 9, &input(&m2, b"nonce r")), refused);
+        assert_eq!(t.check(Role::Initiator, 7, 9, &input(&m1, b"nonce i")), refused);
+        assert_eq!(t.check(Role::Initiator, 8, 9, &input(&m1, b"nonce r")), refused);
+        assert_eq!(t.check(Role::Responder, 7, 10, &input(&m2, b"nonce i")), refused);
+        let forged = msg(7, 0, FLAG_INITIATOR, b"ke x", b"nonce i");
+        assert_eq!(t.check(Role::Initiator, 7, 9, &input(&forged, b"nonce r")), refused);
+        // Cut short, padded, or a second Nonce payload appended.
+        assert_eq!(t.check(Role::Initiator, 7, 9, &input(&m1[..m1.len() - 1], b"nonce r")), refused);
+        let mut longer = m1.clone();
+        longer.push(0);
+        assert_eq!(t.check(Role::Initiator, 7, 9, &input(&longer, b"nonce r")), refused);
+        for cut in 0..m1.len() {
+            assert!(sa_init_values(&m1[..cut], Role::Initiator, 7, 9).is_none());
+        }
+    }
+}
