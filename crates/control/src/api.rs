@@ -181,7 +181,7 @@ fn route(inner: &Inner, method: &Method, parts: &[&str], query: &str, body: &[u8
             ok(json!({
                 "version": env!("CARGO_PKG_VERSION"),
                 "uptime_s": inner.started.elapsed().as_secs(),
-                "enclave": crate::tenant::backend_name(inner.settings.enclave),
+                "enclave": inner.settings.enclave.name(),
                 "state": inner.settings.state.display().to_string(),
                 "platform_public_key": hex(inner.platform.public_key()),
                 "tenants": states,

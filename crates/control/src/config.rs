@@ -49,6 +49,7 @@ struct RawService {
     sealing_root: Option<String>,
     api: Option<String>,
     api_token: Option<String>,
+    #[serde(default, deserialize_with = "gateway::config::deserialize_backend")]
     enclave: Option<Backend>,
     cas: Option<String>,
     cas_token: Option<String>,

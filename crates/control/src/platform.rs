@@ -173,15 +173,20 @@ fn parse_root(text: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
 }
 
 /// The measurement a tenant should expect of its enclave: this binary's code and the
-/// public enclave configuration of `tenant` (what `cloister measure` prints).
-pub fn expected_measurement(tenant: u32, code: &[u8]) -> enclave::attest::Measurement {
+/// public enclave configuration of `tenant` run by `backend` (what `cloister measure`
+/// prints).
+pub fn expected_measurement(
+    tenant: u32,
+    code: &[u8],
+    backend: enclave::Backend,
+) -> enclave::attest::Measurement {
     let cfg = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes([0; 32]),
         trusted_min_seal_counter: 0,
         limits: Limits::default(),
     };
-    enclave::attest::software_measurement(code, &cfg.measured_bytes())
+    enclave::attest::software_measurement(code, &cfg.measured_bytes(backend))
 }
 
 #[cfg(test)]
@@ -199,7 +204,10 @@ mod tests {
         for f in [&k, &r] {
             assert_eq!(std::fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
         }
-        assert_eq!(a.enclave_config(1, 0).measured_bytes(), b.enclave_config(1, 0).measured_bytes());
+        assert_eq!(
+            a.enclave_config(1, 0).measured_bytes(enclave::Backend::Process),
+            b.enclave_config(1, 0).measured_bytes(enclave::Backend::Process)
+        );
         // Roots are not observable (ProvisioningKey has no accessor); sealing across
         // tenants is refused in the enclave's own tests. Here: a loose file is refused.
         std::fs::set_permissions(&r, std::fs::Permissions::from_mode(0o644)).unwrap();

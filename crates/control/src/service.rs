@@ -211,7 +211,7 @@ impl Service {
         (inner.log)(&format!(
             "service: api http://{} enclave {} platform key {} tenants {}",
             api.addr(),
-            crate::tenant::backend_name(inner.settings.enclave),
+            inner.settings.enclave.name(),
             hex(inner.platform.public_key()),
             inner.lock().len()
         ));

@@ -23,7 +23,7 @@ use enclave::process::{ProcessEnclave, ProcessSpec};
 use enclave::{Enclave, InlineEnclave, SealedBlob};
 use gateway::control::Request;
 use gateway::snapshot::Snapshot;
-use gateway::{Backend, Gateway};
+use gateway::Gateway;
 use serde::Serialize;
 use store::{Key, Kind, Store, Value, Write};
 
@@ -197,7 +197,7 @@ impl Launcher for InlineLauncher {
         let att = enclave::attest::SoftwareAttestation::new(
             self.platform.attestation_key(),
             enclave::attest::CodeIdentity::CurrentExecutable,
-            &cfg.measured_bytes(),
+            &cfg.measured_bytes(enclave::Backend::Inline),
         )
         .map_err(err)?;
         InlineEnclave::start(cfg, Box::new(att)).map_err(err)
@@ -803,13 +803,5 @@ impl<L: Launcher> Runner<L> {
             s.enclave_pid = None;
         });
         self.log("stopped");
-    }
-}
-
-/// Which launcher a backend setting means.
-pub fn backend_name(b: Backend) -> &'static str {
-    match b {
-        Backend::Process => "process",
-        Backend::Inline => "inline",
     }
 }

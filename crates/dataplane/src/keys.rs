@@ -37,7 +37,7 @@ pub fn inline_enclave_with_key(
     let attestation = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"cloister-dataplane".to_vec()),
-        &config.measured_bytes(),
+        &config.measured_bytes(enclave::Backend::Inline),
     )?;
     Ok(InlineEnclave::start(config, Box::new(attestation))?)
 }

@@ -26,7 +26,7 @@
 use cloister_enclave::attest::{CodeIdentity, SoftwareAttestation};
 use cloister_enclave::process::{InFlight, PacketArea, ProcessEnclave, ProcessSpec};
 use cloister_enclave::{
-    ChildSaPair, ChildSaParams, Cipher, DhExchange, DhGroup, Enclave, EnclaveConfig, EspDescriptor,
+    Backend, ChildSaPair, ChildSaParams, Cipher, DhExchange, DhGroup, Enclave, EnclaveConfig, EspDescriptor,
     EspSaHandle, EspStatus, IkeSaHandle, IkeSaParams, Limits, MemoryReport, Prf, ProvisioningKey, Role,
     Suite, TenantId, IKE_NONCE_LEN,
 };
@@ -60,8 +60,12 @@ fn config(tenant: u32) -> EnclaveConfig {
 fn start_inline(tenant: u32) -> cloister_enclave::InlineEnclave {
     let c = config(tenant);
     let pk = SoftwareAttestation::generate_platform_key().unwrap();
-    let att =
-        SoftwareAttestation::new(&pk, CodeIdentity::Bytes(b"bench".to_vec()), &c.measured_bytes()).unwrap();
+    let att = SoftwareAttestation::new(
+        &pk,
+        CodeIdentity::Bytes(b"bench".to_vec()),
+        &c.measured_bytes(Backend::Inline),
+    )
+    .unwrap();
     cloister_enclave::InlineEnclave::start(c, Box::new(att)).unwrap()
 }
 

@@ -345,6 +345,9 @@ pub mod refusal {
     pub const NONCE_USED: &str = "the enclave's nonce was used before";
     /// A nonce of this enclave issued so long ago that its use is no longer tracked.
     pub const NONCE_EXPIRED: &str = "the enclave's nonce is too old";
+    /// An AUTH input that is not this IKE SA's IKE_SA_INIT: another message, other SPIs,
+    /// KE or Nonce payloads other than those its keys came from, or the wrong peer nonce.
+    pub const NOT_THE_TRANSCRIPT: &str = "the AUTH input is not this IKE SA's IKE_SA_INIT";
     /// Evidence over an exported package asked for before any export.
     pub const NOTHING_EXPORTED: &str = "no package was exported";
     /// The stated role is not the one the enclave's nonce holds in the exchange.

@@ -22,6 +22,8 @@ mod api;
 pub mod attest;
 mod der;
 mod error;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod inline;
 pub mod migration;
 pub mod process;
@@ -37,7 +39,7 @@ pub use api::ike::{
     AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
     IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
 };
-pub use api::report::{Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey};
+pub use api::report::{Backend, Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey};
 pub use api::{Enclave, EspCrossing};
 pub use error::{refusal, BlobRejection, Error, ErrorKind, Result};
 #[cfg(feature = "test-export")]

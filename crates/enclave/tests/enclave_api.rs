@@ -29,7 +29,7 @@ fn start_limits(tenant: u32, key: [u8; 32], min: u64, limits: Limits) -> InlineE
     let att = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"enclave".to_vec()),
-        &config.measured_bytes(),
+        &config.measured_bytes(Backend::Inline),
     )
     .unwrap();
     InlineEnclave::start(config, Box::new(att)).unwrap()
@@ -47,6 +47,9 @@ struct Pair {
     ike_r: IkeSaHandle,
     ni: Vec<u8>,
     nr: Vec<u8>,
+    /// IKE_SA_INIT request and response, as AUTH covers them.
+    msg1: Vec<u8>,
+    msg2: Vec<u8>,
 }
 
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr } */
@@ -68,7 +71,9 @@ fn ike_sa_init_with(group: DhGroup, prf: Prf, suite: Suite, r_inbound: InboundMo
         i.ike_sa_create(DhExchange { dh: dh_i, peer_public: &ke_r }, &params(Role::Initiator)).unwrap();
     let ike_r =
         r.ike_sa_create(DhExchange { dh: dh_r, peer_public: &ke_i }, &params(Role::Responder)).unwrap();
-    Pair { i, r, ike_i, ike_r, ni, nr }
+    let msg1 = support::sa_init_message(0x1111, 0, true, &ke_i, &ni);
+    let msg2 = support::sa_init_message(0x1111, 0x2222, false, &ke_r, &nr);
+    Pair { i, r, ike_i, ike_r, ni, nr, msg1, msg2 }
 }
 
 fn sk_round_trip(
@@ -116,7 +121,7 @@ fn psk_auth_verifies_both_ways_and_rejects_a_wrong_key() {
     let psk_i = provision(&mut p.i, SecretKind::PreSharedKey, b"tenant shared secret");
     let psk_r = provision(&mut p.r, SecretKind::PreSharedKey, b"tenant shared secret");
     let wrong = provision(&mut p.r, SecretKind::PreSharedKey, b"another secret");
-    let (msg1, idi) = (b"IKE_SA_INIT request bytes".to_vec(), b"\x02\0\0\0site-a".to_vec());
+    let (msg1, idi) = (p.msg1.clone(), b"\x02\0\0\0site-a".to_vec());
     /* IKE_AUTH { SK { IDi, AUTH, SAi2, TSi, TSr } } --> */
     let mut auth = [0u8; 64];
     let (method, n) =
@@ -144,7 +149,7 @@ fn psk_auth_verifies_both_ways_and_rejects_a_wrong_key() {
         Err(Error::AuthenticationFailed { method: 2 })
     );
     // The responder's AUTH is over message 2 and Ni, with SK_pr.
-    let (msg2, idr) = (b"IKE_SA_INIT response bytes".to_vec(), b"\x02\0\0\0cloister".to_vec());
+    let (msg2, idr) = (p.msg2.clone(), b"\x02\0\0\0cloister".to_vec());
     let (_, n) =
         p.r.auth_compute(p.ike_r, psk_r, AuthSpec::SharedKey, &auth_input(&msg2, &p.ni, &idr), &mut auth)
             .unwrap();
@@ -189,7 +194,7 @@ fn signature_auth_with_rsa_and_ecdsa() {
         kind: PublicKeyKind::EcdsaP384,
         bytes: ring::signature::KeyPair::public_key(&ec_pair).as_ref().to_vec(),
     };
-    let (msg1, idi) = (b"IKE_SA_INIT request".to_vec(), b"\x09\0\0\0CN=site-a".to_vec());
+    let (msg1, idi) = (p.msg1.clone(), b"\x09\0\0\0CN=site-a".to_vec());
     let input = auth_input(&msg1, &p.nr, &idi);
     let mut out = [0u8; 600];
     for (key, spec, pk) in [
@@ -495,7 +500,10 @@ fn inbound_sas_do_only_the_operation_the_measured_config_allows() {
         trusted_min_seal_counter: 0,
         limits: Limits { inbound, ..Limits::default() },
     };
-    assert_ne!(cfg(InboundMode::Decrypt).measured_bytes(), cfg(InboundMode::Forward).measured_bytes());
+    assert_ne!(
+        cfg(InboundMode::Decrypt).measured_bytes(Backend::Inline),
+        cfg(InboundMode::Forward).measured_bytes(Backend::Inline)
+    );
     // The responder forwards inside the enclave; the initiator hands plaintext out.
     let suite = Suite::aead(Cipher::AesGcm16_128);
     let mut p = ike_sa_init_with(DhGroup::Curve25519, Prf::HmacSha256, suite, InboundMode::Forward);
@@ -823,8 +831,13 @@ fn errors_and_debug_output_carry_no_key_bytes() {
     let h = provision(&mut p.i, SecretKind::PreSharedKey, secret);
     let dbg = format!("{:?} {:?}", p.i, h);
     assert!(!dbg.contains("TOPSECRET"));
-    let err =
-        p.i.auth_verify(p.ike_i, PeerCredential::SharedKey(h), 2, &[0; 32], &auth_input(b"m", b"n", b"i"));
+    let err = p.i.auth_verify(
+        p.ike_i,
+        PeerCredential::SharedKey(h),
+        2,
+        &[0; 32],
+        &auth_input(&p.msg2, &p.ni, b"i"),
+    );
     let text = format!("{:?} {}", err, err.as_ref().unwrap_err());
     assert!(!text.contains("TOPSECRET"));
 }
@@ -857,8 +870,12 @@ fn attestation_evidence_verifies_with_the_platform_key() {
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();
-    let att = SoftwareAttestation::new(&platform, CodeIdentity::CurrentExecutable, &config.measured_bytes())
-        .unwrap();
+    let att = SoftwareAttestation::new(
+        &platform,
+        CodeIdentity::CurrentExecutable,
+        &config.measured_bytes(Backend::Inline),
+    )
+    .unwrap();
     let anchor = att.platform_public_key().to_vec();
     let expected = cloister_enclave::attest::AttestationProvider::measurement(&att);
     let mut e = InlineEnclave::start(config, Box::new(att)).unwrap();

@@ -25,7 +25,9 @@ fn config(tenant: u32) -> EnclaveConfig {
 fn start_inline() -> InlineEnclave {
     let c = config(TENANT);
     let pk = SoftwareAttestation::generate_platform_key().unwrap();
-    let att = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(b"t".to_vec()), &c.measured_bytes()).unwrap();
+    let att =
+        SoftwareAttestation::new(&pk, CodeIdentity::Bytes(b"t".to_vec()), &c.measured_bytes(Backend::Inline))
+            .unwrap();
     InlineEnclave::start(c, Box::new(att)).unwrap()
 }
 

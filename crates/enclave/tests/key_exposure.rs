@@ -249,7 +249,8 @@ fn no_key_byte_is_in_the_gateway_and_the_enclave_holds_them() {
     // IKE_AUTH: our AUTH with the PSK, and an SK payload.
     let mut auth = [0u8; 64];
     let id = [1u8, 0, 0, 0, 198, 18, 0, 1];
-    let input = AuthInput { real_message: b"IKE_SA_INIT request bytes", peer_nonce: &nr, id_body: &id };
+    let msg1 = support::sa_init_message(spi_i, 0, true, &ke_i, &ni);
+    let input = AuthInput { real_message: &msg1, peer_nonce: &nr, id_body: &id };
     e.auth_compute(ike, psk, AuthSpec::SharedKey, &input, &mut auth).unwrap();
     let layout = SUITE.sk_layout(40);
     let mut msg = vec![0u8; 32 + layout.body_len(40)];

@@ -19,7 +19,7 @@ use cloister_enclave::*;
 
 mod support;
 
-use support::{ike_and_child, inner, lay_out};
+use support::{inner, lay_out};
 
 const PROV_KEY: [u8; 32] = [0x42; 32];
 const SUITE: Suite = Suite::aead(Cipher::AesGcm16_256);
@@ -43,7 +43,9 @@ fn platform_key() -> Vec<u8> {
 fn inline(tenant: u32, code: &[u8]) -> (InlineEnclave, Vec<u8>) {
     let c = config(tenant);
     let pk = platform_key();
-    let att = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(code.to_vec()), &c.measured_bytes()).unwrap();
+    let att =
+        SoftwareAttestation::new(&pk, CodeIdentity::Bytes(code.to_vec()), &c.measured_bytes(Backend::Inline))
+            .unwrap();
     let public = att.platform_public_key().to_vec();
     (InlineEnclave::start(c, Box::new(att)).unwrap(), public)
 }
@@ -76,15 +78,19 @@ struct Tunnel {
     /// The peer's.
     peer_ike: IkeSaHandle,
     peer_sa: ChildSaPair,
+    /// Our IKE_SA_INIT request and the peer's nonce: our AUTH's input.
+    msg1: Vec<u8>,
+    nr: Vec<u8>,
 }
 
 fn tunnel(e: &mut dyn Enclave, peer: &mut InlineEnclave, tenant: u32) -> Tunnel {
-    let (ike, peer_ike, sa, peer_sa) = ike_and_child(e, peer);
+    let x = support::exchange(e, peer);
+    let (ike, peer_ike, sa, peer_sa) = (x.ike_a, x.ike_b, x.sa_a, x.sa_b);
     let blob =
         wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(tenant), SecretKind::PreSharedKey, PSK)
             .unwrap();
     let psk = e.provision_secret(&blob).unwrap();
-    Tunnel { ike, sa, psk, peer_ike, peer_sa }
+    Tunnel { ike, sa, psk, peer_ike, peer_sa, msg1: x.msg1, nr: x.nr }
 }
 
 /// Encrypts one packet with `sa` at `seq`; on success the peer's `inbound` decrypts it.
@@ -109,8 +115,8 @@ fn send(
     EspStatus::Ok
 }
 
-fn auth(e: &mut dyn Enclave, ike: IkeSaHandle, psk: SecretHandle) -> Vec<u8> {
-    let input = AuthInput { real_message: b"IKE_SA_INIT", peer_nonce: &[2; 32], id_body: b"id" };
+fn auth(e: &mut dyn Enclave, ike: IkeSaHandle, psk: SecretHandle, t: &Tunnel) -> Vec<u8> {
+    let input = AuthInput { real_message: &t.msg1, peer_nonce: &t.nr, id_body: b"id" };
     let mut out = [0u8; 64];
     let (_, n) = e.auth_compute(ike, psk, AuthSpec::SharedKey, &input, &mut out).unwrap();
     out[..n].to_vec()
@@ -146,7 +152,7 @@ fn migrate(
     for seq in 1..=3 {
         assert_eq!(send(src, t.sa.outbound, seq, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
     }
-    let src_auth = auth(src, t.ike, t.psk);
+    let src_auth = auth(src, t.ike, t.psk, &t);
 
     let key = dst.migration_destination_key(2048).unwrap();
     let expected = measurement_of(src, src_pk);
@@ -186,7 +192,7 @@ fn migrate(
     assert_eq!(&msg[r], payloads);
     let psk = new_handle(&restored.secrets, t.psk);
     assert_eq!(dst.secret_kind(psk), Ok(SecretKind::PreSharedKey));
-    assert_eq!(auth(dst, ike, psk), src_auth);
+    assert_eq!(auth(dst, ike, psk, &t), src_auth);
 
     // The destination key was single use.
     assert_eq!(
@@ -331,7 +337,7 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     for seq in 1..=3 {
         assert_eq!(send(src, t.sa.outbound, seq, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
     }
-    let src_auth = auth(src, t.ike, t.psk);
+    let src_auth = auth(src, t.ike, t.psk, &t);
 
     let key = first.migration_destination_key(2048).unwrap();
     let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, untrusted).unwrap();
@@ -349,8 +355,8 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     // provisioned afresh.
     let (mut peer2, _) = inline(tenant, b"peer");
     let t2 = tunnel(first, &mut peer2, tenant);
-    let fresh = auth(first, t2.ike, t2.psk);
-    assert_eq!(auth(first, t2.ike, psk), fresh, "the same PSK as the provisioned one");
+    let fresh = auth(first, t2.ike, t2.psk, &t2);
+    assert_eq!(auth(first, t2.ike, psk, &t2), fresh, "the same PSK as the provisioned one");
     // Sealed on the new host, it comes back on that host's next instance.
     let sealed = first.seal_secret(psk).unwrap();
     let back = second.unseal_secret(&sealed).unwrap();
@@ -359,7 +365,7 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     // The source was not capped: it sends far past where a move's cap would have stopped it.
     let past_cap = 3 + SEQ_MARGIN + 10;
     assert_eq!(send(src, t.sa.outbound, past_cap, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
-    assert_eq!(auth(src, t.ike, t.psk), src_auth);
+    assert_eq!(auth(src, t.ike, t.psk, &t), src_auth);
 
     // A move still works after a backup, and a backup after a move: neither changes the cap.
     let key = second.migration_destination_key(2048).unwrap();

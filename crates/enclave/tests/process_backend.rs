@@ -17,7 +17,7 @@ use cloister_enclave::*;
 
 mod support;
 
-use support::{ike_and_child, inner, lay_out};
+use support::{inner, lay_out};
 
 const PROV_KEY: [u8; 32] = [0x42; 32];
 
@@ -51,8 +51,12 @@ fn start_process(tenant: u32) -> (ProcessEnclave, Vec<u8>) {
 fn start_inline(tenant: u32) -> InlineEnclave {
     let c = config(tenant);
     let pk = platform_key();
-    let att =
-        SoftwareAttestation::new(&pk, CodeIdentity::Bytes(b"peer".to_vec()), &c.measured_bytes()).unwrap();
+    let att = SoftwareAttestation::new(
+        &pk,
+        CodeIdentity::Bytes(b"peer".to_vec()),
+        &c.measured_bytes(Backend::Inline),
+    )
+    .unwrap();
     InlineEnclave::start(c, Box::new(att)).unwrap()
 }
 
@@ -65,12 +69,14 @@ struct Tunnel {
     p: ChildSaPair,
     /// The inline enclave's SAs.
     i: ChildSaPair,
+    /// IKE_SA_INIT as AUTH covers it.
+    x: support::Exchange,
 }
 
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, then IKE_AUTH's child SA */
 fn tunnel(p: &mut ProcessEnclave, i: &mut InlineEnclave) -> Tunnel {
-    let (ike_p, ike_i, pp, ip) = ike_and_child(p, i);
-    Tunnel { ike_p, ike_i, p: pp, i: ip }
+    let x = support::exchange(p, i);
+    Tunnel { ike_p: x.ike_a, ike_i: x.ike_b, p: x.sa_a, i: x.sa_b, x }
 }
 
 #[test]
@@ -184,16 +190,22 @@ fn ike_calls_cross_and_refusals_keep_their_type() {
     let psk_p = p.provision_secret(&blob).unwrap();
     let psk_i = i.provision_secret(&blob).unwrap();
     assert_eq!(p.secret_kind(psk_p).unwrap(), SecretKind::PreSharedKey);
-    let input =
-        AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[7; 32], id_body: b"\x02\0\0\0a" };
+    let input = t.x.auth_a(b"\x02\0\0\0a");
     let mut auth = [0u8; 64];
     let (m, n) = p.auth_compute(t.ike_p, psk_p, AuthSpec::SharedKey, &input, &mut auth).unwrap();
     assert_eq!(m, AuthMethod::SharedKey);
     // The initiator's AUTH verifies at the responder.
     i.auth_verify(t.ike_i, PeerCredential::SharedKey(psk_i), 2, &auth[..n], &input).unwrap();
+    // A wrong peer AUTH over the peer's own input fails verification; our own input offered
+    // as the peer's is no input of the peer's at all.
+    let theirs = t.x.auth_b(b"\x02\0\0\0b");
     assert_eq!(
-        p.auth_verify(t.ike_p, PeerCredential::SharedKey(psk_p), 2, &[0; 32], &input),
+        p.auth_verify(t.ike_p, PeerCredential::SharedKey(psk_p), 2, &[0; 32], &theirs),
         Err(Error::AuthenticationFailed { method: 2 })
+    );
+    assert_eq!(
+        p.auth_verify(t.ike_p, PeerCredential::SharedKey(psk_p), 2, &auth[..n], &input),
+        Err(Error::ProtocolRefused { why: refusal::NOT_THE_TRANSCRIPT })
     );
 
     // Identity evidence from the child, bound to our challenge and to the child's own code.
@@ -535,7 +547,7 @@ fn attested_provisioning_crosses_the_boundary_and_survives_a_restart() {
     let anchor = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(vec![]), b"").unwrap();
     let anchor = anchor.platform_public_key().to_vec();
     let code = std::fs::read(&spec().program).unwrap();
-    let expected = software_measurement(&code, &config(1).measured_bytes());
+    let expected = software_measurement(&code, &config(1).measured_bytes(Backend::Process));
 
     let offer = a.provisioning_offer().unwrap();
     let offer = ProvisioningOffer::from_bytes(&offer.to_bytes()).unwrap();
@@ -569,7 +581,7 @@ fn assert_psk_auth_verifies(a: &mut ProcessEnclave, psk: SecretHandle, wrapped: 
     let mut peer = start_inline(1);
     let t = tunnel(a, &mut peer);
     let peer_psk = peer.provision_secret(wrapped).unwrap();
-    let input = AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[5; 32], id_body: b"id" };
+    let input = t.x.auth_a(b"id");
     let mut auth = [0u8; 64];
     let (method, n) = a.auth_compute(t.ike_p, psk, AuthSpec::SharedKey, &input, &mut auth).unwrap();
     let v = peer.auth_verify(t.ike_i, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
@@ -787,10 +799,8 @@ fn merged_ike_auth_calls_match_the_separate_ones() {
         wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(5), SecretKind::PreSharedKey, b"psk!")
             .unwrap();
     let (psk_p, psk_i) = (p.provision_secret(&blob).unwrap(), i.provision_secret(&blob).unwrap());
-    let theirs =
-        AuthInput { real_message: b"IKE_SA_INIT response", peer_nonce: &[1; 32], id_body: b"\x02\0\0\0b" };
-    let mine =
-        AuthInput { real_message: b"IKE_SA_INIT request", peer_nonce: &[2; 32], id_body: b"\x02\0\0\0a" };
+    let theirs = t.x.auth_b(b"\x02\0\0\0b");
+    let mine = t.x.auth_a(b"\x02\0\0\0a");
     // The inline side's AUTH, which the process side checks.
     let mut peer_auth = [0u8; 64];
     let (_, n) = i.auth_compute(t.ike_i, psk_i, AuthSpec::SharedKey, &theirs, &mut peer_auth).unwrap();

@@ -65,9 +65,12 @@ fn start() -> InlineEnclave {
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().expect("platform key");
-    let att =
-        SoftwareAttestation::new(&platform, CodeIdentity::Bytes(b"fuzz".to_vec()), &config.measured_bytes())
-            .expect("attestation");
+    let att = SoftwareAttestation::new(
+        &platform,
+        CodeIdentity::Bytes(b"fuzz".to_vec()),
+        &config.measured_bytes(enclave::Backend::Inline),
+    )
+    .expect("attestation");
     InlineEnclave::start(config, Box::new(att)).expect("enclave")
 }
 

@@ -38,21 +38,22 @@ pub const IKE_PORT: u16 = 500;
 /// The ESP-in-UDP and NAT-T IKE port (RFC 3948).
 pub const NATT_PORT: u16 = 4500;
 
-/// Which enclave backend holds the tenant's keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// One hardened process per tenant (the default): keys never in the gateway process.
-    #[default]
-    Process,
-    /// In-process trusted code: for a gateway that itself runs inside a TEE, and for tests.
-    Inline,
+/// Which enclave backend holds the tenant's keys: `process` (the default) or `inline`.
+pub use enclave::Backend;
+
+/// Reads an optional [`Backend`] by its name (`enclave = "process"`), for serde.
+pub fn deserialize_backend<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> core::result::Result<Option<Backend>, D::Error> {
+    let name: Option<String> = Deserialize::deserialize(d)?;
+    name.map(|n| n.parse().map_err(serde::de::Error::custom)).transpose()
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawGateway {
     tenant: Option<u32>,
+    #[serde(default, deserialize_with = "deserialize_backend")]
     enclave: Option<Backend>,
     provisioning_key: Option<String>,
     control_socket: Option<String>,

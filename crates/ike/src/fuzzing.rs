@@ -42,7 +42,7 @@ fn enclave() -> InlineEnclave {
     let attestation = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"ike-fuzz".to_vec()),
-        &config.measured_bytes(),
+        &config.measured_bytes(enclave::Backend::Inline),
     )
     .unwrap();
     InlineEnclave::start(config, Box::new(attestation)).unwrap()

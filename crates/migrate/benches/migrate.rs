@@ -48,8 +48,12 @@ fn inline(pk: &[u8]) -> (InlineEnclave, Vec<u8>, Measurement) {
         trusted_min_seal_counter: 0,
         limits: Limits::default(),
     };
-    let att =
-        SoftwareAttestation::new(pk, CodeIdentity::Bytes(b"bench".to_vec()), &c.measured_bytes()).unwrap();
+    let att = SoftwareAttestation::new(
+        pk,
+        CodeIdentity::Bytes(b"bench".to_vec()),
+        &c.measured_bytes(enclave::Backend::Inline),
+    )
+    .unwrap();
     let public = att.platform_public_key().to_vec();
     let m = label_measurement(&att_measurement(&att)).unwrap();
     (InlineEnclave::start(c, Box::new(att)).unwrap(), public, m)

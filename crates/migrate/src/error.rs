@@ -130,6 +130,13 @@ pub enum MigrateError {
         /// The label looked up.
         label: KeyLabel,
     },
+    /// A one-time migration key has rewrapped its package's data key once already: its
+    /// private half is gone, so no second destination (or copy of the package) gets it.
+    #[error("one-time HSM key {label} was used already")]
+    OneTimeKeyUsed {
+        /// The label.
+        label: KeyLabel,
+    },
     /// A key with this label exists already (creating a second would make lookups by label
     /// ambiguous), or two do (someone else created a clash; refused rather than guessed).
     #[error("HSM key label {label} is taken")]

@@ -523,7 +523,16 @@ impl Hsm {
         wrapped: &[u8],
         destination: &RsaPublicKey,
     ) -> Result<Vec<u8>> {
-        let private = self.find_one(session, ObjectClass::PRIVATE_KEY, label)?;
+        let private = match self.find_one(session, ObjectClass::PRIVATE_KEY, label) {
+            // A one-time key whose public half remains was spent by an earlier rewrap.
+            Err(MigrateError::KeyNotFound { .. })
+                if !label.is_backup()
+                    && !self.find(session, ObjectClass::PUBLIC_KEY, &label.to_string())?.is_empty() =>
+            {
+                return Err(MigrateError::OneTimeKeyUsed { label: label.clone() });
+            }
+            other => other?,
+        };
         // An RSA-OAEP ciphertext is exactly as long as the modulus; anything else was cut or
         // padded on the way.
         let public = self.find_one(session, ObjectClass::PUBLIC_KEY, label)?;
@@ -607,6 +616,12 @@ impl Hsm {
             })?;
         data_key.destroy()?;
         destination_guard.destroy()?;
+        if !backup {
+            // One-time means one rewrap: the private half goes now, so neither a second
+            // destination nor a replayed package gets this data key, whether or not the
+            // destination ever confirms. The public half stays until `delete_key`.
+            session.destroy_object(private).map_err(ck)?;
+        }
         Ok(rewrapped)
     }
 
@@ -795,12 +810,15 @@ impl Hsm {
                     let key = self.find_one(&session, ObjectClass::SECRET_KEY, label)?;
                     return session.destroy_object(key).map_err(ck);
                 }
-                let private = self.find_one(&session, ObjectClass::PRIVATE_KEY, label)?;
                 // Private key first: once it is gone no package can be unwrapped, whatever
-                // happens to the public half.
-                session.destroy_object(private).map_err(ck)?;
-                for public in self.find(&session, ObjectClass::PUBLIC_KEY, &label.to_string())? {
-                    session.destroy_object(public).map_err(ck)?;
+                // happens to the public half. A one-time key's went at its rewrap.
+                let privates = self.find(&session, ObjectClass::PRIVATE_KEY, &label.to_string())?;
+                let publics = self.find(&session, ObjectClass::PUBLIC_KEY, &label.to_string())?;
+                if privates.is_empty() && publics.is_empty() {
+                    return Err(MigrateError::KeyNotFound { label: label.clone() });
+                }
+                for key in privates.into_iter().chain(publics) {
+                    session.destroy_object(key).map_err(ck)?;
                 }
                 Ok(())
             },

@@ -30,7 +30,7 @@ fn inline_on(platform_key: &[u8], code: &[u8]) -> (Box<dyn Enclave>, Measurement
     let att = SoftwareAttestation::new(
         platform_key,
         CodeIdentity::Bytes(code.to_vec()),
-        &config().measured_bytes(),
+        &config().measured_bytes(enclave::Backend::Inline),
     )
     .unwrap();
     let public = att.platform_public_key().to_vec();

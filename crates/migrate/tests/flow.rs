@@ -46,8 +46,12 @@ fn node(enclave: Box<dyn Enclave>, platform: Vec<u8>) -> Node {
 
 fn inline(code: &[u8]) -> Node {
     let pk = SoftwareAttestation::generate_platform_key().unwrap();
-    let att = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(code.to_vec()), &config().measured_bytes())
-        .unwrap();
+    let att = SoftwareAttestation::new(
+        &pk,
+        CodeIdentity::Bytes(code.to_vec()),
+        &config().measured_bytes(enclave::Backend::Inline),
+    )
+    .unwrap();
     let public = att.platform_public_key().to_vec();
     node(Box::new(InlineEnclave::start(config(), Box::new(att)).unwrap()), public)
 }
@@ -219,8 +223,13 @@ fn tampered_and_truncated_transfers_are_refused() {
             matches!(err, MigrateError::Enclave { source: EnclaveError::Migration { why: why::TRUNCATED } }),
             "{err}"
         );
-        // One bit of the body flipped: the HSM rewraps (the wrapped key is intact), the
-        // destination refuses the body.
+        // The wrapped key flipped: the HSM refuses it, and the one-time key stays unspent.
+        let mut bad_key = transfer.clone();
+        bad_key.bytes[enclave::migration::PACKAGE_HEADER_LEN + 9] ^= 1;
+        let err = flow.import(bad_key, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
+        assert!(matches!(err, MigrateError::WrappedKeyInvalid { .. }), "{err}");
+        // One bit of the body flipped: the HSM rewraps (the wrapped key is intact), which
+        // spends the one-time key, and the destination refuses the body.
         let mut flipped = transfer.clone();
         let last = flipped.bytes.len() - 20;
         flipped.bytes[last] ^= 1;
@@ -229,16 +238,21 @@ fn tampered_and_truncated_transfers_are_refused() {
             matches!(err, MigrateError::Enclave { source: EnclaveError::Migration { why: why::NO_DECRYPT } }),
             "{err}"
         );
-        // The wrapped key flipped: the HSM refuses it.
-        let mut bad_key = transfer.clone();
-        bad_key.bytes[enclave::migration::PACKAGE_HEADER_LEN + 9] ^= 1;
-        let err = flow.import(bad_key, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
-        assert!(matches!(err, MigrateError::WrappedKeyInvalid { .. }), "{err}");
-        // The destination key was spent by the first attempt that reached it: a fresh one
-        // takes the genuine transfer.
+        // The genuine transfer no longer opens: its key rewrapped once already.
         let dkey = flow
             .prepare_destination(dst.enclave.as_mut(), &dst.platform, &src.measurement, TENANT, 2048)
             .unwrap();
+        let err = flow.import(transfer, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
+        assert!(matches!(err, MigrateError::OneTimeKeyUsed { .. }), "{err}");
+        // The source exports again under a fresh one-time key; that one arrives.
+        flow.confirm(keys.as_ref()).unwrap();
+        let keys = flow.prepare_hsm(&src.measurement).unwrap();
+        let dkey = flow
+            .prepare_destination(dst.enclave.as_mut(), &dst.platform, &src.measurement, TENANT, 2048)
+            .unwrap();
+        let again = flow.export(keys.as_ref(), &dkey, src.enclave.as_mut(), b"state");
+        // An export caps the outbound SAs it carries; this state has none, so it may go again.
+        let transfer = again.unwrap();
         flow.import(transfer, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap();
     });
 }

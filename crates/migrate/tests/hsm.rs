@@ -120,8 +120,9 @@ fn rewrap_delivers_the_same_data_key_to_the_destination() {
         for bytes in [&wrapped, &rewrapped] {
             assert!(!bytes.windows(key.len()).any(|w| w == key));
         }
-        // The transient data key and destination key are gone: only the pair remains.
-        assert_eq!(hsm.list_keys().unwrap().len(), 1);
+        // The transient data key and destination key are gone, and so is the one-time key's
+        // private half: nothing is left that unwraps.
+        assert!(hsm.list_keys().unwrap().is_empty());
     });
 }
 
@@ -149,6 +150,29 @@ fn wrong_pin_is_refused_and_audited() {
         assert!(!std::fs::read_to_string(env.audit_path()).unwrap().contains("not-the-pin"));
         // The right PIN still works (one failure does not lock SoftHSM's PIN).
         env.open();
+    });
+}
+
+#[test]
+fn a_one_time_key_rewraps_once() {
+    with_token("a_one_time_key_rewraps_once", |env| {
+        let hsm = env.open();
+        let m = measurement(0xd5);
+        let label = hsm.create_migration_key(&m).unwrap();
+        let key = data_key();
+        let wrapped = source_wrap(&hsm.public_key(&label).unwrap(), &key);
+        let first = Destination::a();
+        assert_eq!(first.open(&hsm.rewrap(&label, &wrapped, &first.spki(), &m).unwrap()), key);
+        // A second destination, or the same one again, gets nothing: the key is spent.
+        for spki in [Destination::b().spki(), first.spki()] {
+            let err = hsm.rewrap(&label, &wrapped, &spki, &m).unwrap_err();
+            assert!(matches!(err, MigrateError::OneTimeKeyUsed { .. }), "{err}");
+        }
+        let entry = last_entry(&env.audit_path());
+        assert_eq!((entry["op"].as_str(), entry["outcome"].as_str()), (Some("rewrap"), Some("failed")));
+        // The confirmation still removes what is left.
+        hsm.delete_key(&label).unwrap();
+        assert!(matches!(hsm.delete_key(&label), Err(MigrateError::KeyNotFound { .. })));
     });
 }
 

@@ -22,16 +22,7 @@ use anyhow::Context;
 use dataplane::{Config, Dataplane, WorkerSnapshot};
 use enclave::attest::SoftwareAttestation;
 use enclave::process::{ProcessEnclave, ProcessSpec};
-use enclave::{Enclave, EnclaveConfig, Limits, ProvisioningKey, TenantId};
-
-/// Where the tenant's enclave runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Backend {
-    /// In this process.
-    Inline,
-    /// In a hardened child process (`cloister enclave-process`), reached through shared memory.
-    Process,
-}
+use enclave::{Backend, Enclave, EnclaveConfig, Limits, ProvisioningKey, TenantId};
 
 /// Arguments of `cloister dataplane`.
 #[derive(Debug, clap::Args)]
@@ -52,8 +43,9 @@ pub(crate) struct Args {
     /// `wrapped` keys were wrapped; without it the enclave can open no blob.
     #[arg(long)]
     provisioning_key: Option<PathBuf>,
-    /// Where the enclave runs.
-    #[arg(long, value_enum, default_value_t = Backend::Inline)]
+    /// Where the enclave runs: `inline` (in this process) or `process` (a hardened child
+    /// process, `cloister enclave-process`, reached through shared memory).
+    #[arg(long, default_value = "inline")]
     enclave: Backend,
 }
 

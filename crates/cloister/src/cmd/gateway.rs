@@ -55,7 +55,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let attestation = SoftwareAttestation::new(
                 &platform_key,
                 CodeIdentity::CurrentExecutable,
-                &enclave_config.measured_bytes(),
+                &enclave_config.measured_bytes(enclave::Backend::Inline),
             )?;
             let e = InlineEnclave::start(enclave_config, Box::new(attestation))?;
             serve(&config, e, &signals, "inline")

@@ -258,8 +258,11 @@ fn enclave_with_psk(psk: &[u8], tunnels: usize) -> anyhow::Result<(InlineEnclave
         limits: Limits { max_ike_sas: sas, max_esp_sas: (2 * sas).min(65_535), ..Limits::default() },
     };
     let platform_key = SoftwareAttestation::generate_platform_key()?;
-    let attestation =
-        SoftwareAttestation::new(&platform_key, CodeIdentity::CurrentExecutable, &config.measured_bytes())?;
+    let attestation = SoftwareAttestation::new(
+        &platform_key,
+        CodeIdentity::CurrentExecutable,
+        &config.measured_bytes(enclave::Backend::Inline),
+    )?;
     let mut e = InlineEnclave::start(config, Box::new(attestation))?;
     let blob = enclave::provision::wrap_secret(
         &ProvisioningKey::from_bytes(*key),

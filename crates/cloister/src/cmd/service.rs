@@ -438,6 +438,9 @@ pub(crate) struct MeasureArgs {
     /// The binary to measure (default: this one).
     #[arg(long)]
     binary: Option<PathBuf>,
+    /// The enclave backend the service runs (`[service] enclave`): it is measured too.
+    #[arg(long, default_value = "process")]
+    backend: enclave::Backend,
 }
 
 /// Runs `cloister measure`.
@@ -447,6 +450,6 @@ pub(crate) fn measure(args: MeasureArgs) -> anyhow::Result<()> {
         None => std::env::current_exe()?,
     };
     let code = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    println!("{}", control::platform::expected_measurement(args.tenant_id, &code).to_hex());
+    println!("{}", control::platform::expected_measurement(args.tenant_id, &code, args.backend).to_hex());
     Ok(())
 }

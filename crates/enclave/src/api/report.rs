@@ -96,6 +96,53 @@ impl Default for Limits {
     }
 }
 
+/// Which backend runs an enclave's trusted code. It is measured with the configuration, so
+/// evidence says whether the keys sit in a hardened process of their own or in the memory
+/// of the process that calls them (a verifier that accepts only `Process` refuses inline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Backend {
+    /// One hardened process per tenant ([`crate::process`]): keys never in the caller.
+    #[default]
+    Process,
+    /// The trusted code in the caller's process ([`crate::InlineEnclave`]): for a gateway
+    /// that itself runs in a TEE, and for tests.
+    Inline,
+}
+
+impl Backend {
+    /// Its name in configuration files and command lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::Inline => "inline",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Self::Process => 1,
+            Self::Inline => 2,
+        }
+    }
+}
+
+impl core::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> core::result::Result<Self, String> {
+        match s {
+            "process" => Ok(Self::Process),
+            "inline" => Ok(Self::Inline),
+            other => Err(format!("unknown enclave backend {other:?} (process or inline)")),
+        }
+    }
+}
+
+impl core::fmt::Display for Backend {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How an enclave instance is started.
 #[derive(Debug)]
 pub struct EnclaveConfig {
@@ -111,12 +158,13 @@ pub struct EnclaveConfig {
 }
 
 impl EnclaveConfig {
-    /// The configuration's public part, as measured into attestation evidence: tenant,
-    /// limits and inbound mode, never the key or the counter (which changes from start to
-    /// start).
-    pub fn measured_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(72);
-        v.extend_from_slice(b"cloister-enclave-config-v2");
+    /// The configuration's public part, as measured into attestation evidence when run by
+    /// `backend`: the backend, tenant, limits and inbound mode, never the key or the counter
+    /// (which changes from start to start).
+    pub fn measured_bytes(&self, backend: Backend) -> Vec<u8> {
+        let mut v = Vec::with_capacity(73);
+        v.extend_from_slice(b"cloister-enclave-config-v3");
+        v.push(backend.code());
         v.extend_from_slice(&self.tenant.0.to_be_bytes());
         for n in [
             self.limits.max_ike_sas,

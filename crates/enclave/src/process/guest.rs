@@ -881,7 +881,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> Result<(), ProcessErro
     let raw = arena.bytes_mut().get(..n).ok_or(ProcessError::Args { why: "config" })?;
     let (cfg, pk) = config::decode(raw).ok_or(ProcessError::Args { why: "config does not decode" })?;
     let max_batch = cfg.limits.max_batch;
-    let measured = cfg.measured_bytes();
+    let measured = cfg.measured_bytes(crate::Backend::Process);
     let platform_key = raw.get(pk).unwrap_or(&[]);
     let attestation = crate::attest::SoftwareAttestation::new(
         platform_key,

@@ -225,9 +225,12 @@ mod tests {
             limits: Limits::default(),
         };
         let platform = SoftwareAttestation::generate_platform_key().unwrap();
-        let att =
-            SoftwareAttestation::new(&platform, CodeIdentity::Bytes(b"t".to_vec()), &config.measured_bytes())
-                .unwrap();
+        let att = SoftwareAttestation::new(
+            &platform,
+            CodeIdentity::Bytes(b"t".to_vec()),
+            &config.measured_bytes(crate::Backend::Inline),
+        )
+        .unwrap();
         TrustedCore::start(config, Box::new(att)).unwrap()
     }
 

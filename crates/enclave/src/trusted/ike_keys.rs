@@ -49,6 +49,9 @@ pub(crate) struct IkeSa {
     /// may use nonces already spent on this SA's own; taken by it, and gone at
     /// clear-and-seal.
     pub(crate) first_child: Option<Box<[u8; 32]>>,
+    /// What AUTH may cover (see `transcript`): set when the SA is made by IKE_SA_INIT,
+    /// gone at clear-and-seal.
+    pub(crate) transcript: Option<Box<super::transcript::Transcript>>,
 }
 
 /// SHA-256 of `len(Ni) || Ni || Nr`: which nonce pair a derivation names.
@@ -69,6 +72,7 @@ impl IkeSa {
             + self.sk_d.as_ref().map_or(0, |_| core::mem::size_of::<KeyBuf<MAX_PRF_LEN>>())
             + self.sk_p.as_ref().map_or(0, |_| core::mem::size_of::<AuthKeys>())
             + self.first_child.as_ref().map_or(0, |_| 32)
+            + self.transcript.as_ref().map_or(0, |_| core::mem::size_of::<super::transcript::Transcript>())
     }
 
     /// The keys protecting what we send (outbound) or receive.
@@ -168,6 +172,7 @@ impl IkeSa {
             sealed_counter: Some(counter),
             next_iv: next_iv & (u64::MAX >> 1),
             first_child: None,
+            transcript: None,
         })
     }
 }
@@ -269,6 +274,7 @@ pub(crate) fn derive_ike_sa(
         sealed_counter: None,
         next_iv: 1,
         first_child: None,
+        transcript: None,
     })
 }
 

@@ -25,6 +25,7 @@ pub(crate) mod sk;
 #[cfg(test)]
 mod strongswan_kat;
 pub(crate) mod table;
+pub(crate) mod transcript;
 #[cfg(test)]
 mod vectors;
 
@@ -90,7 +91,8 @@ pub(crate) struct TrustedCore {
     seal_counter: u64,
     limits: Limits,
     secrets: Table<Secret>,
-    dh: Table<DhSecret>,
+    /// DH private values, each with the digest of its public value (for the transcript).
+    dh: Table<(DhSecret, [u8; 32])>,
     ike: Table<IkeSa>,
     /// The ESP SAs, shared with the lanes workers hold (see `lane`): they read-lock it per
     /// batch; every change here write-locks it.
@@ -269,7 +271,7 @@ impl TrustedCore {
             esp_sas: esp.live(),
             esp_sa_bytes: esp.entries().map(EspSa::footprint).sum::<usize>() + lane_keys,
             dh_values: self.dh.live(),
-            dh_bytes: self.dh.entries().map(DhSecret::footprint).sum(),
+            dh_bytes: self.dh.entries().map(|(d, _)| d.footprint() + 32).sum(),
             secrets: self.secrets.live(),
             secret_bytes: self.secrets.entries().map(Secret::footprint).sum(),
             fixed_bytes: core::mem::size_of::<Self>()
@@ -396,25 +398,32 @@ impl TrustedCore {
 
     pub(crate) fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
         let secret = DhSecret::generate(group, &self.rng, public_out)?;
-        self.dh.insert(secret).map(DhHandle)
+        self.dh.insert((secret, transcript::digest(public_out))).map(DhHandle)
     }
 
     pub(crate) fn dh_delete(&mut self, h: DhHandle) -> Result<()> {
         self.dh.remove(h.0).map(drop)
     }
 
-    /// Consumes the DH value and agrees with the peer.
-    fn agree(&mut self, x: DhExchange<'_>) -> Result<SharedSecret> {
-        let secret = self.dh.remove(x.dh.0)?;
-        (*secret).agree(x.peer_public)
+    /// Consumes the DH value and agrees with the peer; also returns the digest of our
+    /// public value.
+    fn agree(&mut self, x: DhExchange<'_>) -> Result<(SharedSecret, [u8; 32])> {
+        let entry = self.dh.remove(x.dh.0)?;
+        let (secret, public) = *entry;
+        Ok((secret.agree(x.peer_public)?, public))
     }
 
     pub(crate) fn ike_sa_create(&mut self, x: DhExchange<'_>, p: &IkeSaParams<'_>) -> Result<IkeSaHandle> {
-        let g_ir = self.agree(x)?;
+        let (g_ir, our_public) = self.agree(x)?;
         // Our nonce is spent only once keys exist: a refused call derived nothing.
         let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
         let mut sa = ike_keys::derive_ike_sa(SkeyseedSource::Initial, &g_ir, p)?;
         sa.first_child = Some(Box::new(ike_keys::nonce_pair(p.nonce_i, p.nonce_r)));
+        let peer_public = transcript::digest(x.peer_public);
+        let ke =
+            if claim.role == Role::Initiator { [our_public, peer_public] } else { [peer_public, our_public] };
+        let nonce = [transcript::digest(p.nonce_i), transcript::digest(p.nonce_r)];
+        sa.transcript = Some(Box::new(transcript::Transcript { ke, nonce }));
         let h = self.ike.insert(sa)?;
         self.nonces.spend(claim);
         Ok(IkeSaHandle(h))
@@ -464,7 +473,7 @@ impl TrustedCore {
         x: DhExchange<'_>,
         p: &IkeSaParams<'_>,
     ) -> Result<IkeSaHandle> {
-        let g_ir = self.agree(x)?;
+        let (g_ir, _) = self.agree(x)?;
         let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
         let sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
             ike_keys::derive_ike_sa(SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d }, &g_ir, p)
@@ -483,6 +492,7 @@ impl TrustedCore {
         out: &mut [u8],
     ) -> Result<(AuthMethod, usize)> {
         let sa = self.ike.get(ike.0)?;
+        check_transcript(sa, sa.role, input)?;
         let secret = self.secrets.get(credential.0)?;
         auth::compute(sa, secret, credential.0, spec, input, &self.rng, out)
     }
@@ -496,6 +506,8 @@ impl TrustedCore {
         input: &AuthInput<'_>,
     ) -> Result<AuthVerified> {
         let sa = self.ike.get(ike.0)?;
+        let peer_role = if sa.role == Role::Initiator { Role::Responder } else { Role::Initiator };
+        check_transcript(sa, peer_role, input)?;
         let key = match peer {
             PeerCredential::SharedKey(h) => match self.secrets.get(h.0)? {
                 Secret::Psk(psk) => PeerKey::Psk(psk),
@@ -543,7 +555,7 @@ impl TrustedCore {
         }
         self.ike.get(ike.0)?;
         let g_ir = match pfs {
-            Some(x) => Some(self.agree(x)?),
+            Some(x) => Some(self.agree(x)?.0),
             None => None,
         };
         let sa = self.ike.get(ike.0)?;
@@ -598,8 +610,9 @@ impl TrustedCore {
         // Dropping the boxes zeroizes SK_d, SK_pi and SK_pr and frees their memory.
         sa.sk_d = None;
         sa.sk_p = None;
-        // IKE_AUTH is over: its child SA exists or never will.
+        // IKE_AUTH is over: its child SA exists or never will, and no AUTH is computed.
         sa.first_child = None;
+        sa.transcript = None;
         sa.sealed_counter = Some(counter);
         self.seal_counter = counter;
         Ok(SealedBlob(blob))
@@ -821,7 +834,7 @@ impl TrustedCore {
 
     /// Decodes a whole state first (every key checked as on its first install), then, if
     /// the tables have room for all of it, installs it: an import is all or nothing.
-    fn restore(&mut self, state: Zeroizing<Vec<u8>>) -> Result<MigrationRestore> {
+    pub(crate) fn restore(&mut self, state: Zeroizing<Vec<u8>>) -> Result<MigrationRestore> {
         let mut r = StateReader(&state);
         let seal_counter = r.u64()?;
         let malformed = || Error::Migration { why: mwhy::STATE_MALFORMED };
@@ -956,6 +969,17 @@ impl TrustedCore {
     }
 }
 
+/// AUTH input of `signer` must be the SA's own IKE_SA_INIT (see `transcript`). An SA
+/// without SK_p passes here: AUTH refuses it for the missing key, as before clear-and-seal
+/// was checked; one with SK_p but no record (never made by IKE_SA_INIT here) is refused.
+fn check_transcript(sa: &IkeSa, signer: Role, input: &AuthInput<'_>) -> Result<()> {
+    if sa.sk_p.is_none() {
+        return Ok(());
+    }
+    let refuse = Error::ProtocolRefused { why: crate::error::refusal::NOT_THE_TRANSCRIPT };
+    sa.transcript.as_ref().ok_or(refuse)?.check(signer, sa.spi_i, sa.spi_r, input)
+}
+
 /// What an export carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ExportScope {
@@ -969,7 +993,8 @@ enum ExportScope {
 fn encode_ike_sa(w: &mut StateWriter<'_>, handle: u32, sa: &IkeSa) -> Result<()> {
     let flags = u8::from(sa.sk_d.is_some())
         | u8::from(sa.sk_p.is_some()) << 1
-        | u8::from(sa.sealed_counter.is_some()) << 2;
+        | u8::from(sa.sealed_counter.is_some()) << 2
+        | u8::from(sa.transcript.is_some()) << 3;
     w.u32(handle).u8(u8::from(sa.role == Role::Responder)).u16(sa.prf.id());
     w.u16(sa.suite.cipher.id()).u16(ike_keys::cipher_key_bits(sa.suite.cipher));
     w.u16(sa.suite.integ.map_or(0, |i| i.id())).u64(sa.spi_i).u64(sa.spi_r);
@@ -981,6 +1006,9 @@ fn encode_ike_sa(w: &mut StateWriter<'_>, handle: u32, sa: &IkeSa) -> Result<()>
     }
     if let Some(p) = &sa.sk_p {
         w.key(p.i.as_slice())?.key(p.r.as_slice())?;
+    }
+    if let Some(t) = &sa.transcript {
+        w.key(&t.ke[0])?.key(&t.ke[1])?.key(&t.nonce[0])?.key(&t.nonce[1])?;
     }
     Ok(())
 }
@@ -1017,7 +1045,8 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
     let (spi_i, spi_r) = (r.u64()?, r.u64()?);
     let flags = r.u8()?;
     let counter = r.u64()?;
-    if flags & !7 != 0 || (flags & 1 != 0 && flags & 4 != 0) {
+    // The transcript (8) goes with SK_p (2) only: it is what AUTH may cover.
+    if flags & !15 != 0 || (flags & 1 != 0 && flags & 4 != 0) || (flags & 8 != 0 && flags & 2 == 0) {
         return Err(malformed());
     }
     let mut take = |len: usize| -> Result<&[u8]> {
@@ -1041,6 +1070,15 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
     } else {
         None
     };
+    let transcript = if flags & 8 != 0 {
+        let mut d = [[0u8; 32]; 4];
+        for v in &mut d {
+            v.copy_from_slice(take(32)?);
+        }
+        Some(Box::new(transcript::Transcript { ke: [d[0], d[1]], nonce: [d[2], d[3]] }))
+    } else {
+        None
+    };
     if sk_d.is_none() && flags & 4 == 0 {
         return Err(malformed());
     }
@@ -1059,5 +1097,6 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
         sealed_counter: (flags & 4 != 0).then_some(counter),
         next_iv: next_iv & (u64::MAX >> 1),
         first_child: None,
+        transcript,
     })
 }

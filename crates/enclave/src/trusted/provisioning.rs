@@ -283,8 +283,12 @@ mod tests {
 
     fn core(p: &Platform, tenant: u32) -> TrustedCore {
         let c = config(tenant);
-        let att = SoftwareAttestation::new(&p.key, CodeIdentity::Bytes(CODE.to_vec()), &c.measured_bytes())
-            .unwrap();
+        let att = SoftwareAttestation::new(
+            &p.key,
+            CodeIdentity::Bytes(CODE.to_vec()),
+            &c.measured_bytes(crate::Backend::Inline),
+        )
+        .unwrap();
         TrustedCore::start(c, Box::new(att)).unwrap()
     }
 
@@ -294,7 +298,7 @@ mod tests {
     }
 
     fn expected(tenant: u32) -> crate::attest::Measurement {
-        software_measurement(CODE, &config(tenant).measured_bytes())
+        software_measurement(CODE, &config(tenant).measured_bytes(crate::Backend::Inline))
     }
 
     fn seal(p: &Platform, offer: &ProvisioningOffer, tenant: u32, secret: &[u8]) -> Vec<u8> {
@@ -326,7 +330,8 @@ mod tests {
             spi_r: 2,
         };
         let ike = c.ike_sa_create(DhExchange { dh: dh_a, peer_public: &b }, &params).unwrap();
-        let input = AuthInput { real_message: b"IKE_SA_INIT", peer_nonce: &[2; 32], id_body: b"id" };
+        let msg1 = crate::trusted::transcript::message(1, 0, true, &a, &ni);
+        let input = AuthInput { real_message: &msg1, peer_nonce: &[2; 32], id_body: b"id" };
         psks.iter()
             .map(|&h| {
                 let mut out = [0u8; 64];
@@ -478,7 +483,7 @@ mod tests {
         let t = TenantId(7);
         let kind = SecretKind::PreSharedKey;
         // Another measurement than the one the tenant expects: both are named.
-        let other = software_measurement(b"other code", &config(7).measured_bytes());
+        let other = software_measurement(b"other code", &config(7).measured_bytes(crate::Backend::Inline));
         let e = refusal(seal_to_offer(&offer, &p.public, &other, t, kind, b"k", 0));
         let want = Error::MeasurementMismatch { expected: Box::new(other), got: Box::new(expected(7)) };
         assert_eq!(e, want);

@@ -35,6 +35,37 @@ pub fn ike_and_child(
     cloister_enclave::ChildSaPair,
     cloister_enclave::ChildSaPair,
 ) {
+    let x = exchange(a, b);
+    (x.ike_a, x.ike_b, x.sa_a, x.sa_b)
+}
+
+/// What [`exchange`] made, and the IKE_SA_INIT it made it from.
+pub struct Exchange {
+    pub ike_a: cloister_enclave::IkeSaHandle,
+    pub ike_b: cloister_enclave::IkeSaHandle,
+    pub sa_a: cloister_enclave::ChildSaPair,
+    pub sa_b: cloister_enclave::ChildSaPair,
+    /// IKE_SA_INIT request (a's) and response (b's).
+    pub msg1: Vec<u8>,
+    pub msg2: Vec<u8>,
+    pub ni: Vec<u8>,
+    pub nr: Vec<u8>,
+}
+
+impl Exchange {
+    /// The AUTH input of the initiator `a` (RealMessage1, Nr), with identity `id`.
+    pub fn auth_a<'a>(&'a self, id: &'a [u8]) -> cloister_enclave::AuthInput<'a> {
+        cloister_enclave::AuthInput { real_message: &self.msg1, peer_nonce: &self.nr, id_body: id }
+    }
+
+    /// The AUTH input of the responder `b` (RealMessage2, Ni).
+    pub fn auth_b<'a>(&'a self, id: &'a [u8]) -> cloister_enclave::AuthInput<'a> {
+        cloister_enclave::AuthInput { real_message: &self.msg2, peer_nonce: &self.ni, id_body: id }
+    }
+}
+
+/// As [`ike_and_child`], with the IKE_SA_INIT messages for AUTH.
+pub fn exchange(a: &mut dyn cloister_enclave::Enclave, b: &mut dyn cloister_enclave::Enclave) -> Exchange {
     use cloister_enclave::*;
     let suite = Suite::aead(Cipher::AesGcm16_256);
     let group = DhGroup::Curve25519;
@@ -67,7 +98,9 @@ pub fn ike_and_child(
     };
     let sa_a = a.child_sa_create(ike_a, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
     let sa_b = b.child_sa_create(ike_b, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
-    (ike_a, ike_b, sa_a, sa_b)
+    let msg1 = sa_init_message(0x1111, 0, true, &ke_a, &ni);
+    let msg2 = sa_init_message(0x1111, 0x2222, false, &ke_b, &nr);
+    Exchange { ike_a, ike_b, sa_a, sa_b, msg1, msg2, ni, nr }
 }
 
 /// One IKE nonce of `e`'s: what our side of an exchange must send and name in derivations.

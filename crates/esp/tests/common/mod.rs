@@ -35,7 +35,7 @@ pub fn start_enclave() -> InlineEnclave {
     let att = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"esp-tests".to_vec()),
-        &config.measured_bytes(),
+        &config.measured_bytes(enclave::Backend::Inline),
     )
     .unwrap();
     InlineEnclave::start(config, Box::new(att)).unwrap()

@@ -35,7 +35,7 @@ pub fn start_enclave(tenant: u32) -> InlineEnclave {
     let attestation = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"ike-tests".to_vec()),
-        &config.measured_bytes(),
+        &config.measured_bytes(enclave::Backend::Inline),
     )
     .unwrap();
     InlineEnclave::start(config, Box::new(attestation)).unwrap()
