@@ -115,6 +115,11 @@ fn child_params<'a>(role: Role, ni: &'a [u8], nr: &'a [u8], spi_in: u32, spi_out
     }
 }
 
+/// A child SA of `ike` with these nonces and the stated role (SPIs of no importance here).
+fn derive(t: &mut Target, ike: IkeSaHandle, role: Role, ni: &[u8], nr: &[u8]) -> Result<ChildSaPair> {
+    t.e.child_sa_create(ike, None, None, &child_params(role, ni, nr, 0x100, 0x200))
+}
+
 /// The enclave's IKE SA with an honest peer (inline, tenant 1), and both first children.
 struct Tunnel {
     peer: InlineEnclave,
@@ -175,22 +180,14 @@ fn attack_child_sa_derived_twice_from_one_exchange() {
     on_both(|t| {
         let mut peer = inline_peer();
         let x = exchange(t, &mut peer);
-        let first = child_params(Role::Initiator, &x.ni, &x.nr, 0x100, 0x200);
-        t.e.child_sa_create(x.ike, None, None, &first).unwrap();
-        let again = child_params(Role::Initiator, &x.ni, &x.nr, 0x300, 0x400);
-        let r = t.e.child_sa_create(x.ike, None, None, &again);
+        derive(t, x.ike, Role::Initiator, &x.ni, &x.nr).unwrap();
+        let r = derive(t, x.ike, Role::Initiator, &x.ni, &x.nr);
         // Ni is ours, spent on the IKE SA; its one extra use, IKE_AUTH's child, is taken.
         refused(t, r, refusal::NONCE_USED);
         // Nor with a CREATE_CHILD_SA's nonces once that child exists.
         let ours = nonce(t.e.as_mut());
-        let rekey = child_params(Role::Initiator, &ours, &[7; 32], 0x500, 0x600);
-        t.e.child_sa_create(x.ike, None, None, &rekey).unwrap();
-        let r = t.e.child_sa_create(
-            x.ike,
-            None,
-            None,
-            &child_params(Role::Initiator, &ours, &[7; 32], 0x700, 0x800),
-        );
+        derive(t, x.ike, Role::Initiator, &ours, &[7; 32]).unwrap();
+        let r = derive(t, x.ike, Role::Initiator, &ours, &[7; 32]);
         refused(t, r, refusal::NONCE_USED);
     });
 }
@@ -203,29 +200,14 @@ fn attack_child_sa_with_the_roles_swapped() {
         let mut peer = inline_peer();
         let x = exchange(t, &mut peer);
         // IKE_AUTH's child in the other role than the IKE SA's.
-        let r = t.e.child_sa_create(
-            x.ike,
-            None,
-            None,
-            &child_params(Role::Responder, &x.ni, &x.nr, 0x100, 0x200),
-        );
+        let r = derive(t, x.ike, Role::Responder, &x.ni, &x.nr);
         refused(t, r, refusal::ROLE_MISMATCH);
         // A CREATE_CHILD_SA nonce of ours given as Nr while we claim to be the initiator...
         let ours = nonce(t.e.as_mut());
-        let r = t.e.child_sa_create(
-            x.ike,
-            None,
-            None,
-            &child_params(Role::Initiator, &[9; 32], &ours, 0x300, 0x400),
-        );
+        let r = derive(t, x.ike, Role::Initiator, &[9; 32], &ours);
         refused(t, r, refusal::ROLE_MISMATCH);
         // ...or as Ni while we claim to be the responder.
-        let r = t.e.child_sa_create(
-            x.ike,
-            None,
-            None,
-            &child_params(Role::Responder, &ours, &[9; 32], 0x300, 0x400),
-        );
+        let r = derive(t, x.ike, Role::Responder, &ours, &[9; 32]);
         refused(t, r, refusal::ROLE_MISMATCH);
     });
 }
@@ -236,12 +218,7 @@ fn attack_derivations_from_caller_chosen_nonces() {
     on_both(|t| {
         let mut peer = inline_peer();
         let x = exchange(t, &mut peer);
-        let r = t.e.child_sa_create(
-            x.ike,
-            None,
-            None,
-            &child_params(Role::Initiator, &[1; 32], &[2; 32], 0x100, 0x200),
-        );
+        let r = derive(t, x.ike, Role::Initiator, &[1; 32], &[2; 32]);
         refused(t, r, refusal::NONCE_NOT_ISSUED);
         let mut ke = [0u8; 32];
         let dh = t.e.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
@@ -252,12 +229,7 @@ fn attack_derivations_from_caller_chosen_nonces() {
         refused(t, r, refusal::NONCE_NOT_ISSUED);
         // Another instance's nonce is not ours either.
         let theirs = nonce(&mut peer);
-        let r = t.e.child_sa_create(
-            x.ike,
-            None,
-            None,
-            &child_params(Role::Initiator, &theirs, &[2; 32], 0x100, 0x200),
-        );
+        let r = derive(t, x.ike, Role::Initiator, &theirs, &[2; 32]);
         refused(t, r, refusal::NONCE_NOT_ISSUED);
     });
 }
