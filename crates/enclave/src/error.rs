@@ -348,6 +348,8 @@ pub mod refusal {
     /// An AUTH input that is not this IKE SA's IKE_SA_INIT: another message, other SPIs,
     /// KE or Nonce payloads other than those its keys came from, or the wrong peer nonce.
     pub const NOT_THE_TRANSCRIPT: &str = "the AUTH input is not this IKE SA's IKE_SA_INIT";
+    /// A sealed IKE SA state restored while an IKE SA with its SPIs is live here.
+    pub const IKE_SA_LIVE: &str = "an IKE SA with these SPIs is live in this instance";
     /// Evidence over an exported package asked for before any export.
     pub const NOTHING_EXPORTED: &str = "no package was exported";
     /// The stated role is not the one the enclave's nonce holds in the exchange.

@@ -506,6 +506,25 @@ fn attack_auth_over_a_transcript_the_enclave_did_not_see() {
     });
 }
 
+/// A sealed IKE SA state restored beside the live SA it was sealed from (or twice): two
+/// holders of one SK_e and one SK_d.
+#[test]
+fn attack_ike_sa_state_restored_beside_the_live_sa() {
+    on_both(|t| {
+        let mut peer = inline_peer();
+        let x = support::exchange(t.e.as_mut(), &mut peer);
+        t.e.clear_and_seal(x.ike_a).unwrap();
+        let state = t.e.ike_sa_seal_state(x.ike_a).unwrap();
+        let r = t.e.ike_sa_restore(&state);
+        refused(t, r, refusal::IKE_SA_LIVE);
+        // Gone from here, it comes back once, and only once.
+        t.e.ike_sa_delete(x.ike_a).unwrap();
+        t.e.ike_sa_restore(&state).unwrap();
+        let r = t.e.ike_sa_restore(&state);
+        refused(t, r, refusal::IKE_SA_LIVE);
+    });
+}
+
 /// A migration package replayed to the destination that imported it, or offered to another
 /// tenant's enclave: refused as a migration (typed, counted as a rejected blob).
 #[test]

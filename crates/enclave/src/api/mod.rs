@@ -339,6 +339,8 @@ pub trait Enclave: Send {
     /// tenant's enclave (same provisioning key). Its SK_d comes from the SK_d blob as before;
     /// child SAs are not restored — rekey them through the restored IKE SA, since an
     /// outbound ESP SA restored from a snapshot could reuse sequence numbers (AEAD IVs).
+    /// Refused while an IKE SA with the blob's SPIs is live in this instance: two copies of
+    /// one SA would send under one SK_e and derive children from one SK_d.
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle>;
 
     /// Makes a cleared-and-sealed IKE SA's SK_d resident again from `sealed_sk_d`, so that
@@ -349,7 +351,8 @@ pub trait Enclave: Send {
         Err(crate::Error::Unsupported { what: "SK_d unsealing on this backend", value: 0 })
     }
 
-    /// Forgets an IKE SA; its sealed blob can no longer be used.
+    /// Forgets an IKE SA: its keys are zeroized and its SK_d blob no longer opens here (no
+    /// SA holds its counter). Its state blob still restores it (see docs/threat-model.md).
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()>;
 
     /// Processes a batch of ESP packets in one crossing; one status per descriptor.

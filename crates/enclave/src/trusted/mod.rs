@@ -649,6 +649,9 @@ impl TrustedCore {
         let mut iv = [0u8; 8];
         self.rng.fill(&mut iv).map_err(|_| Error::Random)?;
         let b = h.binding;
+        if self.ike.entries().any(|live| live.spi_i == b.spi_i && live.spi_r == b.spi_r) {
+            return Err(Error::ProtocolRefused { why: crate::error::refusal::IKE_SA_LIVE });
+        }
         let sa = IkeSa::from_state(b.prf, b.spi_i, b.spi_r, &body, u64::from_be_bytes(iv))?;
         // Blobs sealed from now on must never reuse a counter an earlier instance issued.
         let sk_d_counter = sa.sealed_counter.unwrap_or(0);
