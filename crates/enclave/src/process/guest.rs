@@ -545,19 +545,13 @@ pub fn dispatch<E: Enclave + ?Sized>(
             r.finish()?;
             e.delete_secret(h)
         }
-        op::RANDOM_NONCE => {
+        op::RANDOM_NONCE | op::IKE_NONCES => {
             let n = out_len(&mut r)?;
             r.finish()?;
             let mut out = vec![0u8; n];
-            e.random_nonce(&mut out).map(|()| {
-                w.bytes(&out);
-            })
-        }
-        op::IKE_NONCES => {
-            let n = out_len(&mut r)?;
-            r.finish()?;
-            let mut out = vec![0u8; n];
-            e.ike_nonces(&mut out).map(|()| {
+            let filled =
+                if opcode == op::RANDOM_NONCE { e.random_nonce(&mut out) } else { e.ike_nonces(&mut out) };
+            filled.map(|()| {
                 w.bytes(&out);
             })
         }

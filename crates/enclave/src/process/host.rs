@@ -1043,6 +1043,15 @@ impl ProcessEnclave {
     fn call(&mut self, opcode: u16, w: &Writer) -> Result<Vec<u8>> {
         self.host().call(opcode, &w.buf).map(<[u8]>::to_vec)
     }
+
+    /// A call that fills `out` with bytes the enclave makes (random values, nonces).
+    fn fill_call(&mut self, opcode: u16, out: &mut [u8]) -> Result<()> {
+        let mut w = Writer::new();
+        w.u32(len_u32(out.len()));
+        let res = self.call(opcode, &w)?;
+        let got = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
+        fill(out, &got)
+    }
 }
 
 /// Runs `f` on a reader over `bytes` and insists that everything was read.
@@ -1213,19 +1222,11 @@ impl Enclave for ProcessEnclave {
     }
 
     fn random_nonce(&mut self, out: &mut [u8]) -> Result<()> {
-        let mut w = Writer::new();
-        w.u32(len_u32(out.len()));
-        let res = self.call(op::RANDOM_NONCE, &w)?;
-        let got = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
-        fill(out, &got)
+        self.fill_call(op::RANDOM_NONCE, out)
     }
 
     fn ike_nonces(&mut self, out: &mut [u8]) -> Result<()> {
-        let mut w = Writer::new();
-        w.u32(len_u32(out.len()));
-        let res = self.call(op::IKE_NONCES, &w)?;
-        let got = decode(&res, |r| r.bytes().map(<[u8]>::to_vec))?;
-        fill(out, &got)
+        self.fill_call(op::IKE_NONCES, out)
     }
 
     fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> Result<DhHandle> {
