@@ -301,7 +301,22 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     let Some(mut bed) = Bed::start() else { return };
     // The tenant's PSK reaches host a's enclave by attestation only.
     let platform = std::fs::read_to_string(bed.a.ns.dir().join("platform.pub")).unwrap();
-    let m = bed.a.cli(&["measure", "--tenant-id", "1"]);
+    // The measurement covers the platforms the enclave trusts for moves: both hosts. The
+    // tenant names them; the operator's view from the service file is the same.
+    let other = std::fs::read_to_string(bed.b.ns.dir().join("platform.pub")).unwrap();
+    let m = bed.a.cli(&[
+        "measure",
+        "--tenant-id",
+        "1",
+        "--trusted-platform",
+        other.trim(),
+        "--trusted-platform",
+        platform.trim(),
+    ]);
+    assert!(m.success, "measure: {}", m.stderr);
+    let conf = bed.a.conf();
+    let from_config = bed.a.cli(&["measure", "--tenant-id", "1", "--config", conf.to_str().unwrap()]);
+    assert_eq!(from_config.stdout, m.stdout, "{}", from_config.stderr);
     let psk_file = bed.site.write_file("gw.psk", &format!("{PSK}\n")).unwrap();
     let out = bed.a.cli(&[
         "tenant",

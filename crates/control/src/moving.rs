@@ -10,9 +10,11 @@
 //!   │  ◀── {spki, evidence} ───────────────────────
 //!   ├─ verify: destination platform key, our measurement, tenant, key binding
 //!   ├─ HSM mode: one-time key pair for the measurement
-//!   ├─ tenant thread: freeze IKE, export, evidence over (package, destination key)
-//!   ├─ POST /v1/migrate/incoming/T/package ─────▶  verify the source's evidence, HSM rewrap,
-//!   │                                               import, gateway on the moved SAs
+//!   ├─ tenant thread: freeze IKE, export (the enclave verifies the destination key
+//!   │  itself and signs the package, bound to that key)
+//!   ├─ POST /v1/migrate/incoming/T/package ─────▶  verify the source's evidence, HSM rewrap
+//!   │                                               of its share, import (the enclave checks
+//!   │                                               the evidence again), gateway on the SAs
 //!   │  ◀── ok ─────────────────────────────────── (failure: source thaws, nothing lost)
 //!   ├─ tenant thread: stop, inbound windows' tops
 //!   ├─ POST /v1/migrate/incoming/T/commit {tops} ▶  windows raised past the source's
@@ -20,11 +22,13 @@
 //! ```
 //!
 //! What crosses between the agents: the tenant's configuration (no secret in it), public
-//! keys, evidence, the package (ciphertext and a wrapped data key), labels and counters.
-//! Both sides prove their enclave: the destination's evidence binds its key, the source's
-//! binds the package to that key, each checked against the other platform's key from
-//! `[migrate.peers]`. Nothing on the channel opens without the HSM or the destination
-//! enclave, so plain HTTP carries it; the token only keeps strangers from starting moves.
+//! keys, evidence, the package (ciphertext, wrapped shares, the source's evidence), labels
+//! and counters. Both sides prove their enclave: the destination's evidence binds its key,
+//! the source's binds the package to that key. The agents check each against the other
+//! platform's key from `[migrate.peers]`, and the enclaves check the same themselves against
+//! the platforms measured into them (`[migrate.peers]` and this host's own). Nothing on the
+//! channel opens without the destination enclave, so plain HTTP carries it; the token only
+//! keeps strangers from starting moves.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,8 +38,7 @@ use std::time::Instant;
 use enclave::attest::{
     identity_report_data, verify_software_evidence, Evidence, EvidenceKind, EvidencePurpose, Measurement,
 };
-use enclave::migration::export_report_data;
-use enclave::migration::{verify_destination, DestinationKey, MigrationPackage, OaepHash};
+use enclave::migration::{verify_destination, verify_source, DestinationKey, MigrationPackage, OaepHash};
 use enclave::TenantId;
 use migrate::{AgentSettings, HsmAgent, HsmKeys, KeyLabel};
 use serde::Deserialize;
@@ -51,7 +54,7 @@ use crate::service::Inner;
 use crate::tenant::Command;
 
 /// The backup file's format name.
-pub(crate) const BACKUP_FORMAT: &str = "cloister-backup-v1";
+pub(crate) const BACKUP_FORMAT: &str = "cloister-backup-v2";
 /// The largest package the destination takes in one request.
 pub(crate) const MAX_PACKAGE_BODY: u64 = 256 << 20;
 
@@ -149,9 +152,15 @@ impl MigrateSettings {
         for (name, p) in raw.peers {
             Client::new(&p.url, Zeroizing::new(String::new()))
                 .map_err(|_| bad(&format!("peers.{name}.url"), "http://ADDRESS:PORT of its API"))?;
-            let platform_key = unhex(&p.platform_key).filter(|k| !k.is_empty()).ok_or_else(|| {
-                bad(&format!("peers.{name}.platform_key"), "hex, as `cloister platform-key` prints it")
-            })?;
+            // Measured into every tenant's enclave: a key no evidence could verify under
+            // would start enclaves that can never move.
+            let platform_key =
+                unhex(&p.platform_key).filter(|k| k.len() == 65 && k[0] == 4).ok_or_else(|| {
+                    bad(
+                        &format!("peers.{name}.platform_key"),
+                        "130 hex digits (an uncompressed P-256 key, as `cloister platform-key` prints it)",
+                    )
+                })?;
             peers.insert(
                 name,
                 Peer { url: p.url, token: gateway::config::resolve(dir, &p.token_file), platform_key },
@@ -289,15 +298,14 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
     };
     let mode = if keys.is_some() { "hsm" } else { "baseline" };
     let prepared_ms = ms(started);
-    let wrap_spki = keys.as_ref().map_or_else(|| destination.spki_der.clone(), |k| k.spki.clone());
     let frozen = Instant::now();
     let out = call(inner, name, |reply| Command::MoveOut {
-        wrap_spki,
+        destination: destination.clone(),
+        hsm_spki: keys.as_ref().map(|k| k.spki.clone()),
         oaep: agent.oaep(),
-        destination_spki: destination.spki_der.clone(),
         reply,
     });
-    let (package, evidence) = match out {
+    let package = match out {
         Ok(Ok(p)) => p,
         Ok(Err(e)) | Err(e) => {
             delete_keys(agent, keys.as_ref());
@@ -308,7 +316,6 @@ pub(crate) fn move_out(inner: &Inner, name: &str, to: &str) -> Result<Json> {
     let body = json!({
         "mode": mode,
         "package": hex(&package),
-        "evidence": hex(&evidence),
         "hsm_key": keys.as_ref().map(|k| k.label.to_string()),
     })
     .to_string();
@@ -389,7 +396,7 @@ pub(crate) fn backup(inner: &Inner, name: &str) -> Result<Json> {
         .with_hsm(|hsm| hsm.backup_key(&m))?
         .ok_or_else(|| Error::Internal { what: "HSM not configured".into() })?;
     let label = label.to_string();
-    let (package, evidence) = call(inner, name, |reply| Command::Backup {
+    let package = call(inner, name, |reply| Command::Backup {
         wrap_spki: spki,
         oaep: agent.oaep(),
         label: label.clone(),
@@ -407,7 +414,6 @@ pub(crate) fn backup(inner: &Inner, name: &str) -> Result<Json> {
         "backup_key": label,
         "platform_key": hex(inner.platform.public_key()),
         "package": hex(&package),
-        "evidence": hex(&evidence),
     }))
 }
 
@@ -419,7 +425,6 @@ struct Backup {
     config: String,
     backup_key: String,
     package: String,
-    evidence: String,
 }
 
 #[derive(Deserialize)]
@@ -454,33 +459,27 @@ pub(crate) fn restore(inner: &Inner, body: &[u8]) -> Result<Json> {
         return Err(Error::Migration("a restore needs the security officer's PIN".into()));
     }
     let bytes = unhex(&b.package).ok_or_else(|| bad("package", "hex"))?;
-    let evidence = unhex(&b.evidence).ok_or_else(|| bad("evidence", "hex"))?;
     let label: KeyLabel = b.backup_key.parse().map_err(hsm_error)?;
     if !label.is_backup() {
         return Err(Error::Migration(format!("{label} is not a backup key")));
     }
-    let rd = export_report_data(TenantId(b.tenant_id), &bytes, b.backup_key.as_bytes());
-    let verified = agent
-        .settings
-        .peers
-        .values()
-        .map(|p| p.platform_key.as_slice())
-        .chain([inner.platform.public_key()])
-        .find_map(|key| verify_software_evidence(&evidence, key, EvidencePurpose::Backup, &rd).ok())
-        .ok_or_else(|| {
-            Error::Migration(
-                "the backup's evidence verifies under no configured peer's platform key nor ours: \
-                 tampered, or made by an unknown host"
-                    .into(),
-            )
-        })?;
     let package =
         MigrationPackage::from_bytes(bytes).map_err(|e| Error::Migration(format!("package: {e}")))?;
-    if verified.tenant != TenantId(b.tenant_id)
-        || package.tenant() != TenantId(b.tenant_id)
-        || verified.measurement != package.measurement()
-    {
-        return Err(Error::Migration("the backup's evidence is for another tenant or measurement".into()));
+    if package.kind() != enclave::migration::PackageKind::Backup {
+        return Err(Error::Migration("the package is a move's, not a backup".into()));
+    }
+    let verified =
+        inner.platform.trusted().iter().find_map(|key| verify_source(&package, key, b"").ok()).ok_or_else(
+            || {
+                Error::Migration(
+                    "the backup's evidence verifies under no configured peer's platform key nor ours: \
+                 tampered, or made by an unknown host"
+                        .into(),
+                )
+            },
+        )?;
+    if verified.tenant != TenantId(b.tenant_id) {
+        return Err(Error::Migration("the backup's evidence is for another tenant".into()));
     }
     let m = measurement_label(&verified.measurement).map_err(hsm_error)?;
     if label.measurement() != &m {
@@ -509,22 +508,19 @@ pub(crate) fn restore(inner: &Inner, body: &[u8]) -> Result<Json> {
     .map_err(|e| refuse(format!("this host's enclave: {e}")))?;
     // The agent checks the destination's evidence again, runs the officer's step, the
     // rewrap, and withdraws the step whatever happened.
-    let wrapped = agent
-        .with_hsm(|hsm| {
-            hsm.restore_backup(
-                &label,
-                &officer_pin,
-                package.wrapped_data_key(),
-                &destination,
-                TenantId(b.tenant_id),
-            )
-        })
+    let share = package.hsm_share().ok_or_else(|| refuse("a backup without its HSM share".into()))?;
+    let rewrapped = agent
+        .with_hsm(|hsm| hsm.restore_backup(&label, &officer_pin, share, &destination, TenantId(b.tenant_id)))
         .map_err(|e| refuse(e.to_string()))?
         .ok_or_else(|| refuse("HSM not configured".into()))?;
     drop(officer_pin);
-    let tun = call(inner, &name, |reply| Command::Arrive { package: package.into_bytes(), wrapped, reply })
-        .and_then(|r| r)
-        .map_err(|e| refuse(format!("import: {e}")))?;
+    let tun = call(inner, &name, |reply| Command::Arrive {
+        package: package.into_bytes(),
+        hsm_share: Some(rewrapped),
+        reply,
+    })
+    .and_then(|r| r)
+    .map_err(|e| refuse(format!("import: {e}")))?;
     inner.keep_arrival(&name).map_err(|e| refuse(format!("keeping the tenant's configuration: {e}")))?;
     (inner.log)(&format!(
         "tenant {name}: restored from backup {label} in {} ms, serving on {tun}",
@@ -549,7 +545,6 @@ struct Incoming {
 struct Package {
     mode: String,
     package: String,
-    evidence: String,
     hsm_key: Option<String>,
 }
 
@@ -577,50 +572,46 @@ pub(crate) fn package(inner: &Inner, name: &str, body: &[u8]) -> Result<Json> {
     let agent = inner.agent.as_ref().ok_or_else(|| bad("", "no [migrate] section"))?;
     let req: Package = body_json(body, "package")?;
     let bytes = unhex(&req.package).ok_or_else(|| bad("package", "hex"))?;
-    let evidence = unhex(&req.evidence).ok_or_else(|| bad("evidence", "hex"))?;
     let (tenant, destination) = inner.arrival(name)?;
     let refuse = |why: String| {
         inner.drop_arrival(name);
         Error::Migration(why)
     };
-    // The source: some peer's platform signed it, for this tenant, our measurement, and
-    // this very package to this very key.
-    let rd = export_report_data(TenantId(tenant), &bytes, &destination.spki_der);
+    let package = MigrationPackage::from_bytes(bytes).map_err(|e| refuse(format!("package: {e}")))?;
+    // The source: some peer's platform signed it, for this tenant, its measurement, and
+    // this very package to this very key (the enclave checks the same again).
     let verified = agent
         .settings
         .peers
         .values()
-        .find_map(|p| {
-            verify_software_evidence(&evidence, &p.platform_key, EvidencePurpose::MigrationSource, &rd).ok()
-        })
+        .find_map(|p| verify_source(&package, &p.platform_key, &destination.spki_der).ok())
         .ok_or_else(|| {
             refuse("the source's evidence verifies under no configured peer's platform key".into())
         })?;
-    let package = MigrationPackage::from_bytes(bytes).map_err(|e| refuse(format!("package: {e}")))?;
-    if verified.tenant != TenantId(tenant) || verified.measurement != package.measurement() {
-        return Err(refuse("the source's evidence is for another tenant or measurement".into()));
+    if verified.tenant != TenantId(tenant) {
+        return Err(refuse("the source's evidence is for another tenant".into()));
     }
-    let wrapped = match (req.mode.as_str(), req.hsm_key) {
-        ("baseline", None) => package.wrapped_data_key().to_vec(),
+    let hsm_share = match (req.mode.as_str(), req.hsm_key) {
+        ("baseline", None) => None,
         ("hsm", Some(label)) => {
             let label: KeyLabel = label.parse().map_err(|e: migrate::MigrateError| refuse(e.to_string()))?;
             let m = measurement_label(&verified.measurement).map_err(|e| refuse(e.to_string()))?;
             if label.measurement() != &m {
                 return Err(refuse(format!("key {label} is for another measurement than the source's")));
             }
+            let share = package.hsm_share().ok_or_else(|| refuse("mode hsm without an HSM share".into()))?;
             // The agent verifies our enclave's evidence against the label itself.
-            agent
-                .with_hsm(|hsm| {
-                    hsm.rewrap(&label, package.wrapped_data_key(), &destination, TenantId(tenant))
-                })
+            let rewrapped = agent
+                .with_hsm(|hsm| hsm.rewrap(&label, share, &destination, TenantId(tenant)))
                 .map_err(|e| refuse(e.to_string()))?
                 .ok_or_else(|| {
                     refuse("the package needs an HSM and this host has none ([migrate.hsm])".into())
-                })?
+                })?;
+            Some(rewrapped)
         }
         (m, _) => return Err(refuse(format!("mode {m} with the wrong keys"))),
     };
-    let tun = call(inner, name, |reply| Command::Arrive { package: package.into_bytes(), wrapped, reply })
+    let tun = call(inner, name, |reply| Command::Arrive { package: package.into_bytes(), hsm_share, reply })
         .and_then(|r| r)
         .map_err(|e| refuse(format!("import: {e}")))?;
     (inner.log)(&format!("tenant {name}: arrived by a live move, serving on {tun}"));
@@ -657,8 +648,9 @@ mod tests {
     #[test]
     fn the_migrate_table_is_checked_and_names_the_field() {
         let s = parse(
-            "hsm = { token_label = \"t\", pin_file = \"pin\", oaep = \"sha1\" }\n\
-             [peers.b]\nurl = \"http://198.18.13.2:9440\"\ntoken_file = \"b.token\"\nplatform_key = \"04ab\"\n",
+            &"hsm = { token_label = \"t\", pin_file = \"pin\", oaep = \"sha1\" }\n\
+             [peers.b]\nurl = \"http://198.18.13.2:9440\"\ntoken_file = \"b.token\"\nplatform_key = \"04{}\"\n"
+                .replace("{}", &"ab".repeat(64)),
         )
         .unwrap();
         assert_eq!(s.token, PathBuf::from("/srv/migrate.token"));
@@ -667,12 +659,17 @@ mod tests {
             (h.oaep, h.pin, h.audit),
             (migrate::OaepHash::Sha1, PathBuf::from("/srv/pin"), PathBuf::from("/srv/migrate-audit.jsonl"))
         );
-        assert_eq!(s.peers["b"].platform_key, vec![0x04, 0xab]);
+        assert_eq!(s.peers["b"].platform_key[..2], [0x04, 0xab]);
         for (text, field) in [
             ("hsm = { token_label = \"t\", pin_file = \"p\", oaep = \"md5\" }", "migrate.hsm.oaep"),
             ("[peers.b]\nurl = \"x\"\ntoken_file = \"t\"\nplatform_key = \"04\"", "migrate.peers.b.url"),
             (
                 "[peers.b]\nurl = \"http://198.18.0.1:1\"\ntoken_file = \"t\"\nplatform_key = \"zz\"",
+                "migrate.peers.b.platform_key",
+            ),
+            // Hex, but no P-256 point: it would be measured into enclaves that never move.
+            (
+                "[peers.b]\nurl = \"http://198.18.0.1:1\"\ntoken_file = \"t\"\nplatform_key = \"04ab\"",
                 "migrate.peers.b.platform_key",
             ),
             ("tokn = \"x\"", "migrate"),

@@ -25,6 +25,8 @@ pub struct Platform {
     attestation_key: Zeroizing<Vec<u8>>,
     root: Zeroizing<[u8; 32]>,
     public_key: Vec<u8>,
+    /// The platforms whose enclaves this host's enclaves move state to and from.
+    trusted: Vec<Vec<u8>>,
 }
 
 impl core::fmt::Debug for Platform {
@@ -129,7 +131,19 @@ impl Platform {
         let probe = SoftwareAttestation::new(&key, CodeIdentity::Bytes(Vec::new()), &[])
             .map_err(|e| Error::Io { what: format!("{}", attestation_key.display()), why: e.to_string() })?;
         let public_key = probe.platform_public_key().to_vec();
-        Ok(Self { attestation_key: key, root, public_key })
+        Ok(Self { attestation_key: key, root, public_key, trusted: Vec::new() })
+    }
+
+    /// Makes this host's enclaves trust `peers` (platform public keys) and this platform
+    /// itself for moves and backups ([`EnclaveConfig::trusted_platforms`], measured). A
+    /// host without peers trusts none: its enclaves neither move nor restore.
+    pub fn trust(&mut self, peers: impl IntoIterator<Item = Vec<u8>>) {
+        self.trusted = trusted_set(peers, &self.public_key);
+    }
+
+    /// The platforms this host's enclaves trust for moves.
+    pub fn trusted(&self) -> &[Vec<u8>] {
+        &self.trusted
     }
 
     /// The attestation key (PKCS#8), for starting enclaves.
@@ -155,9 +169,22 @@ impl Platform {
             tenant: TenantId(tenant),
             provisioning_key: ProvisioningKey::from_bytes(*bytes),
             trusted_min_seal_counter,
+            trusted_platforms: self.trusted.clone(),
             limits: Limits::default(),
         }
     }
+}
+
+/// `peers` and `own`, sorted, without repeats; empty without peers.
+pub fn trusted_set(peers: impl IntoIterator<Item = Vec<u8>>, own: &[u8]) -> Vec<Vec<u8>> {
+    let mut set: Vec<Vec<u8>> = peers.into_iter().collect();
+    if set.is_empty() {
+        return set;
+    }
+    set.push(own.to_vec());
+    set.sort_unstable();
+    set.dedup();
+    set
 }
 
 fn parse_root(text: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
@@ -173,17 +200,19 @@ fn parse_root(text: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
 }
 
 /// The measurement a tenant should expect of its enclave: this binary's code and the
-/// public enclave configuration of `tenant` run by `backend` (what `cloister measure`
-/// prints).
+/// public enclave configuration of `tenant` run by `backend` on a host that trusts
+/// `trusted` for moves (what `cloister measure` prints).
 pub fn expected_measurement(
     tenant: u32,
     code: &[u8],
     backend: enclave::Backend,
+    trusted: &[Vec<u8>],
 ) -> enclave::attest::Measurement {
     let cfg = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes([0; 32]),
         trusted_min_seal_counter: 0,
+        trusted_platforms: trusted.to_vec(),
         limits: Limits::default(),
     };
     enclave::attest::software_measurement(code, &cfg.measured_bytes(backend))

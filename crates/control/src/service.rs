@@ -116,7 +116,11 @@ impl Service {
     pub fn start(config: ServiceConfig, dir: &Path, program: PathBuf, log: Log) -> Result<Self> {
         let settings = config.settings.clone();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&settings.state)?);
-        let platform = Arc::new(Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?);
+        let mut platform = Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?;
+        if let Some(m) = &settings.migrate {
+            platform.trust(m.peers.values().map(|p| p.platform_key.clone()));
+        }
+        let platform = Arc::new(platform);
         let token = load_or_create_token(&settings.api_token)?;
         let cas_source = match &settings.cas {
             Some((url, token)) => Some(CasSource::new(url, token)?),

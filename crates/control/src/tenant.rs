@@ -66,30 +66,31 @@ pub(crate) enum Command {
     Provision { name: String, envelope: Vec<u8>, reply: Sender<Result<()>> },
     /// Identity evidence from the tenant's enclave for a fresh `challenge` (its measurement).
     Identity { challenge: [u8; 32], reply: Sender<Result<Vec<u8>>> },
-    /// Freeze IKE and export the enclave's state for a move, the data key wrapped to
-    /// `wrap_spki`; the reply is the package and the source's evidence binding it to the
-    /// destination key `destination_spki`.
+    /// Freeze IKE and export the enclave's state for a move to `destination` (which the
+    /// enclave verifies), with a second share to the HSM key `hsm_spki` in envelope mode;
+    /// the reply is the package, the source's evidence inside.
     MoveOut {
-        wrap_spki: Vec<u8>,
+        destination: DestinationKey,
+        hsm_spki: Option<Vec<u8>>,
         oaep: enclave::migration::OaepHash,
-        destination_spki: Vec<u8>,
-        reply: Sender<Result<(Vec<u8>, Vec<u8>)>>,
+        reply: Sender<Result<Vec<u8>>>,
     },
     /// The move did not happen: take up IKE again.
     MoveAbort,
-    /// Export the tenant's secrets (no SA) as a backup package, the data key wrapped to
-    /// `wrap_spki` (a backup key's); the reply is the package and the enclave's evidence
-    /// binding it to the backup key `label`.
+    /// Export the tenant's secrets (no SA) as a backup package, its share wrapped to
+    /// `wrap_spki` (the backup key `label`'s); the reply is the package, the enclave's
+    /// evidence inside.
     Backup {
         wrap_spki: Vec<u8>,
         oaep: enclave::migration::OaepHash,
         label: String,
-        reply: Sender<Result<(Vec<u8>, Vec<u8>)>>,
+        reply: Sender<Result<Vec<u8>>>,
     },
     /// The destination took over: stop, answering with the inbound windows' tops.
     MoveStop(Sender<Vec<(u32, u64)>>),
     /// A moved tenant's package for this (arriving) tenant's enclave.
-    Arrive { package: Vec<u8>, wrapped: Vec<u8>, reply: Sender<Result<String>> },
+    /// `hsm_share` is the package's HSM share rewrapped to the arriving enclave's key.
+    Arrive { package: Vec<u8>, hsm_share: Option<Vec<u8>>, reply: Sender<Result<String>> },
     /// The source stopped: treat its last sequence numbers as seen.
     RaiseWindows(Vec<(u32, u64)>, Sender<usize>),
     /// Stop the tenant.
@@ -435,8 +436,8 @@ impl<L: Launcher> Runner<L> {
         let deadline = Instant::now() + ARRIVAL_WAIT;
         loop {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(Command::Arrive { package, wrapped, reply }) => {
-                    match self.land(enclave, package, &wrapped) {
+                Ok(Command::Arrive { package, hsm_share, reply }) => {
+                    match self.land(enclave, package, hsm_share.as_deref()) {
                         Ok(gw) => {
                             let _ = reply.send(Ok(gw.dataplane().tun_name().to_owned()));
                             if let Err(e) = self.remembered() {
@@ -478,10 +479,10 @@ impl<L: Launcher> Runner<L> {
     }
 
     /// Imports a moved tenant's package and starts its gateway on the SAs it carries.
-    fn land(&self, mut enclave: L::E, package: Vec<u8>, wrapped: &[u8]) -> Result<Gateway<L::E>> {
+    fn land(&self, mut enclave: L::E, package: Vec<u8>, hsm_share: Option<&[u8]>) -> Result<Gateway<L::E>> {
         let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
         let package = MigrationPackage::from_bytes(package).map_err(|e| failed(e.to_string()))?;
-        let restore = enclave.import_state(&package, wrapped).map_err(|e| failed(e.to_string()))?;
+        let restore = enclave.import_state(&package, hsm_share).map_err(|e| failed(e.to_string()))?;
         let pid = L::pid(&enclave);
         let log = Arc::clone(&self.log);
         let prefix = format!("tenant {}: ", self.config.name);
@@ -505,10 +506,10 @@ impl<L: Launcher> Runner<L> {
     fn move_out(
         &self,
         gw: &mut Gateway<L::E>,
-        wrap_spki: &[u8],
+        destination: &DestinationKey,
+        hsm_spki: Option<&[u8]>,
         oaep: enclave::migration::OaepHash,
-        destination_spki: &[u8],
-    ) -> Result<(Vec<u8>, Vec<u8>)> {
+    ) -> Result<Vec<u8>> {
         let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
         let deadline = Instant::now() + QUIET_WAIT;
         let state = loop {
@@ -521,37 +522,32 @@ impl<L: Launcher> Runner<L> {
             }
         };
         let enc = gw.enclave();
-        let exported = enc.lock().export_state(wrap_spki, oaep, &state);
-        let package = match exported {
-            Ok(p) => p,
+        let exported = enc.lock().export_state(destination, hsm_spki, oaep, &state);
+        match exported {
+            Ok(p) => Ok(p.into_bytes()),
             Err(e) => {
                 gw.thaw(Instant::now(), false);
-                return Err(failed(format!("export: {e}")));
+                Err(failed(format!("export: {e}")))
             }
-        };
-        let evidence =
-            enc.lock().export_evidence(destination_spki).map_err(|e| failed(format!("evidence: {e}")))?;
-        Ok((package.into_bytes(), evidence.bytes))
+        }
     }
 
-    /// A backup package of the tenant's secrets and the enclave's evidence over it; the
-    /// tenant serves on untouched (no freeze, no counter capped).
+    /// A backup package of the tenant's secrets, the enclave's evidence inside; the tenant
+    /// serves on untouched (no freeze, no counter capped).
     fn backup(
         &self,
         gw: &Gateway<L::E>,
         wrap_spki: &[u8],
         oaep: enclave::migration::OaepHash,
         label: &str,
-    ) -> Result<(Vec<u8>, Vec<u8>)> {
+    ) -> Result<Vec<u8>> {
         let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
         let state = gw.backup_state().map_err(|e| failed(e.to_string()))?;
         let enc = gw.enclave();
         let package =
             enc.lock().export_secrets(wrap_spki, oaep, &state).map_err(|e| failed(format!("backup: {e}")))?;
-        let evidence =
-            enc.lock().export_evidence(label.as_bytes()).map_err(|e| failed(format!("evidence: {e}")))?;
         self.log(&format!("backup package made ({} bytes, key {label})", package.as_bytes().len()));
-        Ok((package.into_bytes(), evidence.bytes))
+        Ok(package.into_bytes())
     }
 
     /// Seals every secret an import brought under this host's platform root and stores it,
@@ -741,8 +737,8 @@ impl<L: Launcher> Runner<L> {
                     e.map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() }),
                 );
             }
-            Command::MoveOut { wrap_spki, oaep, destination_spki, reply } => {
-                let _ = reply.send(self.move_out(gw, &wrap_spki, oaep, &destination_spki));
+            Command::MoveOut { destination, hsm_spki, oaep, reply } => {
+                let _ = reply.send(self.move_out(gw, &destination, hsm_spki.as_deref(), oaep));
             }
             Command::Backup { wrap_spki, oaep, label, reply } => {
                 let _ = reply.send(self.backup(gw, &wrap_spki, oaep, &label));

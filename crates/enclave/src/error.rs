@@ -350,10 +350,17 @@ pub mod refusal {
     pub const NOT_THE_TRANSCRIPT: &str = "the AUTH input is not this IKE SA's IKE_SA_INIT";
     /// A sealed IKE SA state restored while an IKE SA with its SPIs is live here.
     pub const IKE_SA_LIVE: &str = "an IKE SA with these SPIs is live in this instance";
-    /// Evidence over an exported package asked for before any export.
-    pub const NOTHING_EXPORTED: &str = "no package was exported";
     /// The stated role is not the one the enclave's nonce holds in the exchange.
     pub const ROLE_MISMATCH: &str = "the stated role is not the one the enclave's nonce gives";
+    /// A move or an import with no trusted platform in the measured configuration.
+    pub const NO_TRUSTED_PLATFORM: &str = "no trusted platform is configured: moves are off";
+    /// A peer enclave's evidence (a destination key's, a package's source) verifies under
+    /// no trusted platform for this purpose and value.
+    pub const PEER_NOT_ATTESTED: &str = "the peer enclave's evidence verifies under no trusted platform";
+    /// A peer enclave's evidence is genuine but names another tenant or measurement.
+    pub const PEER_MISMATCH: &str = "the peer enclave serves another tenant or runs another measurement";
+    /// An import into an instance that already holds secrets or SAs: state is never merged.
+    pub const NOT_FRESH: &str = "imports go only into a fresh instance";
 }
 
 /// Result alias for this crate.

@@ -137,11 +137,6 @@ impl Enclave for InlineEnclave {
         self.core.counted(r)
     }
 
-    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
-        let r = self.core.export_evidence(bound_to);
-        self.core.counted(r)
-    }
-
     fn memory_report(&self) -> MemoryReport {
         self.core.memory_report()
     }
@@ -187,11 +182,12 @@ impl Enclave for InlineEnclave {
 
     fn export_state(
         &mut self,
-        wrap_spki: &[u8],
+        destination: &DestinationKey,
+        hsm_spki: Option<&[u8]>,
         oaep: OaepHash,
         untrusted_state: &[u8],
     ) -> Result<MigrationPackage> {
-        let r = self.core.export_state(wrap_spki, oaep, untrusted_state);
+        let r = self.core.export_state(destination, hsm_spki, oaep, untrusted_state);
         self.core.counted(r)
     }
 
@@ -203,9 +199,9 @@ impl Enclave for InlineEnclave {
     fn import_state(
         &mut self,
         package: &MigrationPackage,
-        wrapped_data_key: &[u8],
+        hsm_share: Option<&[u8]>,
     ) -> Result<MigrationRestore> {
-        let r = self.core.import_state(package, wrapped_data_key);
+        let r = self.core.import_state(package, hsm_share);
         self.core.counted(r)
     }
 

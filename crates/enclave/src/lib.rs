@@ -39,7 +39,10 @@ pub use api::ike::{
     AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
     IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
 };
-pub use api::report::{Backend, Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey};
+pub use api::report::{
+    Backend, Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey,
+    MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
+};
 pub use api::{Enclave, EspCrossing};
 pub use error::{refusal, BlobRejection, Error, ErrorKind, Result};
 #[cfg(feature = "test-export")]

@@ -3,33 +3,50 @@
 //! enclave's side is behind [`crate::Enclave::export_state`],
 //! [`crate::Enclave::migration_destination_key`] and [`crate::Enclave::import_state`].
 //!
-//! 1. The source enclave serialises what it holds for its tenant (secrets, IKE SA keys, ESP
-//!    SA keys and outbound sequence numbers, the seal counter) together with the caller's
-//!    opaque `untrusted_state` (replay windows, IKE SA metadata), encrypts it under a fresh
-//!    AES-256-GCM *data key*, and wraps the data key with RSA-OAEP to a public key the caller
-//!    names: an HSM key pair's (envelope mode) or, verified beforehand, the destination
-//!    enclave's own (the enclave-only baseline).
-//! 2. The destination enclave makes an ephemeral RSA key pair and evidence whose report data
-//!    is [`destination_report_data`] of its SPKI ([`DestinationKey`]); whoever drives the HSM
-//!    verifies it ([`verify_destination`]) before the HSM rewraps the data key to it.
-//! 3. The destination opens the data key with that private key (consumed by the first
-//!    attempt, whatever its outcome), decrypts, checks tenant and measurement and restores.
+//! 1. The destination enclave makes an ephemeral RSA key pair and evidence whose report data
+//!    is [`destination_report_data`] of its SPKI ([`DestinationKey`]).
+//! 2. The source enclave checks that evidence itself ([`crate::Enclave::export_state`]): it
+//!    verifies under one of the platform keys of its measured configuration
+//!    ([`crate::EnclaveConfig::trusted_platforms`]), for this purpose, this tenant and this
+//!    enclave's own measurement. Only then does it serialise what it holds (secrets, IKE SA
+//!    keys, ESP SA keys and outbound sequence numbers, the seal counter) together with the
+//!    caller's opaque `untrusted_state` (replay windows, IKE SA metadata), encrypt it under a
+//!    fresh AES-256-GCM *data key*, and sign the package with its own evidence.
+//! 3. The data key is split in *shares*: one wrapped with RSA-OAEP to the verified
+//!    destination key, and in envelope mode one wrapped to an HSM one-time key, which the HSM
+//!    rewraps to the destination key after its own checks. The data key is
+//!    SHA-256("cloister-package-key-v2" || HSM share || destination share) of the shares
+//!    present: a key the caller names (the HSM's) adds a condition, never a way around the
+//!    verified destination.
+//! 4. The destination enclave ([`crate::Enclave::import_state`]), fresh and holding nothing
+//!    yet, checks the source's evidence at the end of the package against its own trusted
+//!    platforms, tenant, measurement and destination key, opens the shares with that key
+//!    (consumed by the attempt, whatever its outcome), decrypts and restores.
 //!
-//! Package v1 (integers big-endian):
+//! A backup ([`crate::Enclave::export_secrets`]) has one share, wrapped to an HSM backup key,
+//! and evidence of purpose `Backup`; it is restored the same way, the HSM rewrapping the
+//! share to a fresh destination enclave's key.
+//!
+//! Package v2 (integers big-endian):
 //!
 //! ```text
 //! 0   "CLMP"       magic
-//! 4   1            version
+//! 4   2            version
 //! 5   oaep         1 = SHA-1 (MGF1-SHA-1), 2 = SHA-256 (MGF1-SHA-256)
-//! 6   0 0          reserved
+//! 6   kind         1 = a move (destination share required), 2 = a backup (HSM share only)
+//! 7   0            reserved
 //! 8   tenant       u32
 //! 12  measurement  48 bytes, the source enclave's (the destination must have the same)
 //! 60  nonce        12 random bytes
-//! 72  wrapped_len  u16, 256..=512 (RSA 2048..4096)
-//! 74  0 0          reserved
+//! 72  hsm_len      u16, 0 or 256..=512 (RSA 2048..4096)
+//! 74  dst_len      u16, 0 or 256..=512
 //! 76  body_len     u64, ciphertext and 16-byte tag
-//! 84  wrapped      wrapped_len bytes: RSA-OAEP(wrap key, data key), 32-byte data key
+//! 84  hsm share    hsm_len bytes: RSA-OAEP(HSM key, 32-byte share)
+//! ..  dst share    dst_len bytes: RSA-OAEP(destination key, 32-byte share)
 //! ..  body         AES-256-GCM(data key, nonce, AAD = every byte before the body, state)
+//! ..  ev_len       u16, then the source enclave's evidence over
+//!                  [`export_report_data`] of every byte before `ev_len`, bound to the
+//!                  destination's SPKI (a move) or to nothing (a backup)
 //! ```
 //!
 //! The state (plaintext) is: `u64` seal counter; `u32` count of secrets, each `u32` old
@@ -69,9 +86,11 @@ use crate::error::{Error, Result};
 /// The package's magic.
 pub const PACKAGE_MAGIC: &[u8; 4] = b"CLMP";
 /// The package format's version.
-pub const PACKAGE_VERSION: u8 = 1;
-/// Bytes of the package before the wrapped data key.
+pub const PACKAGE_VERSION: u8 = 2;
+/// Bytes of the package before the wrapped shares.
 pub const PACKAGE_HEADER_LEN: usize = 84;
+/// Longest source evidence a package carries.
+pub const MAX_EVIDENCE_LEN: usize = 1024;
 /// Bytes of the data key (AES-256).
 pub const DATA_KEY_LEN: usize = 32;
 /// Bytes of the AEAD tag at the end of the body.
@@ -101,8 +120,8 @@ pub mod why {
     pub const VERSION: &str = "unsupported package version";
     /// The package names another tenant than this enclave's.
     pub const WRONG_TENANT: &str = "package is for another tenant";
-    /// The wrapped data key does not open with this enclave's destination key.
-    pub const KEY_UNWRAP: &str = "wrapped data key does not open";
+    /// A wrapped share does not open with this enclave's destination key.
+    pub const KEY_UNWRAP: &str = "wrapped share does not open";
     /// The body does not authenticate under the data key: tampered, or another package.
     pub const NO_DECRYPT: &str = "package does not authenticate";
     /// The decrypted state does not parse (a source bug: it authenticated).
@@ -119,6 +138,9 @@ pub mod why {
     pub const TOO_LARGE: &str = "untrusted state too large";
     /// The enclave's tables cannot take the package's state.
     pub const NO_ROOM: &str = "not enough room for the package's state";
+    /// The shares do not fit the package's kind: a move without a destination share, a
+    /// backup with one or without an HSM share, or an HSM share missing at import.
+    pub const SHARES: &str = "package shares do not fit its kind";
     /// A chunked export or import of the process backend went out of sequence: a piece at
     /// another offset than the next, past the announced total, without a start, or a finish
     /// of the other kind or before the untrusted state was complete.
@@ -155,17 +177,58 @@ impl OaepHash {
     }
 }
 
-/// An exported package (format in the module docs): ciphertext and a wrapped key only.
+/// What a package carries: a move (every SA) or a backup (secrets only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackageKind {
+    /// [`crate::Enclave::export_state`]: to a verified destination enclave.
+    Move,
+    /// [`crate::Enclave::export_secrets`]: to an HSM backup key.
+    Backup,
+}
+
+impl PackageKind {
+    /// The package's code for it.
+    pub const fn code(self) -> u8 {
+        match self {
+            Self::Move => 1,
+            Self::Backup => 2,
+        }
+    }
+
+    /// The kind of a package code.
+    pub const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Self::Move),
+            2 => Some(Self::Backup),
+            _ => None,
+        }
+    }
+
+    /// The purpose of the source's evidence over a package of this kind.
+    pub const fn purpose(self) -> attest::EvidencePurpose {
+        match self {
+            Self::Move => attest::EvidencePurpose::MigrationSource,
+            Self::Backup => attest::EvidencePurpose::Backup,
+        }
+    }
+}
+
+/// An exported package (format in the module docs): ciphertext, wrapped shares and the
+/// source's evidence only.
 #[derive(Clone, PartialEq, Eq)]
 pub struct MigrationPackage {
     bytes: Vec<u8>,
-    wrapped_len: usize,
+    hsm_len: usize,
+    dst_len: usize,
+    /// Where the evidence's length starts: the end of what the evidence covers.
+    signed_len: usize,
 }
 
 impl core::fmt::Debug for MigrationPackage {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("MigrationPackage")
             .field("tenant", &self.tenant())
+            .field("kind", &self.kind())
             .field("len", &self.bytes.len())
             .finish_non_exhaustive()
     }
@@ -175,9 +238,19 @@ fn refused(why: &'static str) -> Error {
     Error::Migration { why }
 }
 
+/// A share's length field: none, or an RSA 2048..=4096 ciphertext.
+fn share_len(h: &[u8], at: usize) -> Result<usize> {
+    let n = usize::from(u16::from_be_bytes([h[at], h[at + 1]]));
+    if n == 0 || (MIN_RSA_BITS / 8..=MAX_RSA_BITS / 8).contains(&n) {
+        Ok(n)
+    } else {
+        Err(refused(why::MALFORMED))
+    }
+}
+
 impl MigrationPackage {
-    /// Parses a package's header and checks that its lengths add up; the body is checked
-    /// only by the destination enclave (it is authenticated there).
+    /// Parses a package's header and checks that its lengths add up and its shares fit its
+    /// kind; the body and the evidence are checked only by the destination enclave.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Self> {
         let h = bytes.get(..PACKAGE_HEADER_LEN).ok_or(refused(why::TRUNCATED))?;
         if &h[0..4] != PACKAGE_MAGIC {
@@ -186,12 +259,17 @@ impl MigrationPackage {
         if h[4] != PACKAGE_VERSION {
             return Err(refused(why::VERSION));
         }
-        if OaepHash::from_code(h[5]).is_none() || h[6..8] != [0, 0] || h[74..76] != [0, 0] {
+        let kind = PackageKind::from_code(h[6]).ok_or(refused(why::MALFORMED))?;
+        if OaepHash::from_code(h[5]).is_none() || h[7] != 0 {
             return Err(refused(why::MALFORMED));
         }
-        let wrapped_len = usize::from(u16::from_be_bytes([h[72], h[73]]));
-        if !(MIN_RSA_BITS / 8..=MAX_RSA_BITS / 8).contains(&wrapped_len) {
-            return Err(refused(why::MALFORMED));
+        let (hsm_len, dst_len) = (share_len(h, 72)?, share_len(h, 74)?);
+        let fits = match kind {
+            PackageKind::Move => dst_len > 0,
+            PackageKind::Backup => hsm_len > 0 && dst_len == 0,
+        };
+        if !fits {
+            return Err(refused(why::SHARES));
         }
         let mut body_len = [0u8; 8];
         body_len.copy_from_slice(&h[76..84]);
@@ -199,10 +277,20 @@ impl MigrationPackage {
         if body_len < TAG_LEN {
             return Err(refused(why::MALFORMED));
         }
-        let want = PACKAGE_HEADER_LEN.checked_add(wrapped_len).and_then(|n| n.checked_add(body_len));
-        match want {
-            Some(n) if n == bytes.len() => Ok(Self { bytes, wrapped_len }),
-            Some(n) if n > bytes.len() => Err(refused(why::TRUNCATED)),
+        let signed_len = PACKAGE_HEADER_LEN
+            .checked_add(hsm_len + dst_len)
+            .and_then(|n| n.checked_add(body_len))
+            .ok_or(refused(why::MALFORMED))?;
+        let ev_len = match bytes.get(signed_len..signed_len + 2) {
+            Some(b) => usize::from(u16::from_be_bytes([b[0], b[1]])),
+            None => return Err(refused(why::TRUNCATED)),
+        };
+        if ev_len == 0 || ev_len > MAX_EVIDENCE_LEN {
+            return Err(refused(why::MALFORMED));
+        }
+        match signed_len + 2 + ev_len {
+            n if n == bytes.len() => Ok(Self { bytes, hsm_len, dst_len, signed_len }),
+            n if n > bytes.len() => Err(refused(why::TRUNCATED)),
             _ => Err(refused(why::MALFORMED)),
         }
     }
@@ -215,6 +303,11 @@ impl MigrationPackage {
     /// The package as bytes, without a copy.
     pub fn into_bytes(self) -> Vec<u8> {
         self.bytes
+    }
+
+    /// A move or a backup.
+    pub fn kind(&self) -> PackageKind {
+        self.bytes.get(6).and_then(|c| PackageKind::from_code(*c)).unwrap_or(PackageKind::Move)
     }
 
     /// The tenant it was exported for.
@@ -232,19 +325,38 @@ impl MigrationPackage {
         Measurement(m)
     }
 
-    /// The OAEP hash the data key was wrapped with.
+    /// The OAEP hash the shares were wrapped with.
     pub fn oaep_hash(&self) -> OaepHash {
         self.bytes.get(5).and_then(|c| OaepHash::from_code(*c)).unwrap_or_default()
     }
 
-    /// The data key, wrapped to the key named at export (an HSM's, or the destination's).
-    pub fn wrapped_data_key(&self) -> &[u8] {
-        self.bytes.get(PACKAGE_HEADER_LEN..PACKAGE_HEADER_LEN + self.wrapped_len).unwrap_or(&[])
+    /// The share wrapped to an HSM key (a move in envelope mode, or a backup): what the HSM
+    /// rewraps to the destination enclave's key.
+    pub fn hsm_share(&self) -> Option<&[u8]> {
+        (self.hsm_len > 0).then(|| self.bytes.get(PACKAGE_HEADER_LEN..PACKAGE_HEADER_LEN + self.hsm_len))?
+    }
+
+    /// The share wrapped to the destination enclave's key (a move).
+    pub fn destination_share(&self) -> Option<&[u8]> {
+        let at = PACKAGE_HEADER_LEN + self.hsm_len;
+        (self.dst_len > 0).then(|| self.bytes.get(at..at + self.dst_len))?
+    }
+
+    /// The source enclave's evidence over the package.
+    pub fn source_evidence(&self) -> &[u8] {
+        self.bytes.get(self.signed_len + 2..).unwrap_or(&[])
+    }
+
+    /// The report data the source's evidence must carry, for a package bound to `bound_to`
+    /// (the destination's SPKI for a move, nothing for a backup).
+    pub fn report_data(&self, bound_to: &[u8]) -> [u8; 64] {
+        let signed = self.bytes.get(..self.signed_len).unwrap_or(&[]);
+        export_report_data(self.tenant(), signed, bound_to)
     }
 
     /// Everything before the body: the associated data of the AEAD.
     pub(crate) fn aad(&self) -> &[u8] {
-        self.bytes.get(..PACKAGE_HEADER_LEN + self.wrapped_len).unwrap_or(&[])
+        self.bytes.get(..PACKAGE_HEADER_LEN + self.hsm_len + self.dst_len).unwrap_or(&[])
     }
 
     /// The nonce of the body.
@@ -258,7 +370,7 @@ impl MigrationPackage {
 
     /// Ciphertext and tag.
     pub(crate) fn body(&self) -> &[u8] {
-        self.bytes.get(PACKAGE_HEADER_LEN + self.wrapped_len..).unwrap_or(&[])
+        self.bytes.get(PACKAGE_HEADER_LEN + self.hsm_len + self.dst_len..self.signed_len).unwrap_or(&[])
     }
 
     /// Wraps bytes the trusted core has just produced (their header is its own).
@@ -314,32 +426,17 @@ pub fn destination_report_data(tenant: TenantId, spki_der: &[u8]) -> [u8; 64] {
     rd
 }
 
-/// The report data of the evidence over a package this enclave exported
-/// ([`crate::Enclave::export_evidence`]): SHA-512("cloister-export-v1" || tenant u32 ||
-/// SHA-256(package) || SHA-256(bound_to)), where `bound_to` names whom the package is for
-/// (a destination enclave's SPKI, or a backup key's label). The purpose in the evidence
-/// tells a move ([`crate::attest::EvidencePurpose::MigrationSource`]) from a backup.
-pub fn export_report_data(tenant: TenantId, package: &[u8], bound_to: &[u8]) -> [u8; 64] {
-    export_report_data_of(tenant, &package_digest(package), bound_to)
-}
-
-/// SHA-256 of a package's bytes.
-pub(crate) fn package_digest(package: &[u8]) -> [u8; 32] {
-    let mut d = [0u8; 32];
-    d.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, package).as_ref());
-    d
-}
-
-/// [`export_report_data`] from the package's digest.
-pub(crate) fn export_report_data_of(
-    tenant: TenantId,
-    package_digest: &[u8; 32],
-    bound_to: &[u8],
-) -> [u8; 64] {
+/// The report data of the source's evidence at the end of a package: SHA-512(
+/// "cloister-export-v1" || tenant u32 || SHA-256(package up to the evidence) ||
+/// SHA-256(bound_to)), where `bound_to` names whom the package is for (the destination
+/// enclave's SPKI; nothing for a backup). The purpose in the evidence tells a move
+/// ([`crate::attest::EvidencePurpose::MigrationSource`]) from a backup.
+pub fn export_report_data(tenant: TenantId, signed: &[u8], bound_to: &[u8]) -> [u8; 64] {
+    let package_digest = ring::digest::digest(&ring::digest::SHA256, signed);
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA512);
     ctx.update(b"cloister-export-v1");
     ctx.update(&tenant.0.to_be_bytes());
-    ctx.update(package_digest);
+    ctx.update(package_digest.as_ref());
     ctx.update(ring::digest::digest(&ring::digest::SHA256, bound_to).as_ref());
     let mut rd = [0u8; 64];
     rd.copy_from_slice(ctx.finish().as_ref());
@@ -368,4 +465,29 @@ pub fn verify_destination(
         });
     }
     Ok(())
+}
+
+/// A verifier's check of a package's source (the destination's agent before an HSM rewrap,
+/// an operator before a restore; the destination enclave checks the same itself): the
+/// evidence verifies under `platform_public_key` for the package's kind, binds this package
+/// to `bound_to`, and names the package's tenant and measurement.
+pub fn verify_source(
+    package: &MigrationPackage,
+    platform_public_key: &[u8],
+    bound_to: &[u8],
+) -> Result<attest::VerifiedEvidence> {
+    let rd = package.report_data(bound_to);
+    let purpose = package.kind().purpose();
+    let verified =
+        attest::verify_software_evidence(package.source_evidence(), platform_public_key, purpose, &rd)?;
+    if verified.tenant != package.tenant() {
+        return Err(refused(why::WRONG_TENANT));
+    }
+    if verified.measurement != package.measurement() {
+        return Err(Error::MeasurementMismatch {
+            expected: Box::new(package.measurement()),
+            got: Box::new(verified.measurement),
+        });
+    }
+    Ok(verified)
 }

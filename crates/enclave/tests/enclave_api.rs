@@ -23,6 +23,7 @@ fn start_limits(tenant: u32, key: [u8; 32], min: u64, limits: Limits) -> InlineE
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(key),
         trusted_min_seal_counter: min,
+        trusted_platforms: Vec::new(),
         limits,
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();
@@ -498,6 +499,7 @@ fn inbound_sas_do_only_the_operation_the_measured_config_allows() {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
         limits: Limits { inbound, ..Limits::default() },
     };
     assert_ne!(
@@ -867,6 +869,7 @@ fn attestation_evidence_verifies_with_the_platform_key() {
         tenant: TenantId(9),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();
@@ -884,9 +887,4 @@ fn attestation_evidence_verifies_with_the_platform_key() {
     let identity = cloister_enclave::attest::EvidencePurpose::Identity;
     let v = verify_software_evidence(&ev.bytes, &anchor, identity, &rd).unwrap();
     assert_eq!((v.measurement, v.tenant), (expected, TenantId(9)));
-    // Evidence over an exported package exists only once a package does.
-    assert_eq!(
-        e.export_evidence(b"any key").map(|_| ()),
-        Err(Error::ProtocolRefused { why: refusal::NOTHING_EXPORTED })
-    );
 }

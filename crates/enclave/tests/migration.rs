@@ -2,16 +2,18 @@
 //! source with a live tunnel to an inline peer exports, a destination of the same
 //! measurement imports, and the peer keeps talking to the destination with the same keys.
 //! These tests wrap the data key straight to the destination (the enclave-only baseline);
-//! crates/migrate's tests put the HSM in between.
+//! crates/migrate's tests put the HSM in between. Every enclave here runs on one test
+//! platform whose key its measured configuration trusts; crates/enclave/tests/redteam.rs
+//! tries the others.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::cast_possible_truncation)]
 
 use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, Measurement, SoftwareAttestation};
 use cloister_enclave::migration::{
-    verify_destination, why, MigrationPackage, OaepHash, MAX_PACKAGE_LEN, MAX_UNTRUSTED_STATE,
-    PACKAGE_HEADER_LEN, SEQ_MARGIN,
+    verify_destination, verify_source, why, MigrationPackage, OaepHash, PackageKind, MAX_PACKAGE_LEN,
+    MAX_UNTRUSTED_STATE, PACKAGE_HEADER_LEN, SEQ_MARGIN,
 };
-use cloister_enclave::process::codec::{op, Writer, STAGED_HELD, STAGED_INLINE};
+use cloister_enclave::process::codec::{self, op, Writer, STAGED_HELD, STAGED_INLINE};
 use cloister_enclave::process::layout::MAX_CALL_AREA;
 use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
 use cloister_enclave::provision::wrap_secret;
@@ -26,17 +28,31 @@ const SUITE: Suite = Suite::aead(Cipher::AesGcm16_256);
 const CODE: &[u8] = b"cloister migration test enclave";
 const PSK: &[u8] = b"TOPSECRET migrating tenant PSK 0123456789";
 
+/// The test platform: its key (PKCS#8) and public key.
+fn platform() -> &'static (Vec<u8>, Vec<u8>) {
+    static PLATFORM: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+    PLATFORM.get_or_init(|| {
+        let key = SoftwareAttestation::generate_platform_key().unwrap().to_vec();
+        let public = SoftwareAttestation::new(&key, CodeIdentity::Bytes(vec![]), b"")
+            .unwrap()
+            .platform_public_key()
+            .to_vec();
+        (key, public)
+    })
+}
+
 fn config(tenant: u32) -> EnclaveConfig {
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: vec![platform().1.clone()],
         limits: Limits::default(),
     }
 }
 
 fn platform_key() -> Vec<u8> {
-    SoftwareAttestation::generate_platform_key().unwrap().to_vec()
+    platform().0.clone()
 }
 
 /// An inline enclave running "code" `code`, and its platform's public key.
@@ -157,12 +173,14 @@ fn migrate(
     let key = dst.migration_destination_key(2048).unwrap();
     let expected = measurement_of(src, src_pk);
     verify_destination(&key, dst_pk, &expected, TenantId(tenant)).unwrap();
-    let package = src.export_state(&key.spki_der, OaepHash::Sha256, untrusted).unwrap();
+    let package = src.export_state(&key, None, OaepHash::Sha256, untrusted).unwrap();
     assert!(!leaks(package.as_bytes(), PSK), "PSK in the clear");
     // It crosses the untrusted side as bytes.
     let package = MigrationPackage::from_bytes(package.into_bytes()).unwrap();
     assert_eq!((package.tenant(), package.measurement()), (TenantId(tenant), expected));
-    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    // Its evidence, as the destination's agent checks it before anything else.
+    verify_source(&package, src_pk, &key.spki_der).unwrap();
+    let restored = dst.import_state(&package, None).unwrap();
     assert_eq!(restored.untrusted_state, untrusted);
     assert_eq!((restored.secrets.len(), restored.ike_sas.len(), restored.esp_sas.len()), (1, 1, 2));
 
@@ -194,15 +212,15 @@ fn migrate(
     assert_eq!(dst.secret_kind(psk), Ok(SecretKind::PreSharedKey));
     assert_eq!(auth(dst, ike, psk, &t), src_auth);
 
-    // The destination key was single use.
+    // State goes into a fresh instance only, never merged into live tables.
     assert_eq!(
-        dst.import_state(&package, package.wrapped_data_key()).map(|_| ()),
-        Err(Error::Migration { why: why::NO_DESTINATION_KEY })
+        dst.import_state(&package, None).map(|_| ()),
+        Err(Error::ProtocolRefused { why: refusal::NOT_FRESH })
     );
     // A second export would hand the same sending range to another destination.
     let again = dst.migration_destination_key(2048).unwrap();
     assert_eq!(
-        src.export_state(&again.spki_der, OaepHash::Sha256, b"").map(|_| ()),
+        src.export_state(&again, None, OaepHash::Sha256, b"").map(|_| ()),
         Err(Error::Migration { why: why::ALREADY_EXPORTED })
     );
 }
@@ -232,7 +250,7 @@ fn psk_package(tenant: u32) -> (InlineEnclave, MigrationPackage) {
     src.provision_secret(&blob).unwrap();
     let (mut dst, _) = inline(tenant, CODE);
     let key = dst.migration_destination_key(2048).unwrap();
-    let package = src.export_state(&key.spki_der, OaepHash::Sha1, b"OPAQUE-GATEWAY-STATE").unwrap();
+    let package = src.export_state(&key, None, OaepHash::Sha1, b"OPAQUE-GATEWAY-STATE").unwrap();
     (dst, package)
 }
 
@@ -255,8 +273,17 @@ fn truncated_and_malformed_packages_are_refused_by_their_header() {
     b[0] ^= 1;
     assert_eq!(parse(&b), refusal(why::MALFORMED));
     let mut b = bytes.clone();
-    b[4] = 2;
+    b[4] = 1;
     assert_eq!(parse(&b), refusal(why::VERSION));
+    // A move without its destination share, or kinds that do not exist.
+    let mut b = bytes.clone();
+    b[74..76].copy_from_slice(&[0, 0]);
+    assert_eq!(parse(&b), refusal(why::SHARES));
+    for kind in [0u8, 3] {
+        let mut b = bytes.clone();
+        b[6] = kind;
+        assert_eq!(parse(&b), refusal(why::MALFORMED));
+    }
     let mut b = bytes.clone();
     b[5] = 9;
     assert_eq!(parse(&b), refusal(why::MALFORMED));
@@ -267,26 +294,24 @@ fn truncated_and_malformed_packages_are_refused_by_their_header() {
 }
 
 #[test]
-fn tampered_packages_and_wrong_keys_are_refused_and_spend_the_destination_key() {
-    // A flipped bit anywhere after the header's checks: wrapped key, body, tag.
+fn tampered_packages_and_wrong_shares_are_refused_and_spend_the_destination_key() {
+    // A flipped bit anywhere after the header's checks: share, body, tag, evidence. The
+    // source's evidence covers every byte, so it is what refuses each.
     for at in [PACKAGE_HEADER_LEN + 3, PACKAGE_HEADER_LEN + 256 + 2, usize::MAX] {
         let (mut dst, package) = psk_package(3);
         let mut b = package.as_bytes().to_vec();
         let i = if at == usize::MAX { b.len() - 1 } else { at };
         b[i] ^= 0x40;
         let tampered = MigrationPackage::from_bytes(b).unwrap();
-        let r = dst.import_state(&tampered, tampered.wrapped_data_key()).map(|_| ());
-        let want = if i < PACKAGE_HEADER_LEN + 256 { why::KEY_UNWRAP } else { why::NO_DECRYPT };
-        assert_eq!(r, refusal(want), "flipped byte {i}");
+        let r = dst.import_state(&tampered, None).map(|_| ());
+        assert_eq!(r, Err(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED }), "flipped byte {i}");
         // The attempt consumed the key: the genuine package no longer opens here.
-        assert_eq!(
-            dst.import_state(&package, package.wrapped_data_key()).map(|_| ()),
-            refusal(why::NO_DESTINATION_KEY)
-        );
+        assert_eq!(dst.import_state(&package, None).map(|_| ()), refusal(why::NO_DESTINATION_KEY));
+        assert_eq!(dst.memory_report().secrets, 0, "nothing installed");
     }
-    // A data key wrapped to another key.
+    // An HSM share offered for a package that has none.
     let (mut dst, package) = psk_package(3);
-    assert_eq!(dst.import_state(&package, &[7u8; 256]).map(|_| ()), refusal(why::KEY_UNWRAP));
+    assert_eq!(dst.import_state(&package, Some(&[7u8; 256])).map(|_| ()), refusal(why::SHARES));
     assert!(dst.counters().error(ErrorKind::BlobRejected) >= 1);
 }
 
@@ -295,20 +320,13 @@ fn another_measurement_or_tenant_cannot_import() {
     let (_, package) = psk_package(3);
     let (mut other_code, _) = inline(3, b"other enclave code");
     other_code.migration_destination_key(2048).unwrap();
-    assert!(matches!(
-        other_code.import_state(&package, package.wrapped_data_key()),
-        Err(Error::MeasurementMismatch { .. })
-    ));
+    assert!(matches!(other_code.import_state(&package, None), Err(Error::MeasurementMismatch { .. })));
     let (mut other_tenant, _) = inline(4, CODE);
     other_tenant.migration_destination_key(2048).unwrap();
-    assert_eq!(
-        other_tenant.import_state(&package, package.wrapped_data_key()).map(|_| ()),
-        refusal(why::WRONG_TENANT)
-    );
-    // A source refuses to wrap to keys that are not RSA of 2048..=4096 bits.
+    assert_eq!(other_tenant.import_state(&package, None).map(|_| ()), refusal(why::WRONG_TENANT));
+    // Evidence of the wrong measurement is caught before anything is wrapped: by the
+    // source's agent, and by the source enclave itself.
     let (mut src, src_pk) = inline(3, CODE);
-    assert_eq!(src.export_state(b"not a key", OaepHash::Sha1, b"").map(|_| ()), refusal(why::WRAP_KEY));
-    // Evidence of the wrong measurement is caught before anything is wrapped.
     let (mut dst, dst_pk) = inline(3, b"other enclave code");
     let key = dst.migration_destination_key(2048).unwrap();
     let expected = measurement_of(&mut src, &src_pk);
@@ -316,12 +334,16 @@ fn another_measurement_or_tenant_cannot_import() {
         verify_destination(&key, &dst_pk, &expected, TenantId(3)),
         Err(Error::MeasurementMismatch { .. })
     ));
+    assert_eq!(
+        src.export_state(&key, None, OaepHash::Sha1, b"").map(|_| ()),
+        Err(Error::ProtocolRefused { why: refusal::PEER_MISMATCH })
+    );
 }
 
 #[test]
 fn nothing_secret_in_debug_output() {
     let (mut dst, package) = psk_package(3);
-    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    let restored = dst.import_state(&package, None).unwrap();
     let text = format!("{package:?} {restored:?} {dst:?}");
     assert!(!text.contains("TOPSECRET") && !text.contains("OPAQUE-GATEWAY-STATE"), "{text}");
 }
@@ -339,12 +361,15 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     }
     let src_auth = auth(src, t.ike, t.psk, &t);
 
+    // The destination's key stands in for the HSM backup key (the HSM's rewrap of the share
+    // to the destination key is crates/migrate's).
     let key = first.migration_destination_key(2048).unwrap();
     let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, untrusted).unwrap();
     assert!(!leaks(package.as_bytes(), PSK), "PSK in the clear");
     let package = MigrationPackage::from_bytes(package.into_bytes()).unwrap();
-    assert_eq!(package.tenant(), TenantId(tenant));
-    let restored = first.import_state(&package, package.wrapped_data_key()).unwrap();
+    assert_eq!((package.tenant(), package.kind()), (TenantId(tenant), PackageKind::Backup));
+    verify_source(&package, &platform().1, b"").unwrap();
+    let restored = first.import_state(&package, package.hsm_share()).unwrap();
     assert_eq!(restored.untrusted_state, untrusted);
     assert_eq!((restored.secrets.len(), restored.ike_sas.len(), restored.esp_sas.len()), (1, 0, 0));
     assert_eq!(first.memory_report().esp_sas + first.memory_report().ike_sas, 0);
@@ -361,6 +386,7 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     let sealed = first.seal_secret(psk).unwrap();
     let back = second.unseal_secret(&sealed).unwrap();
     assert_eq!(second.secret_kind(back), Ok(SecretKind::PreSharedKey));
+    second.delete_secret(back).unwrap();
 
     // The source was not capped: it sends far past where a move's cap would have stopped it.
     let past_cap = 3 + SEQ_MARGIN + 10;
@@ -369,18 +395,19 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
 
     // A move still works after a backup, and a backup after a move: neither changes the cap.
     let key = second.migration_destination_key(2048).unwrap();
-    let moved = src.export_state(&key.spki_der, OaepHash::Sha256, b"").unwrap();
+    let moved = src.export_state(&key, None, OaepHash::Sha256, b"").unwrap();
     let key = second.migration_destination_key(2048).unwrap();
     let again = src.export_secrets(&key.spki_der, OaepHash::Sha1, untrusted).unwrap();
     let cap = past_cap + SEQ_MARGIN;
     assert_eq!(send(src, t.sa.outbound, cap, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
     assert_eq!(send(src, t.sa.outbound, cap + 1, &mut peer, t.peer_sa.inbound), EspStatus::SeqExhausted);
-    let restored = second.import_state(&again, again.wrapped_data_key()).unwrap();
+    let restored = second.import_state(&again, again.hsm_share()).unwrap();
     assert_eq!((restored.secrets.len(), restored.ike_sas.len(), restored.esp_sas.len()), (1, 0, 0));
-    // The move's package went to a key the backup's replaced: it no longer opens there.
+    // The move's package went to a key the backup's replaced, and the instance is no
+    // longer fresh: it does not go in.
     assert_eq!(
-        second.import_state(&moved, moved.wrapped_data_key()).map(|_| ()),
-        refusal(why::NO_DESTINATION_KEY)
+        second.import_state(&moved, None).map(|_| ()),
+        Err(Error::ProtocolRefused { why: refusal::NOT_FRESH })
     );
 }
 
@@ -394,10 +421,7 @@ fn inline_backup_carries_secrets_only_and_leaves_the_source_serving() {
     let (mut other, _) = inline(22, CODE);
     let key = other.migration_destination_key(2048).unwrap();
     let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, b"").unwrap();
-    assert_eq!(
-        other.import_state(&package, package.wrapped_data_key()).map(|_| ()),
-        refusal(why::WRONG_TENANT)
-    );
+    assert_eq!(other.import_state(&package, package.hsm_share()).map(|_| ()), refusal(why::WRONG_TENANT));
     assert_eq!(src.export_secrets(b"not a key", OaepHash::Sha1, b"").map(|_| ()), refusal(why::WRAP_KEY));
     let text = format!("{package:?} {src:?}");
     assert!(!text.contains("TOPSECRET"), "{text}");
@@ -422,7 +446,7 @@ fn process_backup_is_one_call_whose_answer_may_be_held() {
     let untrusted = big_state(most);
     let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, &untrusted).unwrap();
     assert!(package.as_bytes().len() > call_len, "a held answer");
-    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    let restored = dst.import_state(&package, package.hsm_share()).unwrap();
     assert_eq!(restored.untrusted_state, untrusted);
     assert_eq!(dst.secret_kind(restored.secrets[0].1), Ok(SecretKind::PreSharedKey));
     // One byte more has no chunked form: refused before anything crosses.
@@ -490,7 +514,7 @@ fn process_psk_pair(tenant: u32) -> (ProcessEnclave, ProcessEnclave) {
 /// A fresh destination key at `dst` and a package of `untrusted` for it from `src`.
 fn package_for(src: &mut ProcessEnclave, dst: &mut ProcessEnclave, untrusted: &[u8]) -> MigrationPackage {
     let key = dst.migration_destination_key(2048).unwrap();
-    src.export_state(&key.spki_der, OaepHash::Sha1, untrusted).unwrap()
+    src.export_state(&key, None, OaepHash::Sha1, untrusted).unwrap()
 }
 
 fn raw(e: &mut ProcessEnclave, opcode: u16, f: impl FnOnce(&mut Writer)) -> Result<Vec<u8>> {
@@ -500,7 +524,7 @@ fn raw(e: &mut ProcessEnclave, opcode: u16, f: impl FnOnce(&mut Writer)) -> Resu
 }
 
 /// Streams `bytes` in as a chunked import announced as `total` bytes long, then finishes it.
-fn raw_import(e: &mut ProcessEnclave, total: usize, bytes: &[u8], wrapped: &[u8]) -> Result<()> {
+fn raw_import(e: &mut ProcessEnclave, total: usize, bytes: &[u8]) -> Result<()> {
     raw(e, op::IMPORT_BEGIN, |w| {
         w.usize(total);
     })?;
@@ -510,7 +534,7 @@ fn raw_import(e: &mut ProcessEnclave, total: usize, bytes: &[u8], wrapped: &[u8]
         })?;
     }
     raw(e, op::IMPORT_FINISH, |w| {
-        w.bytes(wrapped);
+        codec::put_opt_bytes(w, None);
     })
     .map(|_| ())
 }
@@ -522,39 +546,37 @@ fn chunked_imports_refuse_cut_and_tampered_packages_as_inline_does() {
     let package = package_for(&mut src, &mut dst, &untrusted);
     let bytes = package.as_bytes().to_vec();
     assert!(bytes.len() > dst.geometry().call_len as usize, "a chunked import");
-    let wrapped = package.wrapped_data_key();
 
     // Cut: announced as cut (the header then says more is to come), or stopped before the
     // announced end. Both before the destination key is spent, as inline.
     let cut = &bytes[..bytes.len() - 1000];
     assert_eq!(MigrationPackage::from_bytes(cut.to_vec()).map(|_| ()), refusal(why::TRUNCATED));
-    assert_eq!(raw_import(&mut dst, cut.len(), cut, wrapped), refusal(why::TRUNCATED));
-    assert_eq!(raw_import(&mut dst, bytes.len(), cut, wrapped), refusal(why::TRUNCATED));
+    assert_eq!(raw_import(&mut dst, cut.len(), cut), refusal(why::TRUNCATED));
+    assert_eq!(raw_import(&mut dst, bytes.len(), cut), refusal(why::TRUNCATED));
     let mut longer = bytes.clone();
     longer.push(0);
-    assert_eq!(raw_import(&mut dst, longer.len(), &longer, wrapped), refusal(why::MALFORMED));
+    assert_eq!(raw_import(&mut dst, longer.len(), &longer), refusal(why::MALFORMED));
     // The key is still there: the genuine package imports, all of it.
-    let restored = dst.import_state(&package, wrapped).unwrap();
+    let restored = dst.import_state(&package, None).unwrap();
     assert_eq!(restored.untrusted_state, untrusted);
     assert_eq!(restored.secrets.len(), 1);
 
-    // Tampered: the wrapped key, a body byte in a later chunk, the tag; each spends the key.
-    for at in [PACKAGE_HEADER_LEN + 3, 200 << 10, bytes.len() - 1] {
-        let package = package_for(&mut src, &mut dst, &untrusted);
+    // Tampered: a share byte, a body byte in a later chunk, the evidence; each is refused by
+    // the source's evidence, spends the key and installs nothing.
+    for at in [PACKAGE_HEADER_LEN + 3, 200 << 10, usize::MAX] {
+        let (mut fresh, _) = process(14);
+        let package = package_for(&mut src, &mut fresh, &untrusted);
         let mut b = package.as_bytes().to_vec();
+        let at = at.min(b.len() - 1);
         b[at] ^= 0x40;
         let tampered = MigrationPackage::from_bytes(b).unwrap();
-        let r = dst.import_state(&tampered, tampered.wrapped_data_key()).map(|_| ());
-        let want = if at < PACKAGE_HEADER_LEN + 256 { why::KEY_UNWRAP } else { why::NO_DECRYPT };
-        assert_eq!(r, refusal(want), "flipped byte {at}");
-        assert_eq!(
-            dst.import_state(&package, package.wrapped_data_key()).map(|_| ()),
-            refusal(why::NO_DESTINATION_KEY)
-        );
+        let r = fresh.import_state(&tampered, None).map(|_| ());
+        assert_eq!(r, Err(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED }), "flipped byte {at}");
+        assert_eq!(fresh.import_state(&package, None).map(|_| ()), refusal(why::NO_DESTINATION_KEY));
+        assert_eq!(fresh.memory_report().secrets, 0, "nothing installed");
+        assert!(fresh.counters().error(ErrorKind::ProtocolRefused) >= 1);
     }
-    // Nothing of the refused imports was installed: the first import's secret only.
     assert_eq!(dst.secret_kind(restored.secrets[0].1), Ok(SecretKind::PreSharedKey));
-    assert!(dst.counters().error(ErrorKind::BlobRejected) >= 3);
 }
 
 #[test]
@@ -588,13 +610,17 @@ fn chunked_calls_out_of_sequence_are_refused_and_leave_the_source_as_it_was() {
     // A finish before the total, or of the other kind.
     begin(&mut src, op::EXPORT_BEGIN, 100).unwrap();
     chunk(&mut src, 0, 50).unwrap();
+    let (mut other, _) = process(tenant);
+    let key = other.migration_destination_key(2048).unwrap();
     seq(raw(&mut src, op::EXPORT_FINISH, |w| {
-        w.bytes(b"spki").u8(OaepHash::Sha1.code());
+        codec::put_destination_key(w, &key);
+        codec::put_opt_bytes(w, None);
+        w.u8(OaepHash::Sha1.code());
     }));
     begin(&mut src, op::EXPORT_BEGIN, 100).unwrap();
     chunk(&mut src, 0, 100).unwrap();
     seq(raw(&mut src, op::IMPORT_FINISH, |w| {
-        w.bytes(&[0; 256]);
+        codec::put_opt_bytes(w, None);
     }));
     // Nothing staged to read back; limits announced up front.
     seq(raw(&mut src, op::RESULT_CHUNK, |w| {
@@ -608,18 +634,18 @@ fn chunked_calls_out_of_sequence_are_refused_and_leave_the_source_as_it_was() {
     // Arguments that do not decode are the transport's refusal, as for every call.
     assert!(matches!(src.raw_call(op::STAGE_CHUNK, &[1, 2, 3]), Err(Error::Process(_))));
 
-    // A failed chunked export (a key that is not RSA) leaves the source as it was.
+    // A failed chunked export (an HSM key that is not RSA) leaves the source as it was.
     let untrusted = big_state(1 << 20);
     assert_eq!(
-        src.export_state(b"not a key", OaepHash::Sha1, &untrusted).map(|_| ()),
+        src.export_state(&key, Some(b"not a key"), OaepHash::Sha1, &untrusted).map(|_| ()),
         refusal(why::WRAP_KEY)
     );
     // A start discards a stale transfer: this one is never finished, the next one works.
     begin(&mut src, op::EXPORT_BEGIN, 1 << 20).unwrap();
     chunk(&mut src, 0, 1000).unwrap();
     let key = dst.migration_destination_key(2048).unwrap();
-    let package = src.export_state(&key.spki_der, OaepHash::Sha256, &untrusted).unwrap();
-    let restored = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    let package = src.export_state(&key, None, OaepHash::Sha256, &untrusted).unwrap();
+    let restored = dst.import_state(&package, None).unwrap();
     assert_eq!(restored.untrusted_state, untrusted);
     let out = new_handle(&restored.esp_sas, t.sa.outbound);
     assert_eq!(send(&mut dst, out, 3 + SEQ_MARGIN + 1, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
@@ -635,7 +661,9 @@ fn chunked_calls_out_of_sequence_are_refused_and_leave_the_source_as_it_was() {
         .unwrap();
     }
     let held = raw(&mut src, op::EXPORT_FINISH, |w| {
-        w.bytes(&key.spki_der).u8(OaepHash::Sha1.code());
+        codec::put_destination_key(w, &key);
+        codec::put_opt_bytes(w, None);
+        w.u8(OaepHash::Sha1.code());
     })
     .unwrap();
     assert_eq!(held[0], STAGED_HELD);
@@ -651,7 +679,9 @@ fn chunked_calls_out_of_sequence_are_refused_and_leave_the_source_as_it_was() {
     begin(&mut src, op::EXPORT_BEGIN, 10).unwrap();
     chunk(&mut src, 0, 10).unwrap();
     let inline_answer = raw(&mut src, op::EXPORT_FINISH, |w| {
-        w.bytes(&key.spki_der).u8(OaepHash::Sha1.code());
+        codec::put_destination_key(w, &key);
+        codec::put_opt_bytes(w, None);
+        w.u8(OaepHash::Sha1.code());
     })
     .unwrap();
     assert_eq!(inline_answer[0], STAGED_INLINE);

@@ -26,6 +26,7 @@ fn config(tenant: u32) -> EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
         limits: Limits::default(),
     }
 }

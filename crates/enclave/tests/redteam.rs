@@ -27,11 +27,23 @@ use support::{ike_and_child, inner, lay_out, nonce};
 const PROV_KEY: [u8; 32] = [0x5a; 32];
 const SUITE: Suite = Suite { cipher: Cipher::AesGcm16_256, integ: None };
 
+/// The cluster's platform: every target runs on it, and every target's measured
+/// configuration trusts it (and nothing else) for moves. Its key (PKCS#8) and public key.
+fn cluster() -> &'static (Vec<u8>, Vec<u8>) {
+    static PLATFORM: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+    PLATFORM.get_or_init(|| {
+        let key = SoftwareAttestation::generate_platform_key().unwrap().to_vec();
+        let public = platform_public(&key);
+        (key, public)
+    })
+}
+
 fn config(tenant: u32, inbound: InboundMode) -> EnclaveConfig {
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: vec![cluster().1.clone()],
         limits: Limits { inbound, ..Limits::default() },
     }
 }
@@ -48,23 +60,46 @@ fn platform_public(pk: &[u8]) -> Vec<u8> {
 }
 
 fn process(tenant: u32, inbound: InboundMode) -> Target {
-    let pk = SoftwareAttestation::generate_platform_key().unwrap();
+    let pk = &cluster().0;
     let spec = ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new());
-    let e = ProcessEnclave::start(spec, config(tenant, inbound), &pk).unwrap();
-    Target { e: Box::new(e), platform_public: platform_public(&pk), name: "process" }
+    let e = ProcessEnclave::start(spec, config(tenant, inbound), pk).unwrap();
+    Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "process" }
 }
 
 fn inline(tenant: u32, inbound: InboundMode) -> Target {
-    let pk = SoftwareAttestation::generate_platform_key().unwrap();
     let c = config(tenant, inbound);
     let att = SoftwareAttestation::new(
-        &pk,
+        &cluster().0,
         CodeIdentity::Bytes(b"redteam".to_vec()),
         &c.measured_bytes(Backend::Inline),
     )
     .unwrap();
     let e = InlineEnclave::start(c, Box::new(att)).unwrap();
-    Target { e: Box::new(e), platform_public: platform_public(&pk), name: "inline" }
+    Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "inline" }
+}
+
+/// Another enclave of `t`'s backend (and so measurement) for `tenant`, on the cluster.
+fn twin(t: &Target, tenant: u32) -> Target {
+    match t.name {
+        "process" => process(tenant, InboundMode::Decrypt),
+        _ => inline(tenant, InboundMode::Decrypt),
+    }
+}
+
+/// What the gateway can run for itself: an inline enclave measuring exactly what `t`
+/// measures (same code bytes, configuration and backend), attested by a platform key the
+/// gateway made, which no target's configuration trusts.
+fn impostor(t: &Target, tenant: u32) -> InlineEnclave {
+    let c = config(tenant, InboundMode::Decrypt);
+    let (code, backend) = match t.name {
+        "process" => {
+            (std::fs::read(env!("CARGO_BIN_EXE_cloister-enclave-process")).unwrap(), Backend::Process)
+        }
+        _ => (b"redteam".to_vec(), Backend::Inline),
+    };
+    let key = SoftwareAttestation::generate_platform_key().unwrap();
+    let att = SoftwareAttestation::new(&key, CodeIdentity::Bytes(code), &c.measured_bytes(backend)).unwrap();
+    InlineEnclave::start(c, Box::new(att)).unwrap()
 }
 
 /// Runs `attack` against a process and an inline enclave of tenant 1 (inbound SAs decrypt).
@@ -304,9 +339,6 @@ fn attack_evidence_for_the_gateways_own_key() {
         // Identity evidence verifies only for what it is: this tenant, this challenge.
         let own = identity_report_data(TenantId(1), &challenge);
         verify_software_evidence(&ev.bytes, &t.platform_public, EvidencePurpose::Identity, &own).unwrap();
-        // Evidence over an exported package needs a package this enclave exported.
-        let r = t.e.export_evidence(b"the attacker's key");
-        refused(t, r, refusal::NOTHING_EXPORTED);
     });
 }
 
@@ -403,18 +435,27 @@ fn attack_plaintext_out_of_a_forwarding_sa() {
     });
 }
 
-// ---- open: what the enclave does not refuse yet ---------------------------------------------
+// ---- attacks 1 and 3: moves and imports ----------------------------------------------------
 
-/// Attack 1: `export_state` wraps every key to any RSA key the caller names.
+/// Attack 1: `export_state` to a key the gateway holds: its own RSA key with evidence from
+/// an enclave on a platform it controls (measuring exactly what the target measures), or
+/// the target's genuine destination evidence with the gateway's key swapped in.
 #[test]
-#[ignore = "open: export to a destination the enclave verified itself (issue 40)"]
 fn attack_export_state_to_the_callers_own_key() {
     on_both(|t| {
         let _tun = tunnel(t);
-        let mut thief = inline(1, InboundMode::Decrypt);
-        let key = thief.e.migration_destination_key(2048).unwrap();
-        let r = t.e.export_state(&key.spki_der, OaepHash::Sha256, b"");
-        assert!(matches!(r, Err(Error::ProtocolRefused { .. })), "{}: exported to an unverified key", t.name);
+        let mut own = impostor(t, 1);
+        let key = own.migration_destination_key(2048).unwrap();
+        let r = t.e.export_state(&key, None, OaepHash::Sha256, b"");
+        refused(t, r, refusal::PEER_NOT_ATTESTED);
+        let mut genuine = twin(t, 1);
+        let real = genuine.e.migration_destination_key(2048).unwrap();
+        let swapped = DestinationKey { spki_der: key.spki_der.clone(), evidence: real.evidence.clone() };
+        let r = t.e.export_state(&swapped, Some(&key.spki_der), OaepHash::Sha256, b"");
+        refused(t, r, refusal::PEER_NOT_ATTESTED);
+        // Nothing was capped by the refusals: the genuine destination gets the state.
+        let package = t.e.export_state(&real, None, OaepHash::Sha256, b"").unwrap();
+        genuine.e.import_state(&package, None).unwrap();
     });
 }
 
@@ -423,8 +464,8 @@ fn attack_export_state_to_the_callers_own_key() {
 #[ignore = "open: backups only to an HSM key the tenant's policy names (issue 40)"]
 fn attack_export_secrets_to_the_callers_own_key() {
     on_both(|t| {
-        let mut thief = inline(1, InboundMode::Decrypt);
-        let key = thief.e.migration_destination_key(2048).unwrap();
+        let mut thief = impostor(t, 1);
+        let key = thief.migration_destination_key(2048).unwrap();
         let r = t.e.export_secrets(&key.spki_der, OaepHash::Sha256, b"");
         assert!(
             matches!(r, Err(Error::ProtocolRefused { .. })),
@@ -434,22 +475,57 @@ fn attack_export_secrets_to_the_callers_own_key() {
     });
 }
 
-/// Attack 3: a package nobody authenticated, made by the gateway itself, is imported.
+/// Attack 3: a package nobody the target trusts made: the gateway runs an enclave of the
+/// tenant's measurement on a platform of its own, exports from it to the target's genuine
+/// destination key (SK_p of its choosing would follow), and imports.
 #[test]
-#[ignore = "open: import only packages a verified source enclave made for this one (issue 40)"]
 fn attack_import_of_a_package_the_gateway_made() {
     on_both(|t| {
-        // The gateway runs an enclave of its own for the tenant, exports from it to the
-        // target's destination key, and imports: SK_p of its choosing would follow.
-        let mut forger = inline(1, InboundMode::Decrypt);
+        let mut forger = impostor(t, 1);
+        let psk =
+            wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(1), SecretKind::PreSharedKey, b"x");
+        forger.provision_secret(&psk.unwrap()).unwrap();
         let key = t.e.migration_destination_key(2048).unwrap();
-        let package = forger.e.export_state(&key.spki_der, OaepHash::Sha256, b"").unwrap();
-        let r = t.e.import_state(&package, package.wrapped_data_key());
-        assert!(
-            matches!(r, Err(Error::ProtocolRefused { .. })),
-            "{}: imported an unauthenticated package",
-            t.name
-        );
+        // The target's key verifies at the forger (same measurement, genuine evidence).
+        let package = forger.export_state(&key, None, OaepHash::Sha256, b"").unwrap();
+        assert_eq!((package.tenant(), package.measurement()), (TenantId(1), measurement(t)));
+        let r = t.e.import_state(&package, None);
+        refused(t, r, refusal::PEER_NOT_ATTESTED);
+        assert_eq!(t.e.memory_report().secrets, 0, "{}: nothing installed", t.name);
+    });
+}
+
+/// Attack 1 with a genuine enclave on the other end: one of another tenant, or of another
+/// measurement (here: the other backend), both on the cluster's own platform.
+#[test]
+fn attack_export_to_an_enclave_of_another_tenant_or_measurement() {
+    on_both(|t| {
+        // Another tenant's evidence binds its key for that tenant: not for ours.
+        let mut other_tenant = twin(t, 2);
+        let key = other_tenant.e.migration_destination_key(2048).unwrap();
+        let r = t.e.export_state(&key, None, OaepHash::Sha256, b"");
+        refused(t, r, refusal::PEER_NOT_ATTESTED);
+        let mut other_backend = if t.name == "process" {
+            inline(1, InboundMode::Decrypt)
+        } else {
+            process(1, InboundMode::Decrypt)
+        };
+        let key = other_backend.e.migration_destination_key(2048).unwrap();
+        let r = t.e.export_state(&key, None, OaepHash::Sha256, b"");
+        refused(t, r, refusal::PEER_MISMATCH);
+    });
+}
+
+/// Attack 2 at the source: a destination's evidence of another purpose (a provisioning
+/// offer's, binding an X25519 key) presented to `export_state` as a destination key's.
+#[test]
+fn attack_export_to_evidence_of_another_purpose() {
+    on_both(|t| {
+        let mut genuine = twin(t, 1);
+        let offer = genuine.e.provisioning_offer().unwrap();
+        let forged = DestinationKey { spki_der: offer.public_key.to_vec(), evidence: offer.evidence };
+        let r = t.e.export_state(&forged, None, OaepHash::Sha256, b"");
+        refused(t, r, refusal::PEER_NOT_ATTESTED);
     });
 }
 
@@ -525,41 +601,61 @@ fn attack_ike_sa_state_restored_beside_the_live_sa() {
     });
 }
 
-/// A migration package replayed to the destination that imported it, or offered to another
-/// tenant's enclave: refused as a migration (typed, counted as a rejected blob).
+/// A move package replayed (to the instance that imported it, or to a fresh one), cut,
+/// re-ordered, or offered to another tenant's enclave: each refused, typed and counted.
 #[test]
-fn attack_replayed_or_cross_tenant_migration_package() {
-    let mut src = inline(1, InboundMode::Decrypt);
-    let mut dst = inline(1, InboundMode::Decrypt);
-    let key = dst.e.migration_destination_key(2048).unwrap();
-    let package = src.e.export_secrets(&key.spki_der, OaepHash::Sha256, b"").unwrap();
-    dst.e.import_state(&package, package.wrapped_data_key()).unwrap();
-    let before = dst.e.counters().error(ErrorKind::BlobRejected);
-    // Replayed: the destination key went with the first import.
-    let r = dst.e.import_state(&package, package.wrapped_data_key());
-    assert_eq!(r.map(|_| ()), Err(Error::Migration { why: migration::why::NO_DESTINATION_KEY }));
-    // Replayed to a fresh destination key: the data key is wrapped to the old one.
-    dst.e.migration_destination_key(2048).unwrap();
-    let r = dst.e.import_state(&package, package.wrapped_data_key());
-    assert_eq!(r.map(|_| ()), Err(Error::Migration { why: migration::why::KEY_UNWRAP }));
-    // Another tenant's enclave.
-    let mut other = inline(2, InboundMode::Decrypt);
-    other.e.migration_destination_key(2048).unwrap();
-    let r = other.e.import_state(&package, package.wrapped_data_key());
-    assert_eq!(r.map(|_| ()), Err(Error::Migration { why: migration::why::WRONG_TENANT }));
-    assert!(dst.e.counters().error(ErrorKind::BlobRejected) >= before + 2);
-    assert!(other.e.counters().error(ErrorKind::BlobRejected) >= 1);
-}
-
-/// Attack 1 with a genuine enclave on the other end: one of another tenant or measurement.
-#[test]
-#[ignore = "open: export only to a destination the enclave verified itself (issue 40)"]
-fn attack_export_to_an_enclave_of_another_tenant() {
+fn attack_replayed_reordered_or_cross_tenant_migration_package() {
     on_both(|t| {
-        let mut other = inline(2, InboundMode::Decrypt);
-        let key = other.e.migration_destination_key(2048).unwrap();
-        let r = t.e.export_state(&key.spki_der, OaepHash::Sha256, b"");
-        assert!(matches!(r, Err(Error::ProtocolRefused { .. })), "{}: exported to another tenant", t.name);
+        let mut src = twin(t, 1);
+        src.e
+            .provision_secret(
+                &wrap_secret(
+                    &ProvisioningKey::from_bytes(PROV_KEY),
+                    TenantId(1),
+                    SecretKind::PreSharedKey,
+                    b"x",
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        let key = t.e.migration_destination_key(2048).unwrap();
+        let package = src.e.export_state(&key, None, OaepHash::Sha256, b"").unwrap();
+        // Cut, or with its share and body swapped about: refused before the key is spent.
+        let bytes = package.as_bytes();
+        let cut = migration::MigrationPackage::from_bytes(bytes[..bytes.len() - 1].to_vec());
+        assert_eq!(cut.map(|_| ()), Err(Error::Migration { why: migration::why::TRUNCATED }));
+        let mut reordered = bytes.to_vec();
+        let at = migration::PACKAGE_HEADER_LEN;
+        reordered[at..at + 256 + 32].rotate_left(32);
+        let reordered = migration::MigrationPackage::from_bytes(reordered).unwrap();
+        let r = t.e.import_state(&reordered, None);
+        refused(t, r, refusal::PEER_NOT_ATTESTED);
+        // The attempt spent the key. Replayed to the same instance's next key, the genuine
+        // package is bound to the key it was made for.
+        let key = t.e.migration_destination_key(2048).unwrap();
+        let r = t.e.import_state(&package, None);
+        refused(t, r, refusal::PEER_NOT_ATTESTED);
+        let mut dst = twin(t, 1);
+        dst.e.migration_destination_key(2048).unwrap();
+        // Bound to the target's key, not to this fresh instance's.
+        let r = dst.e.import_state(&package, None);
+        refused(&mut dst, r, refusal::PEER_NOT_ATTESTED);
+        // A backup of the source's secrets goes into the target once (its key stands in for
+        // the HSM's here).
+        drop(key);
+        let key = t.e.migration_destination_key(2048).unwrap();
+        let backup = src.e.export_secrets(&key.spki_der, OaepHash::Sha256, b"").unwrap();
+        t.e.import_state(&backup, backup.hsm_share()).unwrap();
+        // Replayed to the instance that imported it: state is never merged.
+        t.e.migration_destination_key(2048).unwrap();
+        let r = t.e.import_state(&backup, backup.hsm_share());
+        refused(t, r, refusal::NOT_FRESH);
+        // Another tenant's enclave.
+        let mut other = twin(t, 2);
+        other.e.migration_destination_key(2048).unwrap();
+        let r = other.e.import_state(&backup, backup.hsm_share());
+        assert_eq!(r.map(|_| ()), Err(Error::Migration { why: migration::why::WRONG_TENANT }), "{}", t.name);
+        assert!(other.e.counters().error(ErrorKind::BlobRejected) >= 1, "{}", t.name);
     });
 }
 
@@ -665,19 +761,23 @@ fn legit_attested_provisioning() {
     });
 }
 
-/// A move between two enclaves of one measurement: destination key, export, evidence, import.
+/// A live move between two enclaves of one measurement on the cluster: the destination's
+/// key, the export (checked inside the source), the package's evidence (checked by the
+/// destination's agent and inside the destination), the import; ESP goes on from there.
 #[test]
 fn legit_move_to_a_verified_destination() {
-    let mut src = inline(1, InboundMode::Decrypt);
-    let mut dst = inline(1, InboundMode::Decrypt);
-    dst.platform_public.clone_from(&src.platform_public);
-    let key = dst.e.migration_destination_key(2048).unwrap();
-    let package = src.e.export_state(&key.spki_der, OaepHash::Sha256, b"state").unwrap();
-    let ev = src.e.export_evidence(&key.spki_der).unwrap();
-    let rd = cloister_enclave::migration::export_report_data(TenantId(1), package.as_bytes(), &key.spki_der);
-    verify_software_evidence(&ev.bytes, &src.platform_public, EvidencePurpose::MigrationSource, &rd).unwrap();
-    // The same evidence is no backup's.
-    assert!(verify_software_evidence(&ev.bytes, &src.platform_public, EvidencePurpose::Backup, &rd).is_err());
+    on_both(|t| {
+        let mut tun = tunnel(t);
+        let mut dst = twin(t, 1);
+        let key = dst.e.migration_destination_key(2048).unwrap();
+        let package = t.e.export_state(&key, None, OaepHash::Sha256, b"state").unwrap();
+        let v = migration::verify_source(&package, &t.platform_public, &key.spki_der).unwrap();
+        assert_eq!((v.tenant, v.measurement), (TenantId(1), measurement(t)));
+        let restored = dst.e.import_state(&package, None).unwrap();
+        assert_eq!(restored.untrusted_state, b"state");
+        let find = |old| restored.esp_sas.iter().find(|(o, _)| *o == old).unwrap().1;
+        esp_across(&mut tun.peer, tun.peer_sa.outbound, dst.e.as_mut(), find(tun.sa.inbound));
+    });
 }
 
 /// One packet sealed by `from` on `out` opens on `to` with `inb`.

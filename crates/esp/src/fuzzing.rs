@@ -62,6 +62,7 @@ fn start() -> InlineEnclave {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes([7; 32]),
         trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().expect("platform key");

@@ -51,9 +51,6 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
         self.lock().identity_evidence(challenge)
     }
 
-    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
-        self.lock().export_evidence(bound_to)
-    }
     fn memory_report(&self) -> MemoryReport {
         self.lock().memory_report()
     }

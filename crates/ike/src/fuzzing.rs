@@ -36,6 +36,7 @@ fn enclave() -> InlineEnclave {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes(KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();

@@ -495,9 +495,6 @@ impl Enclave for TamperingEnclave {
     fn identity_evidence(&mut self, challenge: &[u8; 32]) -> enclave::Result<Evidence> {
         self.0.identity_evidence(challenge)
     }
-    fn export_evidence(&mut self, bound_to: &[u8]) -> enclave::Result<Evidence> {
-        self.0.export_evidence(bound_to)
-    }
     fn memory_report(&self) -> MemoryReport {
         self.0.memory_report()
     }

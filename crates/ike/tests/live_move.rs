@@ -30,9 +30,9 @@ fn move_state(
     let json = serde_json::to_vec(&carried.sas).unwrap();
     let mut dst = start_enclave(1);
     let key = dst.migration_destination_key(2048).unwrap();
-    let package = from.enclave_mut().export_state(&key.spki_der, OaepHash::Sha256, &json).unwrap();
+    let package = from.enclave_mut().export_state(&key, None, OaepHash::Sha256, &json).unwrap();
     let package = MigrationPackage::from_bytes(package.into_bytes()).unwrap();
-    let restore = dst.import_state(&package, package.wrapped_data_key()).unwrap();
+    let restore = dst.import_state(&package, None).unwrap();
     let records: Vec<Value> = serde_json::from_slice(&restore.untrusted_state).unwrap();
     (dst, records, restore)
 }

@@ -46,6 +46,7 @@ fn inline(pk: &[u8]) -> (InlineEnclave, Vec<u8>, Measurement) {
         tenant: TENANT,
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
         limits: Limits::default(),
     };
     let att = SoftwareAttestation::new(

@@ -3,13 +3,14 @@
 //!
 //! Three modes ([`Mode`]), compared by `bench/migrate.sh`:
 //!
-//! - [`Mode::HsmEnvelope`] (Cloister): the source enclave wraps its data key to a one-time HSM
-//!   key pair; the HSM rewraps it to the destination enclave's verified key. The HSM sees 32
-//!   bytes per migration, whatever the state's size.
-//! - [`Mode::EnclaveOnly`] (the baseline of Alder et al.): the source enclave wraps the data
-//!   key straight to the destination enclave's verified key. No HSM: nothing outlives the
-//!   destination key, so nothing stops a source that exports twice except the enclave's own
-//!   sequence-number rule, and there is no backup.
+//! - [`Mode::HsmEnvelope`] (Cloister): the source enclave splits its data key in two shares,
+//!   one wrapped to the destination enclave's key (which it verified itself), one to a
+//!   one-time HSM key pair; the HSM rewraps its share to the destination's key. Deleting the
+//!   one-time key makes every copy of the package unopenable; the HSM sees 32 bytes per
+//!   migration, whatever the state's size.
+//! - [`Mode::EnclaveOnly`] (the baseline of Alder et al.): the destination share alone. No
+//!   HSM: nothing outlives the destination key, so nothing stops a source that exports twice
+//!   except the enclave's own sequence-number rule, and there is no backup.
 //! - [`Mode::HsmBulk`] (TEEnder's original scheme, as a cost model): as the envelope, and the
 //!   HSM also encrypts the whole package under an HSM-resident AES key at the source and
 //!   decrypts it at the destination. In TEEnder the HSM receives the clear state; here it
@@ -150,8 +151,8 @@ impl<'h> Flow<'h> {
         Ok(key)
     }
 
-    /// The source enclave exports its state with `untrusted_state`; the data key goes to the
-    /// HSM key (HSM modes) or to the verified destination key (baseline).
+    /// The source enclave exports its state with `untrusted_state` to the destination key,
+    /// which it verifies itself, with a second share to the HSM key (HSM modes).
     pub fn export(
         &self,
         keys: Option<&HsmKeys>,
@@ -159,12 +160,12 @@ impl<'h> Flow<'h> {
         source: &mut dyn Enclave,
         untrusted_state: &[u8],
     ) -> Result<Transfer> {
-        let wrap_to = match (self.mode, keys) {
-            (Mode::EnclaveOnly, _) => &destination.spki_der,
-            (_, Some(k)) => &k.spki,
+        let hsm_spki = match (self.mode, keys) {
+            (Mode::EnclaveOnly, _) => None,
+            (_, Some(k)) => Some(k.spki.as_slice()),
             (_, None) => return Err(MigrateError::NoHsm { mode: self.mode.name() }),
         };
-        let package = source.export_state(wrap_to, self.oaep, untrusted_state)?;
+        let package = source.export_state(destination, hsm_spki, self.oaep, untrusted_state)?;
         let bytes = match keys.and_then(|k| k.bulk.as_ref()) {
             Some(bulk) if self.mode == Mode::HsmBulk => self.hsm()?.bulk_encrypt(bulk, package.as_bytes())?,
             _ => package.into_bytes(),
@@ -172,9 +173,10 @@ impl<'h> Flow<'h> {
         Ok(Transfer { mode: self.mode, bytes, keys: keys.cloned() })
     }
 
-    /// The destination side: (bulk mode: the HSM decrypts the package;) the HSM rewraps the
-    /// data key to `destination_key` after checking `expected` (the measurement the
-    /// destination attested) against the key's label; the destination enclave imports.
+    /// The destination side: (bulk mode: the HSM decrypts the package;) the HSM rewraps its
+    /// share to `destination_key` after checking `expected` (the measurement the destination
+    /// attested) against the key's label; the destination enclave checks the source's
+    /// evidence in the package and imports.
     pub fn import(
         &self,
         transfer: Transfer,
@@ -195,16 +197,14 @@ impl<'h> Flow<'h> {
             _ => transfer.bytes,
         };
         let package = MigrationPackage::from_bytes(bytes)?;
-        let wrapped = match &transfer.keys {
-            Some(k) => self.hsm()?.rewrap(
-                &k.label,
-                package.wrapped_data_key(),
-                &destination_key.spki_der,
-                expected,
-            )?,
-            None => package.wrapped_data_key().to_vec(),
+        let rewrapped = match (&transfer.keys, package.hsm_share()) {
+            (Some(k), Some(share)) => {
+                Some(self.hsm()?.rewrap(&k.label, share, &destination_key.spki_der, expected)?)
+            }
+            (None, None) => None,
+            _ => return Err(enclave::Error::Migration { why: enclave::migration::why::SHARES }.into()),
         };
-        Ok(destination.import_state(&package, &wrapped)?)
+        Ok(destination.import_state(&package, rewrapped.as_deref())?)
     }
 
     /// On the destination's confirmation: deletes the one-time keys (`transfer.keys`), so

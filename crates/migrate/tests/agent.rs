@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{verify, AgentSettings, HsmAgent, Measurement, MigrateError, OaepHash};
-use common::{config, with_setup, Env, Setup, PROV_KEY, TENANT, TOKEN, USER_PIN};
+use common::{
+    cluster_key, config, platform_public, with_setup, Env, Setup, PROV_KEY, TENANT, TOKEN, USER_PIN,
+};
 use enclave::attest::{
     identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
 };
@@ -39,13 +41,6 @@ fn inline_on(platform_key: &[u8], code: &[u8]) -> (Box<dyn Enclave>, Measurement
     let rd = identity_report_data(config().tenant, &[3; 32]);
     let m = verify_software_evidence(&ev.bytes, &public, EvidencePurpose::Identity, &rd).unwrap().measurement;
     (e, label_measurement(&m).unwrap())
-}
-
-fn platform_public(platform_key: &[u8]) -> Vec<u8> {
-    SoftwareAttestation::new(platform_key, CodeIdentity::Bytes(vec![]), b"")
-        .unwrap()
-        .platform_public_key()
-        .to_vec()
 }
 
 fn pin_file(env: &Env, pin: &str, mode: u32) -> PathBuf {
@@ -84,10 +79,7 @@ fn a_migration_goes_through_the_agent_and_only_to_the_attested_destination() {
         "a_migration_goes_through_the_agent_and_only_to_the_attested_destination",
         Setup::Token,
         |env| {
-            let (src_platform, dst_platform) = (
-                SoftwareAttestation::generate_platform_key().unwrap(),
-                SoftwareAttestation::generate_platform_key().unwrap(),
-            );
+            let (src_platform, dst_platform) = (cluster_key(0), cluster_key(1));
             let (mut src, measurement) = inline_on(&src_platform, CODE);
             let (mut dst, dst_measurement) = inline_on(&dst_platform, CODE);
             assert_eq!(measurement, dst_measurement);
@@ -99,8 +91,10 @@ fn a_migration_goes_through_the_agent_and_only_to_the_attested_destination() {
             let pin = pin_file(env, USER_PIN, 0o600);
             let mut agent = start(&settings(env, &pin, platform_public(&dst_platform))).unwrap();
             let (label, spki) = agent.migration_key(&measurement).unwrap();
-            let package = src.export_state(&spki, EnclaveOaep::Sha1, b"untrusted state").unwrap();
-            let wrapped = package.wrapped_data_key().to_vec();
+            let dkey = dst.migration_destination_key(2048).unwrap();
+            let package =
+                src.export_state(&dkey, Some(&spki), EnclaveOaep::Sha1, b"untrusted state").unwrap();
+            let wrapped = package.hsm_share().unwrap().to_vec();
 
             // What a compromised gateway might ask for, each refused by the agent itself:
             // an enclave of other code on this platform...
@@ -112,7 +106,6 @@ fn a_migration_goes_through_the_agent_and_only_to_the_attested_destination() {
             let elsewhere_key = elsewhere.migration_destination_key(2048).unwrap();
             refused(agent.rewrap(&label, &wrapped, &elsewhere_key, TENANT), "signature does not verify");
             // ...the right enclave's evidence for another tenant, or bound to another key.
-            let dkey = dst.migration_destination_key(2048).unwrap();
             refused(agent.rewrap(&label, &wrapped, &dkey, TenantId(12)), "report data does not match");
             let mut swapped = dkey.clone();
             swapped.spki_der = other_key.spki_der.clone();
@@ -120,7 +113,7 @@ fn a_migration_goes_through_the_agent_and_only_to_the_attested_destination() {
 
             // The attested destination gets the data key, and the state.
             let rewrapped = agent.rewrap(&label, &wrapped, &dkey, TENANT).unwrap();
-            let restored = dst.import_state(&package, &rewrapped).unwrap();
+            let restored = dst.import_state(&package, Some(&rewrapped)).unwrap();
             assert_eq!(restored.untrusted_state, b"untrusted state");
             assert_eq!(dst.secret_kind(restored.secrets[0].1), Ok(SecretKind::PreSharedKey));
 

@@ -12,7 +12,7 @@ mod common;
 
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{verify, AuditLog, Flow, Hsm, HsmConfig, Measurement, MigrateError, Mode, Pin};
-use common::{config, with_setup, Env, Setup, PROV_KEY, TENANT, USER_PIN};
+use common::{cluster_key, config, with_setup, Env, Setup, PROV_KEY, TENANT, USER_PIN};
 use enclave::attest::{
     identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
 };
@@ -45,7 +45,7 @@ fn node(enclave: Box<dyn Enclave>, platform: Vec<u8>) -> Node {
 }
 
 fn inline(code: &[u8]) -> Node {
-    let pk = SoftwareAttestation::generate_platform_key().unwrap();
+    let pk = cluster_key(0);
     let att = SoftwareAttestation::new(
         &pk,
         CodeIdentity::Bytes(code.to_vec()),
@@ -57,7 +57,7 @@ fn inline(code: &[u8]) -> Node {
 }
 
 fn process() -> Node {
-    let pk = SoftwareAttestation::generate_platform_key().unwrap();
+    let pk = cluster_key(1);
     let spec = ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-migrate-enclave"), Vec::<String>::new());
     let e = ProcessEnclave::start(spec, config(), &pk).unwrap();
     let public = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(vec![]), b"")
@@ -190,9 +190,16 @@ fn a_destination_of_another_measurement_gets_nothing() {
             matches!(err, MigrateError::Enclave { source: EnclaveError::MeasurementMismatch { .. } }),
             "{err}"
         );
-        // ...and an agent that skips it meets the HSM's check of the label.
+        // ...an agent that skips it meets the source enclave's own check...
         let dkey = other.enclave.migration_destination_key(2048).unwrap();
-        let transfer = flow.export(keys.as_ref(), &dkey, src.enclave.as_mut(), b"").unwrap();
+        let err = flow.export(keys.as_ref(), &dkey, src.enclave.as_mut(), b"").unwrap_err();
+        let mismatch = EnclaveError::ProtocolRefused { why: enclave::refusal::PEER_MISMATCH };
+        assert!(matches!(err, MigrateError::Enclave { ref source } if *source == mismatch), "{err}");
+        // ...and one that hands a package made for a genuine destination to the other
+        // enclave meets the HSM's check of the label.
+        let mut genuine = inline(CODE);
+        let good = genuine.enclave.migration_destination_key(2048).unwrap();
+        let transfer = flow.export(keys.as_ref(), &good, src.enclave.as_mut(), b"").unwrap();
         let err = flow.import(transfer, &dkey, other.enclave.as_mut(), &other.measurement).unwrap_err();
         assert!(matches!(err, MigrateError::MeasurementMismatch { .. }), "{err}");
         let text = std::fs::read_to_string(env.audit_path()).unwrap();
@@ -228,14 +235,20 @@ fn tampered_and_truncated_transfers_are_refused() {
         bad_key.bytes[enclave::migration::PACKAGE_HEADER_LEN + 9] ^= 1;
         let err = flow.import(bad_key, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
         assert!(matches!(err, MigrateError::WrappedKeyInvalid { .. }), "{err}");
-        // One bit of the body flipped: the HSM rewraps (the wrapped key is intact), which
-        // spends the one-time key, and the destination refuses the body.
+        // One bit of the body flipped: the HSM rewraps (its share is intact), which spends
+        // the one-time key, and the destination enclave refuses the package: the source's
+        // evidence covers every byte.
         let mut flipped = transfer.clone();
-        let last = flipped.bytes.len() - 20;
+        let last = flipped.bytes.len() - 120;
         flipped.bytes[last] ^= 1;
         let err = flow.import(flipped, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
         assert!(
-            matches!(err, MigrateError::Enclave { source: EnclaveError::Migration { why: why::NO_DECRYPT } }),
+            matches!(
+                err,
+                MigrateError::Enclave {
+                    source: EnclaveError::ProtocolRefused { why: enclave::refusal::PEER_NOT_ATTESTED }
+                }
+            ),
             "{err}"
         );
         // The genuine transfer no longer opens: its key rewrapped once already.

@@ -39,6 +39,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         tenant: TenantId(config.settings.tenant),
         provisioning_key: ProvisioningKey::from_bytes(*key),
         trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
         limits: Limits::default(),
     };
     drop(key);

@@ -441,6 +441,15 @@ pub(crate) struct MeasureArgs {
     /// The enclave backend the service runs (`[service] enclave`): it is measured too.
     #[arg(long, default_value = "process")]
     backend: enclave::Backend,
+    /// The service's configuration: its `[migrate.peers]` platform keys and its own are the
+    /// platforms its enclaves trust for moves, which are measured too.
+    #[arg(long, conflicts_with = "trusted_platform")]
+    config: Option<PathBuf>,
+    /// A platform the service's enclaves trust for moves (130 hex digits, as `cloister
+    /// platform-key` prints it), repeated for each: every host of the cluster, itself
+    /// included. None for a service without `[migrate.peers]`.
+    #[arg(long)]
+    trusted_platform: Vec<String>,
 }
 
 /// Runs `cloister measure`.
@@ -450,6 +459,30 @@ pub(crate) fn measure(args: MeasureArgs) -> anyhow::Result<()> {
         None => std::env::current_exe()?,
     };
     let code = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    println!("{}", control::platform::expected_measurement(args.tenant_id, &code, args.backend).to_hex());
+    let trusted = match &args.config {
+        Some(c) => {
+            let config = ServiceConfig::load(c).with_context(|| format!("{}", c.display()))?;
+            let s = &config.settings;
+            let mut p = control::platform::Platform::load_or_create(&s.platform_key, &s.sealing_root)?;
+            if let Some(m) = &s.migrate {
+                p.trust(m.peers.values().map(|peer| peer.platform_key.clone()));
+            }
+            p.trusted().to_vec()
+        }
+        None => {
+            let mut keys = Vec::new();
+            for k in &args.trusted_platform {
+                let key = control::platform::unhex(k).filter(|k| k.len() == 65 && k[0] == 4).with_context(
+                    || format!("--trusted-platform {k}: 130 hex digits (an uncompressed P-256 key)"),
+                )?;
+                keys.push(key);
+            }
+            keys.sort_unstable();
+            keys.dedup();
+            keys
+        }
+    };
+    let m = control::platform::expected_measurement(args.tenant_id, &code, args.backend, &trusted);
+    println!("{}", m.to_hex());
     Ok(())
 }

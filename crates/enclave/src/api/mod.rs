@@ -60,15 +60,8 @@ pub trait Enclave: Send {
     /// verifier's `challenge`: purpose [`crate::attest::EvidencePurpose::Identity`], over
     /// [`crate::attest::identity_report_data`]. There is no call for evidence over report
     /// data the caller chooses: every other piece of evidence comes with the value it
-    /// vouches for (an offer, a destination key, an exported package).
+    /// vouches for (an offer, a destination key, inside an exported package).
     fn identity_evidence(&mut self, challenge: &[u8; 32]) -> Result<Evidence>;
-
-    /// Evidence over the last package this instance exported ([`Self::export_state`]:
-    /// purpose `MigrationSource`; [`Self::export_secrets`]: `Backup`), bound to `bound_to`
-    /// (the destination enclave's SPKI, or the backup key's label), over
-    /// [`crate::migration::export_report_data`] of the package digest the enclave recorded.
-    /// Refused before any export.
-    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence>;
 
     /// Bytes of trusted memory held, per kind.
     fn memory_report(&self) -> MemoryReport;
@@ -122,12 +115,13 @@ pub trait Enclave: Send {
         Err(crate::Error::Unsupported { what: "secret sealing on this backend", value: 0 })
     }
 
-    /// Backup, source side ([`crate::migration`], "Backup packages"): a package in the
-    /// format of [`Self::export_state`], importable by [`Self::import_state`], that carries
-    /// the seal counter, every secret and `untrusted_state` but no IKE or ESP SA. Leaves
-    /// every SA as it is (no sequence number cap) and works whether or not this instance
-    /// exported its state before: the tenant keeps serving, and restoring stale SAs would
-    /// repeat AEAD IVs.
+    /// Backup, source side ([`crate::migration`], "Backup packages"): a package of kind
+    /// `Backup`, importable by [`Self::import_state`] with the HSM's rewrap of its one share
+    /// (wrapped with RSA-OAEP `oaep` to `wrap_spki`), that carries the seal counter, every
+    /// secret and `untrusted_state` but no IKE or ESP SA, signed with this enclave's
+    /// evidence (purpose `Backup`). Leaves every SA as it is (no sequence number cap) and
+    /// works whether or not this instance exported its state before: the tenant keeps
+    /// serving, and restoring stale SAs would repeat AEAD IVs.
     ///
     /// The default refuses: backends implement it, and wrappers must forward it.
     fn export_secrets(
@@ -140,22 +134,26 @@ pub trait Enclave: Send {
         Err(crate::Error::Unsupported { what: "secret backup on this backend", value: 0 })
     }
 
-    /// Migration, source side ([`crate::migration`]): serialises every secret and SA this
-    /// instance holds, with `untrusted_state` (opaque here, but encrypted and authenticated
-    /// with the rest), into a package under a fresh AES-256-GCM data key, wrapped with
-    /// RSA-OAEP (`oaep`) to `wrap_spki` (an HSM key pair's public key, or a destination
-    /// enclave's whose evidence the caller verified). Caps every outbound ESP SA of this
-    /// instance at its last sequence number plus [`crate::migration::SEQ_MARGIN`]; refuses
-    /// an outbound SA exported before.
+    /// Migration, source side ([`crate::migration`]): checks `destination` (its evidence
+    /// verifies under a platform key of this enclave's measured configuration, for this
+    /// tenant and this measurement; otherwise [`crate::Error::ProtocolRefused`]), then
+    /// serialises every secret and SA this instance holds, with `untrusted_state` (opaque
+    /// here, but encrypted and authenticated with the rest), into a package under a data key
+    /// made of a share wrapped to the destination's key and, in envelope mode, one wrapped
+    /// to `hsm_spki` (an HSM one-time key pair's public key), RSA-OAEP `oaep`; signs it with
+    /// this enclave's evidence bound to the destination key. Caps every outbound ESP SA of
+    /// this instance at its last sequence number plus [`crate::migration::SEQ_MARGIN`];
+    /// refuses an outbound SA exported before.
     ///
     /// The default refuses: backends implement it, and wrappers must forward it.
     fn export_state(
         &mut self,
-        wrap_spki: &[u8],
+        destination: &DestinationKey,
+        hsm_spki: Option<&[u8]>,
         oaep: OaepHash,
         untrusted_state: &[u8],
     ) -> Result<MigrationPackage> {
-        let _ = (wrap_spki, oaep, untrusted_state);
+        let _ = (destination, hsm_spki, oaep, untrusted_state);
         Err(crate::Error::Unsupported { what: "state migration on this backend", value: 0 })
     }
 
@@ -170,19 +168,21 @@ pub trait Enclave: Send {
         Err(crate::Error::Unsupported { what: "state migration on this backend", value: 0 })
     }
 
-    /// Migration, destination side: opens `wrapped_data_key` (the package's data key,
-    /// wrapped to this instance's destination key by the HSM or the source) with the
-    /// destination key, which this consumes whatever happens next, decrypts the package,
-    /// checks its tenant and measurement against this instance's and installs its state,
-    /// all or nothing. Returns the new handles and the untrusted state.
+    /// Migration, destination side, into an instance that holds no secret and no SA yet
+    /// (otherwise [`crate::Error::ProtocolRefused`]): checks the package's evidence (a
+    /// trusted platform's enclave of this tenant and measurement made this very package, for
+    /// this instance's destination key if it is a move), opens its shares with the
+    /// destination key, which this consumes whatever happens next, `hsm_share` being the
+    /// package's HSM share as the HSM rewrapped it to that key; decrypts the package and
+    /// installs its state, all or nothing. Returns the new handles and the untrusted state.
     ///
     /// The default refuses: backends implement it, and wrappers must forward it.
     fn import_state(
         &mut self,
         package: &MigrationPackage,
-        wrapped_data_key: &[u8],
+        hsm_share: Option<&[u8]>,
     ) -> Result<MigrationRestore> {
-        let _ = (package, wrapped_data_key);
+        let _ = (package, hsm_share);
         Err(crate::Error::Unsupported { what: "state migration on this backend", value: 0 })
     }
 

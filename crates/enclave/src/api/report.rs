@@ -155,15 +155,34 @@ pub struct EnclaveConfig {
     pub trusted_min_seal_counter: u64,
     /// Table and batch bounds.
     pub limits: Limits,
+    /// The platforms whose enclaves this one moves state to and from: their evidence
+    /// public keys (uncompressed P-256 SEC1, as `cloister platform-key` prints them), this
+    /// host's own included where backups come back here. Measured, so a tenant that checks
+    /// the measurement has approved the set; empty refuses every move and import.
+    pub trusted_platforms: Vec<Vec<u8>>,
 }
 
+/// Longest platform public key the measured set takes (a P-256 SEC1 key is 65 bytes).
+pub const MAX_PLATFORM_PUBLIC_KEY: usize = 133;
+/// Most platforms in the measured set.
+pub const MAX_TRUSTED_PLATFORMS: usize = 64;
+
 impl EnclaveConfig {
+    /// The trusted platforms as measured: sorted and without repeats, so that every host of
+    /// a cluster, listing the same keys in any order, measures the same.
+    pub fn platform_set(&self) -> Vec<&[u8]> {
+        let mut set: Vec<&[u8]> = self.trusted_platforms.iter().map(Vec::as_slice).collect();
+        set.sort_unstable();
+        set.dedup();
+        set
+    }
+
     /// The configuration's public part, as measured into attestation evidence when run by
-    /// `backend`: the backend, tenant, limits and inbound mode, never the key or the counter
-    /// (which changes from start to start).
+    /// `backend`: the backend, tenant, limits, inbound mode and trusted platforms, never the
+    /// key or the counter (which changes from start to start).
     pub fn measured_bytes(&self, backend: Backend) -> Vec<u8> {
-        let mut v = Vec::with_capacity(73);
-        v.extend_from_slice(b"cloister-enclave-config-v3");
+        let mut v = Vec::with_capacity(80 + 66 * self.trusted_platforms.len());
+        v.extend_from_slice(b"cloister-enclave-config-v4");
         v.push(backend.code());
         v.extend_from_slice(&self.tenant.0.to_be_bytes());
         for n in [
@@ -176,6 +195,13 @@ impl EnclaveConfig {
             v.extend_from_slice(&(n as u64).to_be_bytes());
         }
         v.push(self.limits.inbound.code());
+        let set = self.platform_set();
+        // The enclave refuses more than MAX_TRUSTED_PLATFORMS keys of 65 bytes at start.
+        v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_be_bytes());
+        for key in set {
+            v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());
+            v.extend_from_slice(key);
+        }
         v
     }
 }

@@ -106,8 +106,7 @@ pub mod op {
     pub const SK_ENCRYPT_ESTABLISH: u16 = 41;
     /// [`crate::Enclave::ike_nonces`].
     pub const IKE_NONCES: u16 = 42;
-    /// [`crate::Enclave::export_evidence`].
-    pub const EXPORT_EVIDENCE: u16 = 43;
+    // 43 was `export_evidence`: the source's evidence is inside the package now.
 }
 
 /// How [`op::EXPORT_STATE`], [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`],
@@ -572,6 +571,19 @@ pub fn get_offer(r: &mut Reader<'_>) -> Result<ProvisioningOffer, Malformed> {
     let public_key = r.bytes()?.try_into().map_err(|_| Malformed)?;
     let lifetime_secs = r.u32()?;
     Ok(ProvisioningOffer { challenge, public_key, evidence: get_evidence(r)?, lifetime_secs })
+}
+
+/// Writes bytes that may be absent.
+pub fn put_opt_bytes(w: &mut Writer, b: Option<&[u8]>) {
+    match b {
+        Some(b) => w.u8(1).bytes(b),
+        None => w.u8(0),
+    };
+}
+
+/// Reads [`put_opt_bytes`]' output.
+pub fn get_opt_bytes<'a>(r: &mut Reader<'a>) -> Result<Option<&'a [u8]>, Malformed> {
+    Ok(if r.bool()? { Some(r.bytes()?) } else { None })
 }
 
 /// Writes a destination key (public data).

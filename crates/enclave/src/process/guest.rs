@@ -482,11 +482,6 @@ pub fn dispatch<E: Enclave + ?Sized>(
             r.finish()?;
             e.identity_evidence(&challenge).map(|ev| codec::put_evidence(w, &ev))
         }
-        op::EXPORT_EVIDENCE => {
-            let bound_to = r.bytes()?;
-            r.finish()?;
-            e.export_evidence(bound_to).map(|ev| codec::put_evidence(w, &ev))
-        }
         op::MEMORY_REPORT => {
             r.finish()?;
             codec::put_memory_report(w, &e.memory_report());
@@ -752,13 +747,18 @@ pub fn dispatch<E: Enclave + ?Sized>(
 /// environment, which other processes of the same user can read).
 pub mod config {
     use crate::api::handle::TenantId;
-    use crate::api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
+    use crate::api::report::{
+        EnclaveConfig, InboundMode, Limits, ProvisioningKey, MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
+    };
 
     /// Bytes of the encoding: tenant, key, counter, five limits, inbound mode, platform key
     /// length.
     pub const FIXED_LEN: usize = 4 + 32 + 8 + 5 * 8 + 1 + 4;
     /// Longest platform key (PKCS#8) accepted.
     pub const MAX_PLATFORM_KEY: usize = 1024;
+    /// Longest encoding: the fixed part, the platform key, the trusted platforms.
+    pub const MAX_LEN: usize =
+        FIXED_LEN + MAX_PLATFORM_KEY + 4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY);
 
     /// Encodes `config` and the attestation platform key (PKCS#8 P-256).
     pub fn encode(config: &EnclaveConfig, platform_key: &[u8]) -> zeroize::Zeroizing<Vec<u8>> {
@@ -773,6 +773,12 @@ pub mod config {
         v.push(l.inbound.code());
         v.extend_from_slice(&u32::try_from(platform_key.len()).unwrap_or(u32::MAX).to_le_bytes());
         v.extend_from_slice(platform_key);
+        let set = config.platform_set();
+        v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_le_bytes());
+        for key in set {
+            v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
+            v.extend_from_slice(key);
+        }
         v
     }
 
@@ -795,7 +801,25 @@ pub mod config {
             inbound: InboundMode::from_code(*b.get(84)?)?,
         };
         let pk_len = u32_at(85)? as usize;
-        if pk_len > MAX_PLATFORM_KEY || b.len() != FIXED_LEN + pk_len {
+        if pk_len > MAX_PLATFORM_KEY {
+            return None;
+        }
+        let mut at = FIXED_LEN.checked_add(pk_len)?;
+        let count = u32_at(at)? as usize;
+        if count > MAX_TRUSTED_PLATFORMS {
+            return None;
+        }
+        at += 4;
+        let mut trusted_platforms = Vec::with_capacity(count);
+        for _ in 0..count {
+            let n = u32_at(at)? as usize;
+            if n > MAX_PLATFORM_PUBLIC_KEY {
+                return None;
+            }
+            trusted_platforms.push(b.get(at + 4..at + 4 + n)?.to_vec());
+            at += 4 + n;
+        }
+        if b.len() != at {
             return None;
         }
         let cfg = EnclaveConfig {
@@ -803,6 +827,7 @@ pub mod config {
             provisioning_key: ProvisioningKey::from_bytes(key),
             trusted_min_seal_counter: min,
             limits,
+            trusted_platforms,
         };
         Some((cfg, FIXED_LEN..FIXED_LEN + pk_len))
     }
@@ -864,7 +889,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> Result<(), ProcessErro
     let completions = Doorbell::from_fd(take_fd(a.completion_fd)?)?;
 
     // The root secret goes straight into secret memory, and is zeroized there on drop.
-    let mut arena = SecretArena::new(config::FIXED_LEN + config::MAX_PLATFORM_KEY + 1)?;
+    let mut arena = SecretArena::new(config::MAX_LEN + 1)?;
     hardening |= match arena.kind() {
         SecretMemory::MemfdSecret => bits::MEMFD_SECRET,
         SecretMemory::Mlocked => bits::MLOCK_ARENA,
@@ -1605,11 +1630,13 @@ mod tests {
             tenant: TenantId(7),
             provisioning_key: ProvisioningKey::from_bytes([9; 32]),
             trusted_min_seal_counter: 11,
+            trusted_platforms: vec![vec![4; 65], vec![3; 65], vec![4; 65]],
             limits: Limits { inbound: InboundMode::Forward, ..Limits::default() },
         };
         let b = config::encode(&cfg, b"pk");
         let (back, pk) = config::decode(&b).unwrap();
         assert_eq!((back.tenant, back.trusted_min_seal_counter, back.limits), (cfg.tenant, 11, cfg.limits));
+        assert_eq!(back.trusted_platforms, [vec![3; 65], vec![4; 65]], "the measured set, sorted once");
         assert_eq!(&b[pk], b"pk");
         assert!(config::decode(&b[..b.len() - 1]).is_none());
         assert!(config::decode(&[]).is_none());

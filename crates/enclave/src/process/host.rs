@@ -1088,13 +1088,6 @@ impl Enclave for ProcessEnclave {
         decode(&res, codec::get_evidence)
     }
 
-    fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
-        let mut w = Writer::new();
-        w.bytes(bound_to);
-        let res = self.call(op::EXPORT_EVIDENCE, &w)?;
-        decode(&res, codec::get_evidence)
-    }
-
     fn memory_report(&self) -> MemoryReport {
         let mut h = self.locked();
         let r = h.call(op::MEMORY_REPORT, &[]).map(<[u8]>::to_vec);
@@ -1135,13 +1128,16 @@ impl Enclave for ProcessEnclave {
 
     fn export_state(
         &mut self,
-        wrap_spki: &[u8],
+        destination: &DestinationKey,
+        hsm_spki: Option<&[u8]>,
         oaep: OaepHash,
         untrusted_state: &[u8],
     ) -> Result<MigrationPackage> {
         let h = self.host();
         let mut w = Writer::new();
-        w.bytes(wrap_spki).u8(oaep.code());
+        codec::put_destination_key(&mut w, destination);
+        codec::put_opt_bytes(&mut w, hsm_spki);
+        w.u8(oaep.code());
         let bytes = if h.fits(w.buf.len().saturating_add(4).saturating_add(untrusted_state.len())) {
             w.bytes(untrusted_state);
             h.staged_result(op::EXPORT_STATE, &w.buf)?
@@ -1190,15 +1186,16 @@ impl Enclave for ProcessEnclave {
     fn import_state(
         &mut self,
         package: &MigrationPackage,
-        wrapped_data_key: &[u8],
+        hsm_share: Option<&[u8]>,
     ) -> Result<MigrationRestore> {
         let h = self.host();
         let mut w = Writer::new();
-        w.bytes(wrapped_data_key);
+        codec::put_opt_bytes(&mut w, hsm_share);
         let single = package.as_bytes().len().saturating_add(4).saturating_add(w.buf.len());
         let res = if h.fits(single) {
             let mut w = Writer::new();
-            w.bytes(package.as_bytes()).bytes(wrapped_data_key);
+            w.bytes(package.as_bytes());
+            codec::put_opt_bytes(&mut w, hsm_share);
             h.staged_result(op::IMPORT_STATE, &w.buf)?
         } else {
             h.stage_in(op::IMPORT_BEGIN, package.as_bytes())?;

@@ -105,9 +105,6 @@ impl Enclave for MockEnclave {
     fn identity_evidence(&mut self, _: &[u8; 32]) -> Result<Evidence> {
         unsupported()
     }
-    fn export_evidence(&mut self, _: &[u8]) -> Result<Evidence> {
-        unsupported()
-    }
     fn memory_report(&self) -> MemoryReport {
         MemoryReport { esp_sas: self.sas.iter().filter(|s| s.live).count(), ..MemoryReport::default() }
     }

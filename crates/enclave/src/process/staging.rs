@@ -7,8 +7,8 @@
 //! does not fit the call area stays here and the gateway reads it back piece by piece.
 //!
 //! ```text
-//! export: EXPORT_BEGIN(total) STAGE_CHUNK(offset, piece)... EXPORT_FINISH(spki, oaep)
-//! import: IMPORT_BEGIN(total) STAGE_CHUNK(offset, piece)... IMPORT_FINISH(wrapped key)
+//! export: EXPORT_BEGIN(total) STAGE_CHUNK(offset, piece)... EXPORT_FINISH(destination, hsm, oaep)
+//! import: IMPORT_BEGIN(total) STAGE_CHUNK(offset, piece)... IMPORT_FINISH(hsm share)
 //! then, if the answer is held: RESULT_CHUNK(offset, max)... until all of it is read
 //! ```
 //!
@@ -187,7 +187,7 @@ impl Staging {
         &mut self,
         e: &mut E,
         package: crate::Result<MigrationPackage>,
-        wrapped: &[u8],
+        hsm_share: Option<&[u8]>,
         w: &mut Writer,
         res_cap: usize,
     ) -> crate::Result<()> {
@@ -196,7 +196,7 @@ impl Staging {
         // nothing here too. The package bounds it: it holds the same untrusted state, and
         // more than the 8 bytes a handle pair takes for each entry.
         let mut enc = Writer { buf: reserve(package.as_bytes().len(), true)?.take_bytes() };
-        let mut restored = e.import_state(&package, wrapped)?;
+        let mut restored = e.import_state(&package, hsm_share)?;
         drop(package);
         codec::put_restore(&mut enc, &restored);
         restored.untrusted_state.zeroize();
@@ -251,26 +251,31 @@ fn run<E: Enclave + ?Sized>(
     let mut r = Reader::new(args);
     let oaep = |r: &mut Reader<'_>| OaepHash::from_code(r.u8()?).ok_or(RejectReason::BadArguments);
     Ok(match opcode {
-        op::EXPORT_STATE | op::EXPORT_SECRETS => {
+        op::EXPORT_STATE => {
+            let destination = codec::get_destination_key(&mut r)?;
+            let hsm = codec::get_opt_bytes(&mut r)?;
+            let oaep = oaep(&mut r)?;
+            let untrusted = r.bytes()?;
+            r.finish()?;
+            s.discard();
+            s.export(e.export_state(&destination, hsm, oaep, untrusted), w, res_cap)
+        }
+        op::EXPORT_SECRETS => {
             let spki = r.bytes()?;
             let oaep = oaep(&mut r)?;
             let untrusted = r.bytes()?;
             r.finish()?;
             s.discard();
-            if opcode == op::EXPORT_STATE {
-                s.export(e.export_state(spki, oaep, untrusted), w, res_cap)
-            } else {
-                s.export(e.export_secrets(spki, oaep, untrusted), w, res_cap)
-            }
+            s.export(e.export_secrets(spki, oaep, untrusted), w, res_cap)
         }
         op::IMPORT_STATE => {
             // A package that does not parse is the trusted core's refusal, not the
             // transport's: it is typed like one.
             let package = MigrationPackage::from_bytes(r.bytes()?.to_vec());
-            let wrapped = r.bytes()?;
+            let hsm_share = codec::get_opt_bytes(&mut r)?;
             r.finish()?;
             s.discard();
-            s.import(e, package, wrapped, w, res_cap)
+            s.import(e, package, hsm_share, w, res_cap)
         }
         op::EXPORT_BEGIN | op::IMPORT_BEGIN => {
             let total = r.u64()?;
@@ -286,22 +291,23 @@ fn run<E: Enclave + ?Sized>(
             s.chunk(offset, piece)
         }
         op::EXPORT_FINISH => {
-            let spki = r.bytes()?;
+            let destination = codec::get_destination_key(&mut r)?;
+            let hsm = codec::get_opt_bytes(&mut r)?;
             let oaep = oaep(&mut r)?;
             r.finish()?;
             match s.take(Purpose::Export, why::CHUNK_SEQUENCE) {
-                Ok(inb) => s.export(e.export_state(spki, oaep, &inb.buf.bytes), w, res_cap),
+                Ok(inb) => s.export(e.export_state(&destination, hsm, oaep, &inb.buf.bytes), w, res_cap),
                 Err(err) => Err(err),
             }
         }
         op::IMPORT_FINISH => {
-            let wrapped = r.bytes()?;
+            let hsm_share = codec::get_opt_bytes(&mut r)?;
             r.finish()?;
             // Stopped short of its total: cut in transit, as a short package is.
             match s.take(Purpose::Import, why::TRUNCATED) {
                 Ok(mut inb) => {
                     let package = MigrationPackage::from_bytes(core::mem::take(&mut inb.buf.bytes));
-                    s.import(e, package, wrapped, w, res_cap)
+                    s.import(e, package, hsm_share, w, res_cap)
                 }
                 Err(err) => Err(err),
             }
@@ -372,12 +378,21 @@ mod tests {
         let mut s = Staging::default();
         let export_finish = |s: &mut Staging| {
             call(s, op::EXPORT_FINISH, |w| {
-                w.bytes(b"spki").u8(OaepHash::Sha1.code());
+                let evidence = crate::attest::Evidence {
+                    kind: crate::attest::EvidenceKind::SoftwareRooted,
+                    bytes: b"evidence".to_vec(),
+                };
+                codec::put_destination_key(
+                    w,
+                    &crate::migration::DestinationKey { spki_der: b"spki".to_vec(), evidence },
+                );
+                codec::put_opt_bytes(w, None);
+                w.u8(OaepHash::Sha1.code());
             })
         };
         let import_finish = |s: &mut Staging| {
             call(s, op::IMPORT_FINISH, |w| {
-                w.bytes(&[0; 256]);
+                codec::put_opt_bytes(w, Some(&[0; 256]));
             })
         };
         assert_eq!(export_finish(&mut s), refusal(why::CHUNK_SEQUENCE));

@@ -222,6 +222,7 @@ mod tests {
             tenant: TenantId(tenant),
             provisioning_key: ProvisioningKey::from_bytes(PROV),
             trusted_min_seal_counter: 0,
+            trusted_platforms: Vec::new(),
             limits: Limits::default(),
         };
         let platform = SoftwareAttestation::generate_platform_key().unwrap();

@@ -12,8 +12,8 @@ use crate::api::handle::TenantId;
 use crate::attest::Measurement;
 use crate::error::{Error, Result};
 use crate::migration::{
-    why, MigrationPackage, OaepHash, DATA_KEY_LEN, MAX_RSA_BITS, MIN_RSA_BITS, PACKAGE_HEADER_LEN,
-    PACKAGE_MAGIC, PACKAGE_VERSION, TAG_LEN,
+    why, MigrationPackage, OaepHash, PackageKind, DATA_KEY_LEN, MAX_RSA_BITS, MIN_RSA_BITS,
+    PACKAGE_HEADER_LEN, PACKAGE_MAGIC, PACKAGE_VERSION, TAG_LEN,
 };
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -34,10 +34,12 @@ fn oaep(hash: OaepHash) -> Oaep {
     }
 }
 
-/// The destination's ephemeral key pair for one import. `RsaPrivateKey` zeroizes its
-/// numbers on drop; no `Debug`, no `Clone`.
+/// The destination's ephemeral key pair for one import, with its SPKI (what the source's
+/// evidence must be bound to). `RsaPrivateKey` zeroizes its numbers on drop; no `Debug`, no
+/// `Clone`.
 pub(crate) struct DestinationKeyPair {
     key: RsaPrivateKey,
+    spki: Vec<u8>,
 }
 
 impl DestinationKeyPair {
@@ -57,12 +59,18 @@ impl DestinationKeyPair {
             .map_err(|_| Error::Internal { what: "destination SPKI" })?
             .as_bytes()
             .to_vec();
-        Ok((Self { key }, spki))
+        Ok((Self { key, spki: spki.clone() }, spki))
     }
 
-    /// Opens a wrapped data key; consumes the pair (single use: one decryption attempt per
-    /// key, so no padding or timing oracle across attempts).
-    pub(crate) fn unwrap(self, hash: OaepHash, wrapped: &[u8]) -> Result<Zeroizing<[u8; DATA_KEY_LEN]>> {
+    /// Its public key, DER SubjectPublicKeyInfo.
+    pub(crate) fn spki(&self) -> &[u8] {
+        &self.spki
+    }
+
+    /// Opens a wrapped share. The caller drops the pair after the one import attempt it
+    /// serves (at most two shares, both of one package), so no padding or timing oracle
+    /// spans attempts.
+    pub(crate) fn unwrap(&self, hash: OaepHash, wrapped: &[u8]) -> Result<Zeroizing<[u8; DATA_KEY_LEN]>> {
         if wrapped.len() != self.key.size() {
             return Err(refused(why::KEY_UNWRAP));
         }
@@ -97,44 +105,76 @@ fn aead_key(data_key: &[u8]) -> Result<LessSafeKey> {
     Ok(LessSafeKey::new(unbound))
 }
 
-/// Builds a package around a state the caller serialised into `buf` after
-/// [`package_prefix`] reserved the header: encrypts the state in place under a fresh data
-/// key wrapped to `spki_der`.
+/// The data key of a package from its shares (module docs of [`crate::migration`]).
+pub(crate) fn data_key(
+    hsm: Option<&[u8; DATA_KEY_LEN]>,
+    destination: Option<&[u8; DATA_KEY_LEN]>,
+) -> Zeroizing<[u8; DATA_KEY_LEN]> {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(b"cloister-package-key-v2");
+    for share in [hsm, destination].into_iter().flatten() {
+        ctx.update(share);
+    }
+    let mut key = Zeroizing::new([0u8; DATA_KEY_LEN]);
+    key.copy_from_slice(ctx.finish().as_ref());
+    key
+}
+
+/// One share of a data key.
+type Share = Zeroizing<[u8; DATA_KEY_LEN]>;
+
+/// Where a package's shares go: an HSM key, the destination enclave's key, or both.
+pub(crate) struct ShareKeys<'a> {
+    pub(crate) hsm: Option<&'a [u8]>,
+    pub(crate) destination: Option<&'a [u8]>,
+}
+
+/// Builds a package around a state the caller serialises into [`Self::state`]: encrypts
+/// the state in place under a data key made of fresh shares wrapped to [`ShareKeys`].
 pub(crate) struct PackageWriter {
     buf: Zeroizing<Vec<u8>>,
     state_start: usize,
 }
 
 impl PackageWriter {
-    /// Starts a package for `tenant` and `measurement`, with room for `state_hint` bytes of
-    /// state. The data key is generated and wrapped here; it never leaves this function
-    /// except as the wrapped key and the AEAD key kept for [`Self::seal`].
+    /// Starts a package of `kind` for `tenant` and `measurement`, with room for
+    /// `state_hint` bytes of state. The shares are generated and wrapped here; they never
+    /// leave this function except wrapped and as the data key kept for [`Self::seal`].
     pub(crate) fn new(
         rng: &SystemRandom,
         tenant: TenantId,
         measurement: &Measurement,
+        kind: PackageKind,
         hash: OaepHash,
-        spki_der: &[u8],
+        to: &ShareKeys<'_>,
         state_hint: usize,
     ) -> Result<(Self, Zeroizing<[u8; DATA_KEY_LEN]>)> {
-        let mut data_key = Zeroizing::new([0u8; DATA_KEY_LEN]);
-        rng.fill(&mut data_key[..]).map_err(|_| Error::Random)?;
-        let wrapped = wrap_data_key(spki_der, hash, &data_key[..])?;
-        let wrapped_len = u16::try_from(wrapped.len()).map_err(|_| refused(why::WRAP_KEY))?;
+        let share = |spki: Option<&[u8]>| -> Result<(Option<Share>, Vec<u8>)> {
+            let Some(spki) = spki else { return Ok((None, Vec::new())) };
+            let mut k = Zeroizing::new([0u8; DATA_KEY_LEN]);
+            rng.fill(&mut k[..]).map_err(|_| Error::Random)?;
+            let wrapped = wrap_data_key(spki, hash, &k[..])?;
+            Ok((Some(k), wrapped))
+        };
+        let (hsm_key, hsm_wrapped) = share(to.hsm)?;
+        let (dst_key, dst_wrapped) = share(to.destination)?;
+        let data_key = data_key(hsm_key.as_deref(), dst_key.as_deref());
+        let len16 = |w: &Vec<u8>| u16::try_from(w.len()).map_err(|_| refused(why::WRAP_KEY));
         let mut nonce = [0u8; 12];
         rng.fill(&mut nonce).map_err(|_| Error::Random)?;
-        let cap = PACKAGE_HEADER_LEN + wrapped.len() + state_hint + TAG_LEN;
+        let cap = PACKAGE_HEADER_LEN + hsm_wrapped.len() + dst_wrapped.len() + state_hint + TAG_LEN + 512;
         let mut buf = Zeroizing::new(Vec::with_capacity(cap));
         buf.extend_from_slice(PACKAGE_MAGIC);
-        buf.extend_from_slice(&[PACKAGE_VERSION, hash.code(), 0, 0]);
+        buf.extend_from_slice(&[PACKAGE_VERSION, hash.code(), kind.code(), 0]);
         buf.extend_from_slice(&tenant.0.to_be_bytes());
         buf.extend_from_slice(&measurement.0);
         buf.extend_from_slice(&nonce);
-        buf.extend_from_slice(&wrapped_len.to_be_bytes());
-        buf.extend_from_slice(&[0, 0]);
+        buf.extend_from_slice(&len16(&hsm_wrapped)?.to_be_bytes());
+        buf.extend_from_slice(&len16(&dst_wrapped)?.to_be_bytes());
         // Body length, patched in `seal` once the state is written.
         buf.extend_from_slice(&[0u8; 8]);
-        buf.extend_from_slice(&wrapped);
+        buf.extend_from_slice(&hsm_wrapped);
+        buf.extend_from_slice(&dst_wrapped);
         let state_start = buf.len();
         Ok((Self { buf, state_start }, data_key))
     }
@@ -144,8 +184,13 @@ impl PackageWriter {
         &mut self.buf
     }
 
-    /// Encrypts the state in place and returns the package.
-    pub(crate) fn seal(mut self, data_key: &[u8; DATA_KEY_LEN]) -> Result<MigrationPackage> {
+    /// Encrypts the state in place and returns the package's bytes up to its evidence:
+    /// `sign` gives the evidence over them, and the package is complete.
+    pub(crate) fn seal(
+        mut self,
+        data_key: &[u8; DATA_KEY_LEN],
+        sign: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
+    ) -> Result<MigrationPackage> {
         let body_len = (self.buf.len() - self.state_start + TAG_LEN) as u64;
         self.buf
             .get_mut(76..84)
@@ -162,7 +207,13 @@ impl PackageWriter {
         let tag = tag.map_err(|_| Error::Internal { what: "package seal" })?;
         self.buf.extend_from_slice(tag.as_ref());
         // Ciphertext from here on: no longer zeroized.
-        MigrationPackage::from_trusted(core::mem::take(&mut *self.buf))
+        let mut bytes = core::mem::take(&mut *self.buf);
+        let evidence = sign(&bytes)?;
+        let ev_len =
+            u16::try_from(evidence.len()).map_err(|_| Error::Internal { what: "package evidence" })?;
+        bytes.extend_from_slice(&ev_len.to_be_bytes());
+        bytes.extend_from_slice(&evidence);
+        MigrationPackage::from_trusted(bytes)
     }
 }
 
@@ -292,27 +343,37 @@ mod tests {
     }
 
     #[test]
-    fn a_package_opens_with_its_data_key_only_and_binds_its_header() {
+    fn a_package_opens_with_both_shares_only_and_binds_its_header() {
         let rng = SystemRandom::new();
-        let (pair, spki) = DestinationKeyPair::generate(2048).unwrap();
-        let (mut w, data_key) =
-            PackageWriter::new(&rng, TenantId(3), &measurement(), OaepHash::Sha1, &spki, 16).unwrap();
+        let (dst, dst_spki) = DestinationKeyPair::generate(2048).unwrap();
+        let (hsm, hsm_spki) = DestinationKeyPair::generate(2048).unwrap();
+        let to = ShareKeys { hsm: Some(&hsm_spki), destination: Some(&dst_spki) };
+        let (mut w, key) =
+            PackageWriter::new(&rng, TenantId(3), &measurement(), PackageKind::Move, OaepHash::Sha1, &to, 16)
+                .unwrap();
         w.state().extend_from_slice(b"state bytes");
-        let package = w.seal(&data_key).unwrap();
+        let package = w.seal(&key, |signed| Ok(signed[..4].to_vec())).unwrap();
         assert_eq!(package.tenant(), TenantId(3));
         assert_eq!(package.measurement(), measurement());
+        assert_eq!(package.kind(), PackageKind::Move);
+        assert_eq!(package.source_evidence(), b"CLMP", "the evidence closes the package");
         assert!(!package.as_bytes().windows(11).any(|x| x == b"state bytes"), "state in the clear");
-        let unwrapped = pair.unwrap(OaepHash::Sha1, package.wrapped_data_key()).unwrap();
-        assert_eq!(&*unwrapped, &*data_key);
-        assert_eq!(&open_package(&package, &unwrapped).unwrap()[..], b"state bytes");
+        let k_hsm = hsm.unwrap(OaepHash::Sha1, package.hsm_share().unwrap()).unwrap();
+        let k_dst = dst.unwrap(OaepHash::Sha1, package.destination_share().unwrap()).unwrap();
+        assert_eq!(&*data_key(Some(&k_hsm), Some(&k_dst)), &*key);
+        assert_eq!(&open_package(&package, &key).unwrap()[..], b"state bytes");
+        // One share alone is no key: neither the HSM's nor the destination's.
+        for partial in [data_key(Some(&k_hsm), None), data_key(None, Some(&k_dst))] {
+            assert_eq!(open_package(&package, &partial), Err(refused(why::NO_DECRYPT)));
+        }
 
-        // Another key, a flipped header byte (tenant), a flipped body byte: refused.
-        assert_eq!(open_package(&package, &[0u8; 32]), Err(refused(why::NO_DECRYPT)));
-        for i in [8, PACKAGE_HEADER_LEN + 5, package.as_bytes().len() - 1] {
+        // A flipped header byte (tenant), share byte or body byte: refused.
+        let body_end = package.as_bytes().len() - 2 - 4;
+        for i in [8, PACKAGE_HEADER_LEN + 5, body_end - 1] {
             let mut b = package.as_bytes().to_vec();
             b[i] ^= 1;
             let p = MigrationPackage::from_bytes(b).unwrap();
-            assert_eq!(open_package(&p, &unwrapped), Err(refused(why::NO_DECRYPT)), "byte {i}");
+            assert_eq!(open_package(&p, &key), Err(refused(why::NO_DECRYPT)), "byte {i}");
         }
     }
 

@@ -16,6 +16,7 @@ pub(crate) mod lane;
 pub(crate) mod migration;
 pub(crate) mod modp;
 pub(crate) mod nonce;
+pub(crate) mod peers;
 pub(crate) mod prf;
 pub(crate) mod provisioning;
 pub(crate) mod seal;
@@ -41,7 +42,7 @@ use crate::attest::{AttestationProvider, Evidence, EvidencePurpose};
 use crate::error::{Error, Result};
 use crate::migration::{
     destination_report_data, why as mwhy, DestinationKey, MigrationPackage, MigrationRestore, OaepHash,
-    MAX_UNTRUSTED_STATE, SEQ_MARGIN,
+    PackageKind, MAX_UNTRUSTED_STATE, SEQ_MARGIN,
 };
 use crate::provision::{offer_report_data, ProvisioningOffer, OFFER_LIFETIME_SECS};
 use auth::{PeerKey, Secret};
@@ -50,7 +51,7 @@ use dh::{DhSecret, SharedSecret};
 use esp::{Direction, EspSa};
 use ike_keys::{IkeSa, SkeyseedSource};
 use lane::{EspLaneParts, Lane};
-use migration::{PackageWriter, StateReader, StateWriter};
+use migration::{PackageWriter, ShareKeys, StateReader, StateWriter};
 use ring::rand::{SecureRandom, SystemRandom};
 use seal::{RootKeys, SealBinding};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,8 +112,8 @@ pub(crate) struct TrustedCore {
     destination: Option<Box<migration::DestinationKeyPair>>,
     /// Our IKE nonces: issued, recognised and spent here (see `nonce`).
     nonces: nonce::Nonces,
-    /// What the last export was and the digest of its package, for its evidence.
-    last_export: Option<(ExportScope, [u8; 32])>,
+    /// The platforms whose enclaves state moves to and from (measured).
+    platforms: peers::TrustedPlatforms,
     counters: Counters,
     attestation: Box<dyn AttestationProvider>,
 }
@@ -173,7 +174,7 @@ impl TrustedCore {
             offers: provisioning::Offers::default(),
             destination: None,
             nonces,
-            last_export: None,
+            platforms: peers::TrustedPlatforms::new(&config.trusted_platforms)?,
             counters: Counters::default(),
             attestation,
         })
@@ -243,20 +244,6 @@ impl TrustedCore {
         self.attestation.evidence(self.tenant, EvidencePurpose::Identity, &rd)
     }
 
-    /// Evidence over the last package [`Self::export`] made, for `bound_to`; its purpose is
-    /// the export's (a move or a backup).
-    pub(crate) fn export_evidence(&mut self, bound_to: &[u8]) -> Result<Evidence> {
-        let (scope, digest) = self
-            .last_export
-            .ok_or(Error::ProtocolRefused { why: crate::error::refusal::NOTHING_EXPORTED })?;
-        let purpose = match scope {
-            ExportScope::State => EvidencePurpose::MigrationSource,
-            ExportScope::Secrets => EvidencePurpose::Backup,
-        };
-        let rd = crate::migration::export_report_data_of(self.tenant, &digest, bound_to);
-        self.attestation.evidence(self.tenant, purpose, &rd)
-    }
-
     pub(crate) fn memory_report(&self) -> MemoryReport {
         let esp = self.esp_read();
         let (mut lane_keys, mut lane_fixed) = (self.lane.key_bytes(), self.lane.fixed_bytes());
@@ -279,6 +266,7 @@ impl TrustedCore {
                 + self.wrapped_keys.bytes()
                 + self.offers.bytes()
                 + self.nonces.bytes()
+                + self.platforms.bytes()
                 + self.ike.overhead_bytes()
                 + esp.overhead_bytes()
                 + self.dh.overhead_bytes()
@@ -710,16 +698,24 @@ impl TrustedCore {
         self.esp_write().insert(sa).map(EspSaHandle)
     }
 
-    /// Exports everything this instance holds into a package whose data key is wrapped to
-    /// `wrap_spki` ([`crate::migration`]), then caps each outbound ESP SA at the sequence
-    /// number the destination will start above.
+    /// Exports everything this instance holds to the destination enclave whose key and
+    /// evidence are `destination` (checked here against the trusted platforms, this tenant
+    /// and this measurement), with a second share to `hsm_spki` in envelope mode
+    /// ([`crate::migration`]), then caps each outbound ESP SA at the sequence number the
+    /// destination will start above.
     pub(crate) fn export_state(
         &mut self,
-        wrap_spki: &[u8],
+        destination: &DestinationKey,
+        hsm_spki: Option<&[u8]>,
         hash: OaepHash,
         untrusted: &[u8],
     ) -> Result<MigrationPackage> {
-        self.export(ExportScope::State, wrap_spki, hash, untrusted)
+        let rd = destination_report_data(self.tenant, &destination.spki_der);
+        let purpose = EvidencePurpose::MigrationDestination;
+        let own = self.attestation.measurement();
+        self.platforms.verify(&destination.evidence.bytes, purpose, &rd, self.tenant, &own)?;
+        let to = ShareKeys { hsm: hsm_spki, destination: Some(&destination.spki_der) };
+        self.export(PackageKind::Move, &to, hash, untrusted, &destination.spki_der)
     }
 
     /// Exports the seal counter and the secrets only (a backup package), leaving every SA
@@ -730,21 +726,24 @@ impl TrustedCore {
         hash: OaepHash,
         untrusted: &[u8],
     ) -> Result<MigrationPackage> {
-        self.export(ExportScope::Secrets, wrap_spki, hash, untrusted)
+        let to = ShareKeys { hsm: Some(wrap_spki), destination: None };
+        self.export(PackageKind::Backup, &to, hash, untrusted, &[])
     }
 
-    /// The package of [`Self::export_state`] or [`Self::export_secrets`], per `scope`.
+    /// The package of [`Self::export_state`] or [`Self::export_secrets`], per `kind`, signed
+    /// with this enclave's evidence bound to `bound_to`.
     fn export(
         &mut self,
-        scope: ExportScope,
-        wrap_spki: &[u8],
+        kind: PackageKind,
+        to: &ShareKeys<'_>,
         hash: OaepHash,
         untrusted: &[u8],
+        bound_to: &[u8],
     ) -> Result<MigrationPackage> {
         if untrusted.len() > MAX_UNTRUSTED_STATE {
             return Err(Error::Migration { why: mwhy::TOO_LARGE });
         }
-        let with_sas = scope == ExportScope::State;
+        let with_sas = kind == PackageKind::Move;
         // Refused before anything is made: a second destination would share the range. A
         // backup carries no outbound SA, so it shares nothing and is never refused for this.
         // Held to the end: no lane sends while the package records where each SA stands.
@@ -755,7 +754,7 @@ impl TrustedCore {
         let measurement = self.attestation.measurement();
         let hint = 64 * 1024 + untrusted.len();
         let (mut package, data_key) =
-            PackageWriter::new(&self.rng, self.tenant, &measurement, hash, wrap_spki, hint)?;
+            PackageWriter::new(&self.rng, self.tenant, &measurement, kind, hash, to, hint)?;
         let mut w = StateWriter(package.state());
         w.u64(self.seal_counter);
         w.count(self.secrets.live())?;
@@ -785,7 +784,11 @@ impl TrustedCore {
         }
         w.u64(untrusted.len() as u64);
         w.0.extend_from_slice(untrusted);
-        let package = package.seal(&data_key)?;
+        let (tenant, attestation) = (self.tenant, &self.attestation);
+        let package = package.seal(&data_key, |signed| {
+            let rd = crate::migration::export_report_data(tenant, signed, bound_to);
+            Ok(attestation.evidence(tenant, kind.purpose(), &rd)?.bytes)
+        })?;
         drop(data_key);
         // Only once the package exists: a failed export leaves the source as it was.
         if with_sas {
@@ -796,7 +799,6 @@ impl TrustedCore {
             }
         }
         drop(esp);
-        self.last_export = Some((scope, crate::migration::package_digest(package.as_bytes())));
         Ok(package)
     }
 
@@ -811,12 +813,17 @@ impl TrustedCore {
         Ok(DestinationKey { spki_der, evidence })
     }
 
-    /// Opens a package with the destination key (consumed by this attempt once the
-    /// package's header names this tenant and measurement) and restores its state.
+    /// Opens a package with the destination key and restores its state, into this
+    /// instance only while it holds nothing. The package must carry evidence of an enclave
+    /// of a trusted platform, this tenant and this measurement, over this very package and
+    /// (a move) this instance's destination key. `hsm_share` is the package's HSM share as
+    /// the HSM rewrapped it to the destination key (a backup, or a move in envelope mode).
+    /// The destination key is consumed by the attempt once the header names this tenant
+    /// and measurement.
     pub(crate) fn import_state(
         &mut self,
         package: &MigrationPackage,
-        wrapped: &[u8],
+        hsm_share: Option<&[u8]>,
     ) -> Result<MigrationRestore> {
         if package.tenant() != self.tenant {
             return Err(Error::Migration { why: mwhy::WRONG_TENANT });
@@ -828,8 +835,27 @@ impl TrustedCore {
                 got: Box::new(package.measurement()),
             });
         }
+        if self.secrets.live() > 0 || self.ike.live() > 0 || self.esp_read().live() > 0 {
+            return Err(Error::ProtocolRefused { why: crate::error::refusal::NOT_FRESH });
+        }
         let pair = self.destination.take().ok_or(Error::Migration { why: mwhy::NO_DESTINATION_KEY })?;
-        let data_key = pair.unwrap(package.oaep_hash(), wrapped)?;
+        let kind = package.kind();
+        let bound_to: &[u8] = match kind {
+            PackageKind::Move => pair.spki(),
+            PackageKind::Backup => &[],
+        };
+        let rd = package.report_data(bound_to);
+        self.platforms.verify(package.source_evidence(), kind.purpose(), &rd, self.tenant, &own)?;
+        let oaep = package.oaep_hash();
+        let hsm = match (package.hsm_share(), hsm_share) {
+            (Some(_), Some(rewrapped)) => Some(pair.unwrap(oaep, rewrapped)?),
+            (None, None) => None,
+            _ => return Err(Error::Migration { why: mwhy::SHARES }),
+        };
+        let dst = package.destination_share().map(|w| pair.unwrap(oaep, w)).transpose()?;
+        drop(pair);
+        let data_key = migration::data_key(hsm.as_deref(), dst.as_deref());
+        drop((hsm, dst));
         let state = migration::open_package(package, &data_key)?;
         drop(data_key);
         self.restore(state)
@@ -981,15 +1007,6 @@ fn check_transcript(sa: &IkeSa, signer: Role, input: &AuthInput<'_>) -> Result<(
     }
     let refuse = Error::ProtocolRefused { why: crate::error::refusal::NOT_THE_TRANSCRIPT };
     sa.transcript.as_ref().ok_or(refuse)?.check(signer, sa.spi_i, sa.spi_r, input)
-}
-
-/// What an export carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ExportScope {
-    /// Everything, for a move: secrets, IKE SAs, ESP SAs (whose outbound sides get capped).
-    State,
-    /// The seal counter and the secrets, for a backup: no SA.
-    Secrets,
 }
 
 /// Role, PRF, suite, SPIs, seal state and keys of one IKE SA (format: [`crate::migration`]).

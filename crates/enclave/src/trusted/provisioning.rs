@@ -277,6 +277,7 @@ mod tests {
             tenant: TenantId(tenant),
             provisioning_key: ProvisioningKey::from_bytes(ROOT),
             trusted_min_seal_counter: 0,
+            trusted_platforms: Vec::new(),
             limits: Limits::default(),
         }
     }

@@ -23,17 +23,31 @@ pub const NAT_ADDR: &str = "198.18.100.1";
 /// The NAT maps the initiator's port p to p + NAT_PORT_OFFSET.
 pub const NAT_PORT_OFFSET: u16 = 10_000;
 
+/// The test host's platform key (PKCS#8) and public key: every test enclave runs on it and
+/// trusts it for moves (tests/live_move.rs).
+fn platform() -> &'static (Vec<u8>, Vec<u8>) {
+    static PLATFORM: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+    PLATFORM.get_or_init(|| {
+        let key = SoftwareAttestation::generate_platform_key().unwrap().to_vec();
+        let public = SoftwareAttestation::new(&key, CodeIdentity::Bytes(vec![]), b"")
+            .unwrap()
+            .platform_public_key()
+            .to_vec();
+        (key, public)
+    })
+}
+
 /// A fresh enclave for `tenant`.
 pub fn start_enclave(tenant: u32) -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROVISIONING_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: vec![platform().1.clone()],
         limits: Limits::default(),
     };
-    let platform = SoftwareAttestation::generate_platform_key().unwrap();
     let attestation = SoftwareAttestation::new(
-        &platform,
+        &platform().0,
         CodeIdentity::Bytes(b"ike-tests".to_vec()),
         &config.measured_bytes(enclave::Backend::Inline),
     )

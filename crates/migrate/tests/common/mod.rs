@@ -23,12 +23,33 @@ pub(crate) const SO_PIN: &str = "cloister-so-test";
 pub(crate) const PROV_KEY: [u8; 32] = [0x42; 32];
 pub(crate) const TENANT: TenantId = TenantId(11);
 
-/// The configuration of every test enclave: tenant [`TENANT`], default limits.
+/// The test cluster's two platforms: their keys (PKCS#8), one per host.
+pub(crate) fn cluster_key(host: usize) -> Vec<u8> {
+    static KEYS: std::sync::OnceLock<[Vec<u8>; 2]> = std::sync::OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        let key = || enclave::attest::SoftwareAttestation::generate_platform_key().unwrap().to_vec();
+        [key(), key()]
+    });
+    keys[host % 2].clone()
+}
+
+/// The public key of a platform key.
+pub(crate) fn platform_public(platform_key: &[u8]) -> Vec<u8> {
+    use enclave::attest::{CodeIdentity, SoftwareAttestation};
+    SoftwareAttestation::new(platform_key, CodeIdentity::Bytes(vec![]), b"")
+        .unwrap()
+        .platform_public_key()
+        .to_vec()
+}
+
+/// The configuration of every test enclave: tenant [`TENANT`], default limits, moves
+/// between the two platforms of the test cluster.
 pub(crate) fn config() -> EnclaveConfig {
     EnclaveConfig {
         tenant: TENANT,
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        trusted_platforms: vec![platform_public(&cluster_key(0)), platform_public(&cluster_key(1))],
         limits: Limits::default(),
     }
 }

@@ -1,0 +1,110 @@
+//! The enclaves this one moves state to and from: those whose evidence verifies under a
+//! platform key of its measured configuration ([`crate::EnclaveConfig::trusted_platforms`]),
+//! for the purpose at hand, serving its tenant and running its own measurement. Nothing the
+//! caller says about a peer counts: the evidence is checked here.
+
+use crate::api::handle::TenantId;
+use crate::attest::{verify_software_evidence, EvidencePurpose, Measurement};
+use crate::error::{refusal, Error, Result};
+use crate::{MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS};
+
+/// The measured set of platform public keys.
+pub(crate) struct TrustedPlatforms(Vec<Vec<u8>>);
+
+impl TrustedPlatforms {
+    /// Takes the configuration's keys; refuses a set no evidence could verify under, so a
+    /// configuration that starts is one whose moves can work.
+    pub(crate) fn new(keys: &[Vec<u8>]) -> Result<Self> {
+        if keys.len() > MAX_TRUSTED_PLATFORMS {
+            return Err(Error::BadLength {
+                what: "trusted platforms",
+                len: keys.len(),
+                why: "at most MAX_TRUSTED_PLATFORMS",
+            });
+        }
+        for k in keys {
+            // An uncompressed P-256 point; ring checks it is on the curve at each use.
+            if k.len() != 65 || k.first() != Some(&4) || k.len() > MAX_PLATFORM_PUBLIC_KEY {
+                return Err(Error::BadLength {
+                    what: "trusted platform key",
+                    len: k.len(),
+                    why: "an uncompressed P-256 public key: 65 bytes from 0x04",
+                });
+            }
+        }
+        Ok(Self(keys.to_vec()))
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.iter().map(Vec::capacity).sum::<usize>() + self.0.capacity() * core::mem::size_of::<Vec<u8>>()
+    }
+
+    /// Checks a peer enclave's `evidence` for `purpose` over `report_data`: a trusted
+    /// platform signed it, for `tenant`, with `measurement`.
+    pub(crate) fn verify(
+        &self,
+        evidence: &[u8],
+        purpose: EvidencePurpose,
+        report_data: &[u8; 64],
+        tenant: TenantId,
+        measurement: &Measurement,
+    ) -> Result<()> {
+        if self.0.is_empty() {
+            return Err(Error::ProtocolRefused { why: refusal::NO_TRUSTED_PLATFORM });
+        }
+        let verified = self
+            .0
+            .iter()
+            .find_map(|k| verify_software_evidence(evidence, k, purpose, report_data).ok())
+            .ok_or(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED })?;
+        if verified.tenant != tenant || verified.measurement != *measurement {
+            return Err(Error::ProtocolRefused { why: refusal::PEER_MISMATCH });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attest::{AttestationProvider, CodeIdentity, SoftwareAttestation};
+
+    fn platform(config: &[u8]) -> SoftwareAttestation {
+        let key = SoftwareAttestation::generate_platform_key().unwrap();
+        SoftwareAttestation::new(&key, CodeIdentity::Bytes(b"code".to_vec()), config).unwrap()
+    }
+
+    #[test]
+    fn only_trusted_platforms_own_measurement_and_tenant_verify() {
+        let (a, b, other_code) = (platform(b"cfg"), platform(b"cfg"), platform(b"other"));
+        let set = TrustedPlatforms::new(&[a.platform_public_key().to_vec()]).unwrap();
+        let (p, rd, m) = (EvidencePurpose::MigrationDestination, [5u8; 64], a.measurement());
+        let ok = a.evidence(TenantId(1), p, &rd).unwrap();
+        set.verify(&ok.bytes, p, &rd, TenantId(1), &m).unwrap();
+        let refused = |why| Err(Error::ProtocolRefused { why });
+        assert_eq!(set.verify(&ok.bytes, p, &[6; 64], TenantId(1), &m), refused(refusal::PEER_NOT_ATTESTED));
+        let backup = EvidencePurpose::Backup;
+        assert_eq!(set.verify(&ok.bytes, backup, &rd, TenantId(1), &m), refused(refusal::PEER_NOT_ATTESTED));
+        let untrusted = b.evidence(TenantId(1), p, &rd).unwrap();
+        assert_eq!(
+            set.verify(&untrusted.bytes, p, &rd, TenantId(1), &m),
+            refused(refusal::PEER_NOT_ATTESTED)
+        );
+        let other_tenant = a.evidence(TenantId(2), p, &rd).unwrap();
+        assert_eq!(set.verify(&other_tenant.bytes, p, &rd, TenantId(1), &m), refused(refusal::PEER_MISMATCH));
+        let set2 = TrustedPlatforms::new(&[other_code.platform_public_key().to_vec()]).unwrap();
+        let ev = other_code.evidence(TenantId(1), p, &rd).unwrap();
+        assert_eq!(set2.verify(&ev.bytes, p, &rd, TenantId(1), &m), refused(refusal::PEER_MISMATCH));
+        let none = TrustedPlatforms::new(&[]).unwrap();
+        assert_eq!(none.verify(&ok.bytes, p, &rd, TenantId(1), &m), refused(refusal::NO_TRUSTED_PLATFORM));
+    }
+
+    #[test]
+    fn keys_that_are_no_p256_points_are_refused_at_start() {
+        assert!(TrustedPlatforms::new(&[vec![4; 64]]).is_err());
+        assert!(TrustedPlatforms::new(&[vec![2; 65]]).is_err());
+        assert!(TrustedPlatforms::new(&vec![vec![4; 65]; MAX_TRUSTED_PLATFORMS + 1]).is_err());
+        assert!(TrustedPlatforms::new(&vec![vec![4; 65]; MAX_TRUSTED_PLATFORMS]).is_ok());
+    }
+}
