@@ -97,6 +97,8 @@ struct Bed {
     b: Host,
     /// SOFTHSM2_CONF of the shared test token, when SoftHSM2 is installed.
     hsm: Option<PathBuf>,
+    /// The HSM's backup root (`cloister migrate backup-root`), once made.
+    backup_root: Option<String>,
 }
 
 impl Bed {
@@ -146,7 +148,7 @@ impl Bed {
             .unwrap();
         assert!(out.success, "swanctl --load-all: {}{}", out.stdout, out.stderr);
         let hsm = Self::hsm_token(&site);
-        let mut bed = Self { site, _charon: charon, a, b, hsm };
+        let mut bed = Self { site, _charon: charon, a, b, hsm, backup_root: None };
         bed.configure();
         Some(bed)
     }
@@ -181,6 +183,21 @@ impl Bed {
             let text = self.service_text(h, other, h.name == "a");
             h.ns.write_file("service.toml", &text).unwrap();
         }
+        // The HSM's backup root goes into every host's file (and so into the tenant's
+        // measurement): the operator's step, through host a's HSM agent.
+        if let Some(conf) = &self.hsm {
+            let out = std::process::Command::new(CLOISTER)
+                .args(["migrate", "backup-root", "--config", self.a.conf().to_str().unwrap()])
+                .env("SOFTHSM2_CONF", conf)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "backup-root: {}", String::from_utf8_lossy(&out.stderr));
+            self.backup_root = Some(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+            for (h, other) in [(&self.a, &self.b), (&self.b, &self.a)] {
+                let text = self.service_text(h, other, h.name == "a");
+                h.ns.write_file("service.toml", &text).unwrap();
+            }
+        }
         let hsm = self.hsm.clone();
         for h in [&mut self.a, &mut self.b] {
             Self::serve(h, hsm.as_deref());
@@ -198,9 +215,11 @@ impl Bed {
         if self.hsm.is_some() {
             let pin = h.ns.write_file("hsm.pin", &format!("{HSM_USER_PIN}\n")).unwrap();
             common::set_mode(&pin, 0o600);
-            text.push_str(
-                "hsm = { token_label = \"cloister-test\", pin_file = \"hsm.pin\", oaep = \"sha1\", audit = \"migrate-audit.jsonl\" }\n",
-            );
+            let root =
+                self.backup_root.as_ref().map(|r| format!(", backup_root = \"{r}\"")).unwrap_or_default();
+            text.push_str(&format!(
+                "hsm = {{ token_label = \"cloister-test\", pin_file = \"hsm.pin\", oaep = \"sha1\", audit = \"migrate-audit.jsonl\"{root} }}\n",
+            ));
         }
         text.push_str(&format!(
             "[migrate.peers.{}]\nurl = \"{}\"\ntoken_file = \"{}\"\nplatform_key = \"{}\"\n",
@@ -301,10 +320,11 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     let Some(mut bed) = Bed::start() else { return };
     // The tenant's PSK reaches host a's enclave by attestation only.
     let platform = std::fs::read_to_string(bed.a.ns.dir().join("platform.pub")).unwrap();
-    // The measurement covers the platforms the enclave trusts for moves: both hosts. The
-    // tenant names them; the operator's view from the service file is the same.
+    // The measurement covers the platforms the enclave trusts for moves (both hosts) and the
+    // HSM's backup root. The tenant names them; the operator's view from the service file is
+    // the same.
     let other = std::fs::read_to_string(bed.b.ns.dir().join("platform.pub")).unwrap();
-    let m = bed.a.cli(&[
+    let mut args = vec![
         "measure",
         "--tenant-id",
         "1",
@@ -312,7 +332,11 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
         other.trim(),
         "--trusted-platform",
         platform.trim(),
-    ]);
+    ];
+    if let Some(root) = &bed.backup_root {
+        args.extend(["--backup-root", root.as_str()]);
+    }
+    let m = bed.a.cli(&args);
     assert!(m.success, "measure: {}", m.stderr);
     let conf = bed.a.conf();
     let from_config = bed.a.cli(&["measure", "--tenant-id", "1", "--config", conf.to_str().unwrap()]);

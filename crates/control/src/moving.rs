@@ -83,6 +83,9 @@ pub struct HsmSettings {
     pub oaep: migrate::OaepHash,
     /// The audit log (hash-chained, append-only).
     pub audit: PathBuf,
+    /// The HSM's backup root (`cloister migrate backup-root`): measured into every tenant's
+    /// enclave, which backs up only to keys it certified. None: backups are refused.
+    pub backup_root: Option<Vec<u8>>,
 }
 
 /// `[migrate.peers.NAME]`: another gateway host.
@@ -113,6 +116,7 @@ struct RawHsm {
     pin_file: String,
     oaep: Option<String>,
     audit: Option<String>,
+    backup_root: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -146,6 +150,15 @@ impl MigrateSettings {
                     Some(_) => return Err(bad("hsm.oaep", "\"sha256\" or \"sha1\"")),
                 },
                 audit: gateway::config::resolve(dir, h.audit.as_deref().unwrap_or("migrate-audit.jsonl")),
+                backup_root: match h.backup_root {
+                    None => None,
+                    Some(hex) => Some(unhex(&hex).filter(|k| k.len() == 65 && k[0] == 4).ok_or_else(|| {
+                        bad(
+                            "hsm.backup_root",
+                            "130 hex digits (an uncompressed P-256 key, as `cloister migrate backup-root` prints it)",
+                        )
+                    })?),
+                },
             }),
         };
         let mut peers = BTreeMap::new();
@@ -390,14 +403,22 @@ pub(crate) fn backup(inner: &Inner, name: &str) -> Result<Json> {
         .get(name)
         .map(|h| h.config.clone())
         .ok_or_else(|| Error::Unknown { what: format!("tenant {name}") })?;
+    if agent.settings.hsm.as_ref().is_some_and(|h| h.backup_root.is_none()) {
+        return Err(bad(
+            "hsm.backup_root",
+            "backups need the HSM's backup root: run `cloister migrate backup-root --config FILE` and \
+             set it on every host (tenants' measurements then include it)",
+        ));
+    }
     let measurement = own_measurement(inner, name)?;
     let m = measurement_label(&measurement).map_err(hsm_error)?;
-    let (label, spki) = agent
+    let (label, spki, certificate) = agent
         .with_hsm(|hsm| hsm.backup_key(&m))?
         .ok_or_else(|| Error::Internal { what: "HSM not configured".into() })?;
     let label = label.to_string();
     let package = call(inner, name, |reply| Command::Backup {
         wrap_spki: spki,
+        certificate,
         oaep: agent.oaep(),
         label: label.clone(),
         reply,
@@ -527,6 +548,21 @@ pub(crate) fn restore(inner: &Inner, body: &[u8]) -> Result<Json> {
         ms(started)
     ));
     Ok(json!({"tenant": name, "tun": tun, "backup_key": label.to_string(), "restore_ms": ms(started)}))
+}
+
+/// The backup root of the HSM that `config`'s `[migrate.hsm]` names, made on first use, through
+/// a short-lived HSM agent (`program hsm-agent`): what `[migrate.hsm] backup_root` must be.
+pub fn backup_root(config: &crate::ServiceConfig, program: PathBuf) -> Result<Vec<u8>> {
+    let s = &config.settings;
+    let m = s.migrate.clone().ok_or_else(|| bad("", "no [migrate] section"))?;
+    if m.hsm.is_none() {
+        return Err(bad("hsm", "no [migrate.hsm]: the backup root lives in the HSM"));
+    }
+    let platform = crate::platform::Platform::load_or_create(&s.platform_key, &s.sealing_root)?;
+    let agent = Agent::new(m, program, platform.public_key().to_vec())?;
+    agent
+        .with_hsm(HsmAgent::backup_root)?
+        .ok_or_else(|| Error::Internal { what: "HSM not configured".into() })
 }
 
 fn delete_keys(agent: &Agent, keys: Option<&HsmKeys>) {
@@ -673,6 +709,11 @@ mod tests {
                 "migrate.peers.b.platform_key",
             ),
             ("tokn = \"x\"", "migrate"),
+            // Measured into every tenant's enclave: it must be a key a certificate verifies under.
+            (
+                "hsm = { token_label = \"t\", pin_file = \"p\", backup_root = \"04ab\" }",
+                "migrate.hsm.backup_root",
+            ),
         ] {
             match parse(text) {
                 Err(Error::Config { field: f, .. }) => assert_eq!(f, field, "{text}"),

@@ -27,6 +27,8 @@ pub struct Platform {
     public_key: Vec<u8>,
     /// The platforms whose enclaves this host's enclaves move state to and from.
     trusted: Vec<Vec<u8>>,
+    /// The HSM backup roots whose certified keys this host's enclaves back up to.
+    backup_roots: Vec<Vec<u8>>,
 }
 
 impl core::fmt::Debug for Platform {
@@ -131,7 +133,7 @@ impl Platform {
         let probe = SoftwareAttestation::new(&key, CodeIdentity::Bytes(Vec::new()), &[])
             .map_err(|e| Error::Io { what: format!("{}", attestation_key.display()), why: e.to_string() })?;
         let public_key = probe.platform_public_key().to_vec();
-        Ok(Self { attestation_key: key, root, public_key, trusted: Vec::new() })
+        Ok(Self { attestation_key: key, root, public_key, trusted: Vec::new(), backup_roots: Vec::new() })
     }
 
     /// Makes this host's enclaves trust `peers` (platform public keys) and this platform
@@ -144,6 +146,17 @@ impl Platform {
     /// The platforms this host's enclaves trust for moves.
     pub fn trusted(&self) -> &[Vec<u8>] {
         &self.trusted
+    }
+
+    /// Makes this host's enclaves back up to keys `root` certified (`[migrate.hsm]
+    /// backup_root`; [`EnclaveConfig::backup_roots`], measured).
+    pub fn trust_backup_root(&mut self, root: Vec<u8>) {
+        self.backup_roots = vec![root];
+    }
+
+    /// The backup roots this host's enclaves trust.
+    pub fn backup_roots(&self) -> &[Vec<u8>] {
+        &self.backup_roots
     }
 
     /// The attestation key (PKCS#8), for starting enclaves.
@@ -170,6 +183,7 @@ impl Platform {
             provisioning_key: ProvisioningKey::from_bytes(*bytes),
             trusted_min_seal_counter,
             trusted_platforms: self.trusted.clone(),
+            backup_roots: self.backup_roots.clone(),
             limits: Limits::default(),
         }
     }
@@ -201,18 +215,20 @@ fn parse_root(text: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
 
 /// The measurement a tenant should expect of its enclave: this binary's code and the
 /// public enclave configuration of `tenant` run by `backend` on a host that trusts
-/// `trusted` for moves (what `cloister measure` prints).
+/// `trusted` for moves and `backup_roots` for backups (what `cloister measure` prints).
 pub fn expected_measurement(
     tenant: u32,
     code: &[u8],
     backend: enclave::Backend,
     trusted: &[Vec<u8>],
+    backup_roots: &[Vec<u8>],
 ) -> enclave::attest::Measurement {
     let cfg = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes([0; 32]),
         trusted_min_seal_counter: 0,
         trusted_platforms: trusted.to_vec(),
+        backup_roots: backup_roots.to_vec(),
         limits: Limits::default(),
     };
     enclave::attest::software_measurement(code, &cfg.measured_bytes(backend))

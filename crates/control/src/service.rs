@@ -119,6 +119,9 @@ impl Service {
         let mut platform = Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?;
         if let Some(m) = &settings.migrate {
             platform.trust(m.peers.values().map(|p| p.platform_key.clone()));
+            if let Some(root) = m.hsm.as_ref().and_then(|h| h.backup_root.clone()) {
+                platform.trust_backup_root(root);
+            }
         }
         let platform = Arc::new(platform);
         let token = load_or_create_token(&settings.api_token)?;

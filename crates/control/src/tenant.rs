@@ -82,6 +82,8 @@ pub(crate) enum Command {
     /// evidence inside.
     Backup {
         wrap_spki: Vec<u8>,
+        /// The HSM backup root's certificate of `wrap_spki` (the enclave checks it).
+        certificate: Vec<u8>,
         oaep: enclave::migration::OaepHash,
         label: String,
         reply: Sender<Result<Vec<u8>>>,
@@ -538,14 +540,17 @@ impl<L: Launcher> Runner<L> {
         &self,
         gw: &Gateway<L::E>,
         wrap_spki: &[u8],
+        certificate: &[u8],
         oaep: enclave::migration::OaepHash,
         label: &str,
     ) -> Result<Vec<u8>> {
         let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
         let state = gw.backup_state().map_err(|e| failed(e.to_string()))?;
         let enc = gw.enclave();
-        let package =
-            enc.lock().export_secrets(wrap_spki, oaep, &state).map_err(|e| failed(format!("backup: {e}")))?;
+        let package = enc
+            .lock()
+            .export_secrets(wrap_spki, certificate, oaep, &state)
+            .map_err(|e| failed(format!("backup: {e}")))?;
         self.log(&format!("backup package made ({} bytes, key {label})", package.as_bytes().len()));
         Ok(package.into_bytes())
     }
@@ -740,8 +745,8 @@ impl<L: Launcher> Runner<L> {
             Command::MoveOut { destination, hsm_spki, oaep, reply } => {
                 let _ = reply.send(self.move_out(gw, &destination, hsm_spki.as_deref(), oaep));
             }
-            Command::Backup { wrap_spki, oaep, label, reply } => {
-                let _ = reply.send(self.backup(gw, &wrap_spki, oaep, &label));
+            Command::Backup { wrap_spki, certificate, oaep, label, reply } => {
+                let _ = reply.send(self.backup(gw, &wrap_spki, &certificate, oaep, &label));
             }
             Command::MoveAbort => {
                 if gw.is_frozen() {

@@ -359,6 +359,12 @@ pub mod refusal {
     pub const PEER_NOT_ATTESTED: &str = "the peer enclave's evidence verifies under no trusted platform";
     /// A peer enclave's evidence is genuine but names another tenant or measurement.
     pub const PEER_MISMATCH: &str = "the peer enclave serves another tenant or runs another measurement";
+    /// A backup with no backup root in the measured configuration.
+    pub const NO_BACKUP_ROOT: &str = "no backup root is configured: backups are off";
+    /// A backup key that no backup root of the measured configuration certified for this
+    /// enclave's measurement.
+    pub const BACKUP_KEY_NOT_CERTIFIED: &str =
+        "the backup key carries no certificate of a trusted backup root";
     /// An import into an instance that already holds secrets or SAs: state is never merged.
     pub const NOT_FRESH: &str = "imports go only into a fresh instance";
 }

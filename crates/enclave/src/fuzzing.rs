@@ -41,6 +41,7 @@ fn config() -> EnclaveConfig {
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
         limits: Limits::default(),
     }
 }

@@ -173,10 +173,11 @@ impl Enclave for InlineEnclave {
     fn export_secrets(
         &mut self,
         wrap_spki: &[u8],
+        certificate: &[u8],
         oaep: OaepHash,
         untrusted_state: &[u8],
     ) -> Result<MigrationPackage> {
-        let r = self.core.export_secrets(wrap_spki, oaep, untrusted_state);
+        let r = self.core.export_secrets(wrap_spki, certificate, oaep, untrusted_state);
         self.core.counted(r)
     }
 

@@ -467,6 +467,17 @@ pub fn verify_destination(
     Ok(())
 }
 
+/// What a backup root signs to make an RSA key a backup key for enclaves of `measurement`
+/// (ECDSA P-256 with SHA-256, the signature as r ‖ s): "cloister-backup-key-v1" ‖
+/// measurement ‖ SHA-256(the key's SPKI).
+pub fn backup_key_message(measurement: &Measurement, spki_der: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(22 + 48 + 32);
+    m.extend_from_slice(b"cloister-backup-key-v1");
+    m.extend_from_slice(&measurement.0);
+    m.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, spki_der).as_ref());
+    m
+}
+
 /// A verifier's check of a package's source (the destination's agent before an HSM rewrap,
 /// an operator before a restore; the destination enclave checks the same itself): the
 /// evidence verifies under `platform_public_key` for the package's kind, binds this package

@@ -19,6 +19,7 @@ fn config(tenant: u32) -> EnclaveConfig {
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
         limits: Limits::default(),
     }
 }

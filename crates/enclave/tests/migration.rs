@@ -41,12 +41,31 @@ fn platform() -> &'static (Vec<u8>, Vec<u8>) {
     })
 }
 
+/// The test HSM's backup root (a software key here; crates/migrate's tests use SoftHSM2's).
+fn backup_root() -> &'static ring::signature::EcdsaKeyPair {
+    use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    static ROOT: std::sync::OnceLock<EcdsaKeyPair> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let rng = ring::rand::SystemRandom::new();
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, doc.as_ref(), &rng).unwrap()
+    })
+}
+
+/// The backup root's certificate of `spki` as a backup key for enclaves of `m`.
+fn certify(m: &Measurement, spki: &[u8]) -> Vec<u8> {
+    let message = cloister_enclave::migration::backup_key_message(m, spki);
+    backup_root().sign(&ring::rand::SystemRandom::new(), &message).unwrap().as_ref().to_vec()
+}
+
 fn config(tenant: u32) -> EnclaveConfig {
+    use ring::signature::KeyPair;
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform().1.clone()],
+        backup_roots: vec![backup_root().public_key().as_ref().to_vec()],
         limits: Limits::default(),
     }
 }
@@ -353,6 +372,7 @@ fn nothing_secret_in_debug_output() {
 /// A backup of a serving source, before and after a move: `dsts` (two fresh instances of
 /// the tenant) get the secrets and no SA, and the source's SAs are as if no backup was made.
 fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untrusted: &[u8]) {
+    let src_m = &measurement_of(src, &platform().1);
     let [first, second] = dsts;
     let (mut peer, _) = inline(tenant, b"peer");
     let t = tunnel(src, &mut peer, tenant);
@@ -364,7 +384,9 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     // The destination's key stands in for the HSM backup key (the HSM's rewrap of the share
     // to the destination key is crates/migrate's).
     let key = first.migration_destination_key(2048).unwrap();
-    let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, untrusted).unwrap();
+    let package = src
+        .export_secrets(&key.spki_der, &certify(src_m, &key.spki_der), OaepHash::Sha256, untrusted)
+        .unwrap();
     assert!(!leaks(package.as_bytes(), PSK), "PSK in the clear");
     let package = MigrationPackage::from_bytes(package.into_bytes()).unwrap();
     assert_eq!((package.tenant(), package.kind()), (TenantId(tenant), PackageKind::Backup));
@@ -397,7 +419,8 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     let key = second.migration_destination_key(2048).unwrap();
     let moved = src.export_state(&key, None, OaepHash::Sha256, b"").unwrap();
     let key = second.migration_destination_key(2048).unwrap();
-    let again = src.export_secrets(&key.spki_der, OaepHash::Sha1, untrusted).unwrap();
+    let again =
+        src.export_secrets(&key.spki_der, &certify(src_m, &key.spki_der), OaepHash::Sha1, untrusted).unwrap();
     let cap = past_cap + SEQ_MARGIN;
     assert_eq!(send(src, t.sa.outbound, cap, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
     assert_eq!(send(src, t.sa.outbound, cap + 1, &mut peer, t.peer_sa.inbound), EspStatus::SeqExhausted);
@@ -414,15 +437,27 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
 #[test]
 fn inline_backup_carries_secrets_only_and_leaves_the_source_serving() {
     let (mut src, _) = inline(21, CODE);
+    let src_m = &measurement_of(&mut src, &platform().1);
     let (mut first, _) = inline(21, CODE);
     let (mut second, _) = inline(21, CODE);
     backup(&mut src, [&mut first, &mut second], 21, b"OPAQUE tenant configuration");
     // Another tenant cannot import it.
     let (mut other, _) = inline(22, CODE);
     let key = other.migration_destination_key(2048).unwrap();
-    let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, b"").unwrap();
+    let package =
+        src.export_secrets(&key.spki_der, &certify(src_m, &key.spki_der), OaepHash::Sha256, b"").unwrap();
     assert_eq!(other.import_state(&package, package.hsm_share()).map(|_| ()), refusal(why::WRONG_TENANT));
-    assert_eq!(src.export_secrets(b"not a key", OaepHash::Sha1, b"").map(|_| ()), refusal(why::WRAP_KEY));
+    // A key the root did not certify, or a certificate for another measurement.
+    let cert = certify(&measurement_of(&mut other, &platform().1), &key.spki_der);
+    assert_eq!(
+        src.export_secrets(&key.spki_der, &cert, OaepHash::Sha1, b"").map(|_| ()),
+        Err(Error::ProtocolRefused { why: refusal::BACKUP_KEY_NOT_CERTIFIED })
+    );
+    let cert = certify(src_m, b"not a key");
+    assert_eq!(
+        src.export_secrets(b"not a key", &cert, OaepHash::Sha1, b"").map(|_| ()),
+        refusal(why::WRAP_KEY)
+    );
     let text = format!("{package:?} {src:?}");
     assert!(!text.contains("TOPSECRET"), "{text}");
 }
@@ -438,13 +473,16 @@ fn process_backup_carries_secrets_only_and_leaves_the_source_serving() {
 #[test]
 fn process_backup_is_one_call_whose_answer_may_be_held() {
     let (mut src, mut dst) = process_psk_pair(24);
+    let src_m = &measurement_of(&mut src, &platform().1);
     let call_len = src.geometry().call_len as usize;
     let key = dst.migration_destination_key(2048).unwrap();
     // The largest untrusted state one call takes: its package outgrows the call area and
     // is read back in pieces.
-    let most = call_len - (4 + key.spki_der.len() + 1 + 4);
+    let most = call_len - (4 + key.spki_der.len() + 4 + 64 + 1 + 4);
     let untrusted = big_state(most);
-    let package = src.export_secrets(&key.spki_der, OaepHash::Sha256, &untrusted).unwrap();
+    let package = src
+        .export_secrets(&key.spki_der, &certify(src_m, &key.spki_der), OaepHash::Sha256, &untrusted)
+        .unwrap();
     assert!(package.as_bytes().len() > call_len, "a held answer");
     let restored = dst.import_state(&package, package.hsm_share()).unwrap();
     assert_eq!(restored.untrusted_state, untrusted);
@@ -452,7 +490,8 @@ fn process_backup_is_one_call_whose_answer_may_be_held() {
     // One byte more has no chunked form: refused before anything crosses.
     let over = big_state(most + 1);
     assert_eq!(
-        src.export_secrets(&key.spki_der, OaepHash::Sha256, &over).map(|_| ()),
+        src.export_secrets(&key.spki_der, &certify(src_m, &key.spki_der), OaepHash::Sha256, &over)
+            .map(|_| ()),
         refusal(why::TOO_LARGE)
     );
     assert!(src.check().is_ok() && dst.check().is_ok());

@@ -38,12 +38,34 @@ fn cluster() -> &'static (Vec<u8>, Vec<u8>) {
     })
 }
 
+/// A backup root key pair (the HSM's in production; software here).
+fn root_key() -> ring::signature::EcdsaKeyPair {
+    use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    let rng = ring::rand::SystemRandom::new();
+    let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+    EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, doc.as_ref(), &rng).unwrap()
+}
+
+/// The cluster's backup root, which every target's measured configuration trusts.
+fn backup_root() -> &'static ring::signature::EcdsaKeyPair {
+    static ROOT: std::sync::OnceLock<ring::signature::EcdsaKeyPair> = std::sync::OnceLock::new();
+    ROOT.get_or_init(root_key)
+}
+
+/// `root`'s certificate of `spki` as a backup key for enclaves of `m`.
+fn certify(root: &ring::signature::EcdsaKeyPair, m: &attest::Measurement, spki: &[u8]) -> Vec<u8> {
+    let message = migration::backup_key_message(m, spki);
+    root.sign(&ring::rand::SystemRandom::new(), &message).unwrap().as_ref().to_vec()
+}
+
 fn config(tenant: u32, inbound: InboundMode) -> EnclaveConfig {
+    use ring::signature::KeyPair;
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![cluster().1.clone()],
+        backup_roots: vec![backup_root().public_key().as_ref().to_vec()],
         limits: Limits { inbound, ..Limits::default() },
     }
 }
@@ -459,19 +481,31 @@ fn attack_export_state_to_the_callers_own_key() {
     });
 }
 
-/// Attack 1: `export_secrets` (a backup) wraps every secret to any RSA key the caller names.
+/// Attack 1: `export_secrets` (a backup) to a key the caller names: with no certificate, with
+/// the genuine root's certificate of another key (a real backup key's, replayed), of this key
+/// for another measurement, or by a root the gateway made itself.
 #[test]
-#[ignore = "open: backups only to an HSM key the tenant's policy names (issue 40)"]
 fn attack_export_secrets_to_the_callers_own_key() {
     on_both(|t| {
         let mut thief = impostor(t, 1);
         let key = thief.migration_destination_key(2048).unwrap();
-        let r = t.e.export_secrets(&key.spki_der, OaepHash::Sha256, b"");
-        assert!(
-            matches!(r, Err(Error::ProtocolRefused { .. })),
-            "{}: backed up to an unverified key",
-            t.name
-        );
+        let m = measurement(t);
+        let mut genuine = twin(t, 1);
+        let real = genuine.e.migration_destination_key(2048).unwrap();
+        let other_m = attest::Measurement([9; 48]);
+        for cert in [
+            Vec::new(),
+            certify(backup_root(), &m, &real.spki_der),
+            certify(backup_root(), &other_m, &key.spki_der),
+            certify(&root_key(), &m, &key.spki_der),
+        ] {
+            let r = t.e.export_secrets(&key.spki_der, &cert, OaepHash::Sha256, b"");
+            refused(t, r, refusal::BACKUP_KEY_NOT_CERTIFIED);
+        }
+        // The certified key gets the backup.
+        let cert = certify(backup_root(), &m, &real.spki_der);
+        let backup = t.e.export_secrets(&real.spki_der, &cert, OaepHash::Sha256, b"").unwrap();
+        genuine.e.import_state(&backup, backup.hsm_share()).unwrap();
     });
 }
 
@@ -644,7 +678,8 @@ fn attack_replayed_reordered_or_cross_tenant_migration_package() {
         // the HSM's here).
         drop(key);
         let key = t.e.migration_destination_key(2048).unwrap();
-        let backup = src.e.export_secrets(&key.spki_der, OaepHash::Sha256, b"").unwrap();
+        let cert = certify(backup_root(), &measurement(&mut src), &key.spki_der);
+        let backup = src.e.export_secrets(&key.spki_der, &cert, OaepHash::Sha256, b"").unwrap();
         t.e.import_state(&backup, backup.hsm_share()).unwrap();
         // Replayed to the instance that imported it: state is never merged.
         t.e.migration_destination_key(2048).unwrap();

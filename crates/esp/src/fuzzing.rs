@@ -63,6 +63,7 @@ fn start() -> InlineEnclave {
         provisioning_key: ProvisioningKey::from_bytes([7; 32]),
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().expect("platform key");

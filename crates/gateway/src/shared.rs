@@ -78,10 +78,11 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     fn export_secrets(
         &mut self,
         wrap_spki: &[u8],
+        certificate: &[u8],
         oaep: enclave::migration::OaepHash,
         untrusted_state: &[u8],
     ) -> Result<enclave::migration::MigrationPackage> {
-        self.lock().export_secrets(wrap_spki, oaep, untrusted_state)
+        self.lock().export_secrets(wrap_spki, certificate, oaep, untrusted_state)
     }
     fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {
         self.lock().secret_kind(secret)

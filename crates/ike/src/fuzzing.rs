@@ -37,6 +37,7 @@ fn enclave() -> InlineEnclave {
         provisioning_key: ProvisioningKey::from_bytes(KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();

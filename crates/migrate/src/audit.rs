@@ -62,6 +62,10 @@ pub enum Operation {
     BulkEncrypt,
     /// Decrypting a whole package in the HSM.
     BulkDecrypt,
+    /// Creating the backup root, or exporting its public key.
+    BackupRoot,
+    /// The backup root's signature that makes a backup key one for a measurement.
+    CertifyBackupKey,
 }
 
 impl Operation {
@@ -80,6 +84,8 @@ impl Operation {
             Self::CreateBulkKey => "create-bulk-key",
             Self::BulkEncrypt => "bulk-encrypt",
             Self::BulkDecrypt => "bulk-decrypt",
+            Self::BackupRoot => "backup-root",
+            Self::CertifyBackupKey => "certify-backup-key",
         }
     }
 }

@@ -177,6 +177,16 @@ pub enum MigrateError {
         /// The key's label.
         label: KeyLabel,
     },
+    /// The token has no backup root yet (`cloister migrate backup-root` makes it).
+    #[error("the HSM has no backup root: make it with `cloister migrate backup-root`")]
+    NoBackupRoot,
+    /// More than one object carries the backup root's label: someone else made one; refused
+    /// rather than guessed.
+    #[error("more than one backup root in the HSM")]
+    RootClash,
+    /// The HSM's backup root is not the P-256 key this code makes.
+    #[error("the HSM's backup root is not an uncompressed P-256 key")]
+    BadBackupRoot,
     /// The destination public key is unusable.
     #[error("destination public key refused: {fault}")]
     BadPublicKey {

@@ -32,6 +32,21 @@ use crate::error::{MigrateError, Result};
 use crate::label::{encode_hex, BackupDate, KeyLabel, Measurement, MigrationId, TRUST_PREFIX};
 use crate::spki::{bit_len, encode_rsa_spki, parse_rsa_spki, RsaPublicKey};
 
+/// The backup root's label: one per token (a cluster's HSM).
+pub const BACKUP_ROOT_LABEL: &str = "cloister-bak-root";
+/// DER of the prime256v1 (P-256) curve's OID, for `CKA_EC_PARAMS`.
+const P256_OID: [u8; 10] = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+
+/// The 65-byte point inside `CKA_EC_POINT` (DER OCTET STRING; some modules give it raw).
+fn uncompressed_point(der: &[u8]) -> Option<Vec<u8>> {
+    let point = match der {
+        [0x04, 0x41, rest @ ..] if rest.len() == 65 => rest,
+        raw if raw.len() == 65 => raw,
+        _ => return None,
+    };
+    (point.first() == Some(&0x04)).then(|| point.to_vec())
+}
+
 /// Where Debian's `libsofthsm2` package installs its PKCS#11 module: the default only because
 /// the tests and the demo use it. Production configures its HSM vendor's module.
 pub const DEFAULT_MODULE_PATH: &str = "/usr/lib/softhsm/libsofthsm2.so";
@@ -318,6 +333,90 @@ impl Hsm {
                 Err(err)
             }
         }
+    }
+
+    /// The backup root's public key (an uncompressed P-256 point), the key pair made on first
+    /// use: ECDSA, sensitive, not extractable, not modifiable, sign-only. Enclaves whose
+    /// measured configuration names this point take as backup keys only what it certified
+    /// ([`Hsm::certify_backup_key`]); the signature needs the user PIN, so only this code,
+    /// in the HSM agent, gives one, and only for backup keys the HSM made.
+    pub fn backup_root(&self) -> Result<Vec<u8>> {
+        self.audited(
+            Operation::BackupRoot,
+            BACKUP_ROOT_LABEL,
+            |point: &Vec<u8>| format!("point-sha256 {}", encode_hex(&Sha256::digest(point))),
+            || {
+                let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
+                let session = self.user_session()?;
+                let found = self.find(&session, ObjectClass::PUBLIC_KEY, BACKUP_ROOT_LABEL)?;
+                let public = match found.as_slice() {
+                    [one] => *one,
+                    [] => {
+                        let text = BACKUP_ROOT_LABEL.as_bytes().to_vec();
+                        let public = [
+                            Attribute::Token(true),
+                            Attribute::Private(false),
+                            Attribute::Label(text.clone()),
+                            Attribute::EcParams(P256_OID.to_vec()),
+                            Attribute::Verify(false),
+                            Attribute::Modifiable(false),
+                        ];
+                        let private = [
+                            Attribute::Token(true),
+                            Attribute::Private(true),
+                            Attribute::Label(text),
+                            Attribute::Sensitive(true),
+                            Attribute::Extractable(false),
+                            Attribute::Sign(true),
+                            Attribute::Decrypt(false),
+                            Attribute::Unwrap(false),
+                            Attribute::Derive(false),
+                            Attribute::Copyable(false),
+                            Attribute::Modifiable(false),
+                        ];
+                        session.generate_key_pair(&Mechanism::EccKeyPairGen, &public, &private).map_err(ck)?.0
+                    }
+                    _ => return Err(MigrateError::RootClash),
+                };
+                let attrs = session.get_attributes(public, &[AttributeType::EcPoint]).map_err(ck)?;
+                let der = attrs
+                    .into_iter()
+                    .find_map(|a| if let Attribute::EcPoint(p) = a { Some(p) } else { None })
+                    .unwrap_or_default();
+                uncompressed_point(&der).ok_or(MigrateError::BadBackupRoot)
+            },
+        )
+    }
+
+    /// The backup root's certificate of the backup key `label` (which the HSM made) for
+    /// enclaves of its measurement: ECDSA P-256 (r ‖ s) over
+    /// [`enclave::migration::backup_key_message`] of that measurement and the key's SPKI.
+    pub fn certify_backup_key(&self, label: &KeyLabel) -> Result<Vec<u8>> {
+        self.audited(
+            Operation::CertifyBackupKey,
+            &label.to_string(),
+            |_| "for the label's measurement (key: the export-public-key entry before)".to_owned(),
+            || {
+                if !label.is_backup() {
+                    return Err(MigrateError::WrongKeyKind { label: label.clone() });
+                }
+                let spki = self.public_key(label)?;
+                let measurement = crate::flow::enclave_measurement(label.measurement())?;
+                let message = enclave::migration::backup_key_message(&measurement, &spki);
+                let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
+                let session = self.user_session()?;
+                let found = self.find(&session, ObjectClass::PRIVATE_KEY, BACKUP_ROOT_LABEL)?;
+                let [root] = found.as_slice() else {
+                    return Err(if found.is_empty() {
+                        MigrateError::NoBackupRoot
+                    } else {
+                        MigrateError::RootClash
+                    });
+                };
+                // CKM_ECDSA signs a digest: the one ECDSA-with-SHA-256 verifiers compute.
+                session.sign(&Mechanism::Ecdsa, *root, &Sha256::digest(&message)).map_err(ck)
+            },
+        )
     }
 
     /// Creates a one-time migration key pair bound to `measurement`, labelled with a migration

@@ -267,6 +267,35 @@ fn backup_key_restores_only_after_the_officer_step() {
 }
 
 #[test]
+fn the_backup_root_certifies_backup_keys_for_their_measurement_only() {
+    with_token("the_backup_root_certifies_backup_keys_for_their_measurement_only", |env| {
+        let hsm = env.open();
+        let m = measurement(0x31);
+        let label = hsm.create_backup_key(&m, BackupDate::from_ymd(2026, 2, 1).unwrap()).unwrap();
+        // No root yet: a certificate is refused, with what to do.
+        assert!(matches!(hsm.certify_backup_key(&label), Err(MigrateError::NoBackupRoot)));
+        let root = hsm.backup_root().unwrap();
+        assert_eq!((root.len(), root[0]), (65, 4), "an uncompressed P-256 point");
+        assert_eq!(hsm.backup_root().unwrap(), root, "made once, then found");
+        let cert = hsm.certify_backup_key(&label).unwrap();
+        // What the enclave checks: the root's signature over this measurement and key.
+        let spki = hsm.public_key(&label).unwrap();
+        let em = enclave::attest::Measurement(m.as_bytes().try_into().unwrap());
+        let verify = |msg: &[u8]| {
+            ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &root)
+                .verify(msg, &cert)
+        };
+        verify(&enclave::migration::backup_key_message(&em, &spki)).unwrap();
+        let other = enclave::attest::Measurement([0x32; 48]);
+        assert!(verify(&enclave::migration::backup_key_message(&other, &spki)).is_err());
+        // One-time migration keys get no certificate.
+        let one_time = hsm.create_migration_key(&m).unwrap();
+        assert!(matches!(hsm.certify_backup_key(&one_time), Err(MigrateError::WrongKeyKind { .. })));
+        assert_eq!(last_entry(&env.audit_path())["op"], "certify-backup-key");
+    });
+}
+
+#[test]
 fn missing_module_is_a_clear_error() {
     // Needs no token: the module path is checked first.
     let dir = tempfile::tempdir().unwrap();

@@ -102,6 +102,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 provisioning_key,
                 trusted_min_seal_counter: 0,
                 trusted_platforms: Vec::new(),
+                backup_roots: Vec::new(),
                 limits: Limits::default(),
             };
             let platform_key = SoftwareAttestation::generate_platform_key()?;

@@ -40,6 +40,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         provisioning_key: ProvisioningKey::from_bytes(*key),
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
         limits: Limits::default(),
     };
     drop(key);

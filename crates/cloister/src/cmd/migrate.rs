@@ -45,6 +45,14 @@ enum What {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Print the HSM's backup root (made on first use), through this host's HSM agent: set it
+    /// as `[migrate.hsm] backup_root` on every host. Tenants' enclaves back up only to keys
+    /// it certified, and their measurements include it.
+    BackupRoot {
+        /// The service's configuration (`[migrate.hsm]`).
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Check the HSM audit log's hash chain; prints its head (entries, last hash).
     Audit {
         /// `verify`.
@@ -108,6 +116,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 v["restore_ms"],
                 v["tun"].as_str().unwrap_or("?")
             );
+            Ok(())
+        }
+        What::BackupRoot { config } => {
+            let c = control::ServiceConfig::load(&config)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+            let root = control::moving::backup_root(&c, std::env::current_exe()?)?;
+            println!("{}", control::platform::hex(&root));
             Ok(())
         }
         What::Audit { file, .. } => {

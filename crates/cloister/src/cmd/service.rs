@@ -442,7 +442,8 @@ pub(crate) struct MeasureArgs {
     #[arg(long, default_value = "process")]
     backend: enclave::Backend,
     /// The service's configuration: its `[migrate.peers]` platform keys and its own are the
-    /// platforms its enclaves trust for moves, which are measured too.
+    /// platforms its enclaves trust for moves, and `[migrate.hsm] backup_root` the root they
+    /// back up to; both are measured too.
     #[arg(long, conflicts_with = "trusted_platform")]
     config: Option<PathBuf>,
     /// A platform the service's enclaves trust for moves (130 hex digits, as `cloister
@@ -450,6 +451,10 @@ pub(crate) struct MeasureArgs {
     /// included. None for a service without `[migrate.peers]`.
     #[arg(long)]
     trusted_platform: Vec<String>,
+    /// The HSM backup root the service's enclaves back up to (`[migrate.hsm] backup_root`, as
+    /// `cloister migrate backup-root` prints it).
+    #[arg(long, conflicts_with = "config")]
+    backup_root: Option<String>,
 }
 
 /// Runs `cloister measure`.
@@ -459,30 +464,36 @@ pub(crate) fn measure(args: MeasureArgs) -> anyhow::Result<()> {
         None => std::env::current_exe()?,
     };
     let code = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let trusted = match &args.config {
+    let point = |what: &str, k: &str| {
+        control::platform::unhex(k)
+            .filter(|k| k.len() == 65 && k[0] == 4)
+            .with_context(|| format!("{what} {k}: 130 hex digits (an uncompressed P-256 key)"))
+    };
+    let (trusted, roots) = match &args.config {
         Some(c) => {
             let config = ServiceConfig::load(c).with_context(|| format!("{}", c.display()))?;
             let s = &config.settings;
             let mut p = control::platform::Platform::load_or_create(&s.platform_key, &s.sealing_root)?;
             if let Some(m) = &s.migrate {
                 p.trust(m.peers.values().map(|peer| peer.platform_key.clone()));
+                if let Some(root) = m.hsm.as_ref().and_then(|h| h.backup_root.clone()) {
+                    p.trust_backup_root(root);
+                }
             }
-            p.trusted().to_vec()
+            (p.trusted().to_vec(), p.backup_roots().to_vec())
         }
         None => {
             let mut keys = Vec::new();
             for k in &args.trusted_platform {
-                let key = control::platform::unhex(k).filter(|k| k.len() == 65 && k[0] == 4).with_context(
-                    || format!("--trusted-platform {k}: 130 hex digits (an uncompressed P-256 key)"),
-                )?;
-                keys.push(key);
+                keys.push(point("--trusted-platform", k)?);
             }
             keys.sort_unstable();
             keys.dedup();
-            keys
+            let roots = args.backup_root.as_deref().map(|k| point("--backup-root", k)).transpose()?;
+            (keys, roots.into_iter().collect())
         }
     };
-    let m = control::platform::expected_measurement(args.tenant_id, &code, args.backend, &trusted);
+    let m = control::platform::expected_measurement(args.tenant_id, &code, args.backend, &trusted, &roots);
     println!("{}", m.to_hex());
     Ok(())
 }

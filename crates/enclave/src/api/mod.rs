@@ -115,10 +115,13 @@ pub trait Enclave: Send {
         Err(crate::Error::Unsupported { what: "secret sealing on this backend", value: 0 })
     }
 
-    /// Backup, source side ([`crate::migration`], "Backup packages"): a package of kind
-    /// `Backup`, importable by [`Self::import_state`] with the HSM's rewrap of its one share
-    /// (wrapped with RSA-OAEP `oaep` to `wrap_spki`), that carries the seal counter, every
-    /// secret and `untrusted_state` but no IKE or ESP SA, signed with this enclave's
+    /// Backup, source side ([`crate::migration`], "Backup packages"): checks that
+    /// `certificate` is a backup root's certificate of `wrap_spki` for this enclave's
+    /// measurement ([`crate::migration::backup_key_message`], roots from the measured
+    /// configuration; otherwise [`crate::Error::ProtocolRefused`]), then makes a package of
+    /// kind `Backup`, importable by [`Self::import_state`] with the HSM's rewrap of its one
+    /// share (wrapped with RSA-OAEP `oaep` to `wrap_spki`), that carries the seal counter,
+    /// every secret and `untrusted_state` but no IKE or ESP SA, signed with this enclave's
     /// evidence (purpose `Backup`). Leaves every SA as it is (no sequence number cap) and
     /// works whether or not this instance exported its state before: the tenant keeps
     /// serving, and restoring stale SAs would repeat AEAD IVs.
@@ -127,10 +130,11 @@ pub trait Enclave: Send {
     fn export_secrets(
         &mut self,
         wrap_spki: &[u8],
+        certificate: &[u8],
         oaep: OaepHash,
         untrusted_state: &[u8],
     ) -> Result<MigrationPackage> {
-        let _ = (wrap_spki, oaep, untrusted_state);
+        let _ = (wrap_spki, certificate, oaep, untrusted_state);
         Err(crate::Error::Unsupported { what: "secret backup on this backend", value: 0 })
     }
 

@@ -160,6 +160,11 @@ pub struct EnclaveConfig {
     /// host's own included where backups come back here. Measured, so a tenant that checks
     /// the measurement has approved the set; empty refuses every move and import.
     pub trusted_platforms: Vec<Vec<u8>>,
+    /// The HSM backup roots (uncompressed P-256 public keys, as `cloister migrate
+    /// backup-root` prints them) whose certificate makes an RSA key a backup key
+    /// ([`crate::migration::backup_key_message`]). Measured, so a tenant that checks the
+    /// measurement has approved where its backups go; empty refuses every backup.
+    pub backup_roots: Vec<Vec<u8>>,
 }
 
 /// Longest platform public key the measured set takes (a P-256 SEC1 key is 65 bytes).
@@ -171,15 +176,17 @@ impl EnclaveConfig {
     /// The trusted platforms as measured: sorted and without repeats, so that every host of
     /// a cluster, listing the same keys in any order, measures the same.
     pub fn platform_set(&self) -> Vec<&[u8]> {
-        let mut set: Vec<&[u8]> = self.trusted_platforms.iter().map(Vec::as_slice).collect();
-        set.sort_unstable();
-        set.dedup();
-        set
+        key_set(&self.trusted_platforms)
+    }
+
+    /// The backup roots as measured, sorted and without repeats.
+    pub fn backup_root_set(&self) -> Vec<&[u8]> {
+        key_set(&self.backup_roots)
     }
 
     /// The configuration's public part, as measured into attestation evidence when run by
-    /// `backend`: the backend, tenant, limits, inbound mode and trusted platforms, never the
-    /// key or the counter (which changes from start to start).
+    /// `backend`: the backend, tenant, limits, inbound mode, trusted platforms and backup
+    /// roots, never the key or the counter (which changes from start to start).
     pub fn measured_bytes(&self, backend: Backend) -> Vec<u8> {
         let mut v = Vec::with_capacity(80 + 66 * self.trusted_platforms.len());
         v.extend_from_slice(b"cloister-enclave-config-v4");
@@ -195,15 +202,23 @@ impl EnclaveConfig {
             v.extend_from_slice(&(n as u64).to_be_bytes());
         }
         v.push(self.limits.inbound.code());
-        let set = self.platform_set();
         // The enclave refuses more than MAX_TRUSTED_PLATFORMS keys of 65 bytes at start.
-        v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_be_bytes());
-        for key in set {
-            v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());
-            v.extend_from_slice(key);
+        for set in [self.platform_set(), self.backup_root_set()] {
+            v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_be_bytes());
+            for key in set {
+                v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());
+                v.extend_from_slice(key);
+            }
         }
         v
     }
+}
+
+fn key_set(keys: &[Vec<u8>]) -> Vec<&[u8]> {
+    let mut set: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    set.sort_unstable();
+    set.dedup();
+    set
 }
 
 /// Bytes of trusted memory held, by kind. Per-entry sizes are the sizes of the state

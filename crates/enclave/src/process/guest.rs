@@ -758,7 +758,7 @@ pub mod config {
     pub const MAX_PLATFORM_KEY: usize = 1024;
     /// Longest encoding: the fixed part, the platform key, the trusted platforms.
     pub const MAX_LEN: usize =
-        FIXED_LEN + MAX_PLATFORM_KEY + 4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY);
+        FIXED_LEN + MAX_PLATFORM_KEY + 2 * (4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY));
 
     /// Encodes `config` and the attestation platform key (PKCS#8 P-256).
     pub fn encode(config: &EnclaveConfig, platform_key: &[u8]) -> zeroize::Zeroizing<Vec<u8>> {
@@ -773,11 +773,12 @@ pub mod config {
         v.push(l.inbound.code());
         v.extend_from_slice(&u32::try_from(platform_key.len()).unwrap_or(u32::MAX).to_le_bytes());
         v.extend_from_slice(platform_key);
-        let set = config.platform_set();
-        v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_le_bytes());
-        for key in set {
-            v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
-            v.extend_from_slice(key);
+        for set in [config.platform_set(), config.backup_root_set()] {
+            v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_le_bytes());
+            for key in set {
+                v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
+                v.extend_from_slice(key);
+            }
         }
         v
     }
@@ -805,20 +806,25 @@ pub mod config {
             return None;
         }
         let mut at = FIXED_LEN.checked_add(pk_len)?;
-        let count = u32_at(at)? as usize;
-        if count > MAX_TRUSTED_PLATFORMS {
-            return None;
-        }
-        at += 4;
-        let mut trusted_platforms = Vec::with_capacity(count);
-        for _ in 0..count {
-            let n = u32_at(at)? as usize;
-            if n > MAX_PLATFORM_PUBLIC_KEY {
+        let mut set = || -> Option<Vec<Vec<u8>>> {
+            let count = u32_at(at)? as usize;
+            if count > MAX_TRUSTED_PLATFORMS {
                 return None;
             }
-            trusted_platforms.push(b.get(at + 4..at + 4 + n)?.to_vec());
-            at += 4 + n;
-        }
+            at += 4;
+            let mut keys = Vec::with_capacity(count);
+            for _ in 0..count {
+                let n = u32_at(at)? as usize;
+                if n > MAX_PLATFORM_PUBLIC_KEY {
+                    return None;
+                }
+                keys.push(b.get(at + 4..at + 4 + n)?.to_vec());
+                at += 4 + n;
+            }
+            Some(keys)
+        };
+        let trusted_platforms = set()?;
+        let backup_roots = set()?;
         if b.len() != at {
             return None;
         }
@@ -828,6 +834,7 @@ pub mod config {
             trusted_min_seal_counter: min,
             limits,
             trusted_platforms,
+            backup_roots,
         };
         Some((cfg, FIXED_LEN..FIXED_LEN + pk_len))
     }
@@ -1566,9 +1573,9 @@ mod tests {
     fn backup_calls_are_decoded_strictly() {
         let mut r = rig(32);
         let mut export = Writer::new();
-        export.bytes(b"spki").u8(crate::migration::OaepHash::Sha256.code()).bytes(b"config");
+        export.bytes(b"spki").bytes(b"cert").u8(crate::migration::OaepHash::Sha256.code()).bytes(b"config");
         let mut bad_oaep = export.buf.clone();
-        bad_oaep[4 + 4] = 9;
+        bad_oaep[2 * (4 + 4)] = 9;
         let mut trailing = export.buf.clone();
         trailing.push(0);
         let calls = [
@@ -1631,12 +1638,14 @@ mod tests {
             provisioning_key: ProvisioningKey::from_bytes([9; 32]),
             trusted_min_seal_counter: 11,
             trusted_platforms: vec![vec![4; 65], vec![3; 65], vec![4; 65]],
+            backup_roots: vec![vec![4; 65]],
             limits: Limits { inbound: InboundMode::Forward, ..Limits::default() },
         };
         let b = config::encode(&cfg, b"pk");
         let (back, pk) = config::decode(&b).unwrap();
         assert_eq!((back.tenant, back.trusted_min_seal_counter, back.limits), (cfg.tenant, 11, cfg.limits));
         assert_eq!(back.trusted_platforms, [vec![3; 65], vec![4; 65]], "the measured set, sorted once");
+        assert_eq!(back.backup_roots, [vec![4; 65]]);
         assert_eq!(&b[pk], b"pk");
         assert!(config::decode(&b[..b.len() - 1]).is_none());
         assert!(config::decode(&[]).is_none());

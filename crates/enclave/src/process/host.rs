@@ -1160,12 +1160,13 @@ impl Enclave for ProcessEnclave {
     fn export_secrets(
         &mut self,
         wrap_spki: &[u8],
+        certificate: &[u8],
         oaep: OaepHash,
         untrusted_state: &[u8],
     ) -> Result<MigrationPackage> {
         let h = self.host();
         let mut w = Writer::new();
-        w.bytes(wrap_spki).u8(oaep.code());
+        w.bytes(wrap_spki).bytes(certificate).u8(oaep.code());
         // No chunked form: a backup's untrusted state (configuration text) is small, and
         // one call keeps the staging protocol to the move it was made for.
         if !h.fits(w.buf.len().saturating_add(4).saturating_add(untrusted_state.len())) {

@@ -262,11 +262,12 @@ fn run<E: Enclave + ?Sized>(
         }
         op::EXPORT_SECRETS => {
             let spki = r.bytes()?;
+            let certificate = r.bytes()?;
             let oaep = oaep(&mut r)?;
             let untrusted = r.bytes()?;
             r.finish()?;
             s.discard();
-            s.export(e.export_secrets(spki, oaep, untrusted), w, res_cap)
+            s.export(e.export_secrets(spki, certificate, oaep, untrusted), w, res_cap)
         }
         op::IMPORT_STATE => {
             // A package that does not parse is the trusted core's refusal, not the
@@ -469,7 +470,7 @@ mod tests {
         begin(&mut s, op::EXPORT_BEGIN, 20).unwrap();
         chunk(&mut s, 0, 10).unwrap();
         let backup = call(&mut s, op::EXPORT_SECRETS, |w| {
-            w.bytes(b"spki").u8(OaepHash::Sha256.code()).bytes(b"config");
+            w.bytes(b"spki").bytes(b"certificate").u8(OaepHash::Sha256.code()).bytes(b"config");
         });
         // It reached the trusted core (the mock cannot back up), and nothing is kept.
         assert!(matches!(backup, Err(Error::Unsupported { .. })), "{backup:?}");

@@ -223,6 +223,7 @@ mod tests {
             provisioning_key: ProvisioningKey::from_bytes(PROV),
             trusted_min_seal_counter: 0,
             trusted_platforms: Vec::new(),
+            backup_roots: Vec::new(),
             limits: Limits::default(),
         };
         let platform = SoftwareAttestation::generate_platform_key().unwrap();

@@ -114,6 +114,8 @@ pub(crate) struct TrustedCore {
     nonces: nonce::Nonces,
     /// The platforms whose enclaves state moves to and from (measured).
     platforms: peers::TrustedPlatforms,
+    /// The roots whose certificate makes an HSM key a backup key (measured).
+    backup_roots: peers::BackupRoots,
     counters: Counters,
     attestation: Box<dyn AttestationProvider>,
 }
@@ -175,6 +177,7 @@ impl TrustedCore {
             destination: None,
             nonces,
             platforms: peers::TrustedPlatforms::new(&config.trusted_platforms)?,
+            backup_roots: peers::BackupRoots::new(&config.backup_roots)?,
             counters: Counters::default(),
             attestation,
         })
@@ -267,6 +270,7 @@ impl TrustedCore {
                 + self.offers.bytes()
                 + self.nonces.bytes()
                 + self.platforms.bytes()
+                + self.backup_roots.bytes()
                 + self.ike.overhead_bytes()
                 + esp.overhead_bytes()
                 + self.dh.overhead_bytes()
@@ -718,14 +722,16 @@ impl TrustedCore {
         self.export(PackageKind::Move, &to, hash, untrusted, &destination.spki_der)
     }
 
-    /// Exports the seal counter and the secrets only (a backup package), leaving every SA
-    /// as it is.
+    /// Exports the seal counter and the secrets only (a backup package) to an HSM key a
+    /// backup root certified for this measurement, leaving every SA as it is.
     pub(crate) fn export_secrets(
         &mut self,
         wrap_spki: &[u8],
+        certificate: &[u8],
         hash: OaepHash,
         untrusted: &[u8],
     ) -> Result<MigrationPackage> {
+        self.backup_roots.verify(certificate, &self.attestation.measurement(), wrap_spki)?;
         let to = ShareKeys { hsm: Some(wrap_spki), destination: None };
         self.export(PackageKind::Backup, &to, hash, untrusted, &[])
     }

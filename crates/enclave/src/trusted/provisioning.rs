@@ -278,6 +278,7 @@ mod tests {
             provisioning_key: ProvisioningKey::from_bytes(ROOT),
             trusted_min_seal_counter: 0,
             trusted_platforms: Vec::new(),
+            backup_roots: Vec::new(),
             limits: Limits::default(),
         }
     }

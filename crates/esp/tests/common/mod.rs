@@ -30,6 +30,7 @@ pub fn start_enclave() -> InlineEnclave {
         provisioning_key: ProvisioningKey::from_bytes([0x42; 32]),
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();

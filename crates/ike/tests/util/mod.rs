@@ -44,6 +44,7 @@ pub fn start_enclave(tenant: u32) -> InlineEnclave {
         provisioning_key: ProvisioningKey::from_bytes(PROVISIONING_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform().1.clone()],
+        backup_roots: Vec::new(),
         limits: Limits::default(),
     };
     let attestation = SoftwareAttestation::new(

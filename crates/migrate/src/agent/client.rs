@@ -113,9 +113,20 @@ impl HsmAgent {
         self.key_and_spki(&Request::MigrationKey { measurement: measurement.clone() })
     }
 
-    /// Today's backup key for `measurement`: its label and public key.
-    pub fn backup_key(&mut self, measurement: &Measurement) -> Result<(KeyLabel, Vec<u8>)> {
-        self.key_and_spki(&Request::BackupKey { measurement: measurement.clone() })
+    /// Today's backup key for `measurement`: its label, its public key, and the backup
+    /// root's certificate of it for that measurement (what the enclave checks).
+    pub fn backup_key(&mut self, measurement: &Measurement) -> Result<(KeyLabel, Vec<u8>, Vec<u8>)> {
+        let mut f = self.call(&Request::BackupKey { measurement: measurement.clone() }, 3)?.into_iter();
+        let (Some(label), Some(spki), Some(certificate)) = (f.next(), f.next(), f.next()) else {
+            return Err(MigrateError::AgentProtocol { why: "missing fields" });
+        };
+        Ok((label_of(&label)?, spki, certificate))
+    }
+
+    /// The backup root's public key (an uncompressed P-256 point), made on first use: what
+    /// `[migrate.hsm] backup_root` names on every host of the cluster.
+    pub fn backup_root(&mut self) -> Result<Vec<u8>> {
+        self.one(&Request::BackupRoot)
     }
 
     /// The data key `wrapped` to `label`, rewrapped to `destination` once the agent has

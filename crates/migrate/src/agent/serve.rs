@@ -145,8 +145,10 @@ pub fn handle(hsm: &Hsm, platform_key: &[u8], request: Request) -> Result<Vec<Ve
                 Err(e) => return Err(e),
             };
             let spki = hsm.public_key(&label)?;
-            Ok(vec![label.to_string().into_bytes(), spki])
+            let certificate = hsm.certify_backup_key(&label)?;
+            Ok(vec![label.to_string().into_bytes(), spki, certificate])
         }
+        Request::BackupRoot => Ok(vec![hsm.backup_root()?]),
         Request::Rewrap { label, wrapped, destination, tenant } => {
             check_destination(&label, &destination, platform_key, tenant)?;
             Ok(vec![hsm.rewrap(&label, &wrapped, &destination.spki_der, label.measurement())?])

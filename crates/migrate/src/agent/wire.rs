@@ -24,6 +24,7 @@ const OP_BACKUP_KEY: u8 = 2;
 const OP_REWRAP: u8 = 3;
 const OP_RESTORE_BACKUP: u8 = 4;
 const OP_DELETE_KEY: u8 = 5;
+const OP_BACKUP_ROOT: u8 = 6;
 
 const STATUS_OK: u8 = 0;
 const STATUS_ERROR: u8 = 1;
@@ -37,7 +38,8 @@ pub enum Request {
         /// The enclave measurement the key is bound to.
         measurement: Measurement,
     },
-    /// Today's backup key for `measurement` (made on first use): its label and public key.
+    /// Today's backup key for `measurement` (made on first use): its label, public key and
+    /// the backup root's certificate of it for that measurement.
     BackupKey {
         /// The enclave measurement the key is bound to.
         measurement: Measurement,
@@ -71,6 +73,8 @@ pub enum Request {
         /// The key to delete.
         label: KeyLabel,
     },
+    /// The backup root's public key (made on first use).
+    BackupRoot,
 }
 
 /// The security officer's PIN on its way to the agent: zeroized on drop, not in `Debug`.
@@ -177,6 +181,7 @@ impl Request {
                 out.push(OP_DELETE_KEY);
                 put(&mut out, label.to_string().as_bytes())?;
             }
+            Self::BackupRoot => out.push(OP_BACKUP_ROOT),
         }
         if out.len() > MAX_FRAME {
             return Err(bad("request larger than a frame"));
@@ -208,6 +213,7 @@ impl Request {
                 Self::RestoreBackup { label, officer_pin, wrapped, destination, tenant }
             }
             OP_DELETE_KEY => Self::DeleteKey { label: f.label()? },
+            OP_BACKUP_ROOT => Self::BackupRoot,
             _ => return Err(bad("unknown request")),
         };
         f.end()?;
@@ -331,6 +337,7 @@ mod tests {
                 tenant: TenantId(9),
             },
             Request::DeleteKey { label: label() },
+            Request::BackupRoot,
         ]
     }
 
