@@ -314,16 +314,28 @@ fn truncated_and_malformed_packages_are_refused_by_their_header() {
 
 #[test]
 fn tampered_packages_and_wrong_shares_are_refused_and_spend_the_destination_key() {
-    // A flipped bit anywhere after the header's checks: share, body, tag, evidence. The
-    // source's evidence covers every byte, so it is what refuses each.
-    for at in [PACKAGE_HEADER_LEN + 3, PACKAGE_HEADER_LEN + 256 + 2, usize::MAX] {
+    // A flipped bit anywhere after the header's checks: the share, the tag and the evidence
+    // are what the source's evidence covers; the body, which its tag covers, does not open.
+    let not_attested = Err(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED });
+    for (at, want) in [
+        (PACKAGE_HEADER_LEN + 3, not_attested.clone()),
+        (PACKAGE_HEADER_LEN + 256 + 2, refusal(why::NO_DECRYPT)),
+        (usize::MAX - 1, not_attested.clone()),
+        (usize::MAX, not_attested.clone()),
+    ] {
         let (mut dst, package) = psk_package(3);
         let mut b = package.as_bytes().to_vec();
-        let i = if at == usize::MAX { b.len() - 1 } else { at };
+        let ev = b.len() - package.source_evidence().len() - 2;
+        // MAX - 1: the tag's last byte; MAX: the evidence's.
+        let i = match at {
+            usize::MAX => b.len() - 1,
+            n if n == usize::MAX - 1 => ev - 1,
+            n => n,
+        };
         b[i] ^= 0x40;
         let tampered = MigrationPackage::from_bytes(b).unwrap();
         let r = dst.import_state(&tampered, None).map(|_| ());
-        assert_eq!(r, Err(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED }), "flipped byte {i}");
+        assert_eq!(r, want, "flipped byte {i}");
         // The attempt consumed the key: the genuine package no longer opens here.
         assert_eq!(dst.import_state(&package, None).map(|_| ()), refusal(why::NO_DESTINATION_KEY));
         assert_eq!(dst.memory_report().secrets, 0, "nothing installed");
@@ -600,8 +612,8 @@ fn chunked_imports_refuse_cut_and_tampered_packages_as_inline_does() {
     assert_eq!(restored.untrusted_state, untrusted);
     assert_eq!(restored.secrets.len(), 1);
 
-    // Tampered: a share byte, a body byte in a later chunk, the evidence; each is refused by
-    // the source's evidence, spends the key and installs nothing.
+    // Tampered: a share byte and the evidence (refused by the source's evidence), a body
+    // byte in a later chunk (refused by its tag); each spends the key and installs nothing.
     for at in [PACKAGE_HEADER_LEN + 3, 200 << 10, usize::MAX] {
         let (mut fresh, _) = process(14);
         let package = package_for(&mut src, &mut fresh, &untrusted);
@@ -610,10 +622,16 @@ fn chunked_imports_refuse_cut_and_tampered_packages_as_inline_does() {
         b[at] ^= 0x40;
         let tampered = MigrationPackage::from_bytes(b).unwrap();
         let r = fresh.import_state(&tampered, None).map(|_| ());
-        assert_eq!(r, Err(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED }), "flipped byte {at}");
+        let want = if at == 200 << 10 {
+            refusal(why::NO_DECRYPT)
+        } else {
+            Err(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED })
+        };
+        assert_eq!(r, want, "flipped byte {at}");
         assert_eq!(fresh.import_state(&package, None).map(|_| ()), refusal(why::NO_DESTINATION_KEY));
         assert_eq!(fresh.memory_report().secrets, 0, "nothing installed");
-        assert!(fresh.counters().error(ErrorKind::ProtocolRefused) >= 1);
+        let kind = if at == 200 << 10 { ErrorKind::BlobRejected } else { ErrorKind::ProtocolRefused };
+        assert!(fresh.counters().error(kind) >= 1, "refusal counted");
     }
     assert_eq!(dst.secret_kind(restored.secrets[0].1), Ok(SecretKind::PreSharedKey));
 }

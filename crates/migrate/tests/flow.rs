@@ -235,12 +235,13 @@ fn tampered_and_truncated_transfers_are_refused() {
         bad_key.bytes[enclave::migration::PACKAGE_HEADER_LEN + 9] ^= 1;
         let err = flow.import(bad_key, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
         assert!(matches!(err, MigrateError::WrappedKeyInvalid { .. }), "{err}");
-        // One bit of the body flipped: the HSM rewraps (its share is intact), which spends
-        // the one-time key, and the destination enclave refuses the package: the source's
-        // evidence covers every byte.
+        // One bit of the body's tag flipped: the HSM rewraps (its share is intact), which
+        // spends the one-time key, and the destination enclave refuses the package: the
+        // source's evidence covers the tag.
         let mut flipped = transfer.clone();
-        let last = flipped.bytes.len() - 120;
-        flipped.bytes[last] ^= 1;
+        let package = enclave::migration::MigrationPackage::from_bytes(transfer.bytes.clone()).unwrap();
+        let tag_end = flipped.bytes.len() - package.source_evidence().len() - 2;
+        flipped.bytes[tag_end - 1] ^= 1;
         let err = flow.import(flipped, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
         assert!(
             matches!(

@@ -184,12 +184,12 @@ impl PackageWriter {
         &mut self.buf
     }
 
-    /// Encrypts the state in place and returns the package's bytes up to its evidence:
-    /// `sign` gives the evidence over them, and the package is complete.
+    /// Encrypts the state in place; `sign` gives the evidence over the header and shares and
+    /// the body's tag, and the package is complete.
     pub(crate) fn seal(
         mut self,
         data_key: &[u8; DATA_KEY_LEN],
-        sign: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
+        sign: impl FnOnce(&[u8], &[u8]) -> Result<Vec<u8>>,
     ) -> Result<MigrationPackage> {
         let body_len = (self.buf.len() - self.state_start + TAG_LEN) as u64;
         self.buf
@@ -208,7 +208,8 @@ impl PackageWriter {
         self.buf.extend_from_slice(tag.as_ref());
         // Ciphertext from here on: no longer zeroized.
         let mut bytes = core::mem::take(&mut *self.buf);
-        let evidence = sign(&bytes)?;
+        let head = bytes.get(..self.state_start).ok_or(Error::Internal { what: "package header" })?;
+        let evidence = sign(head, tag.as_ref())?;
         let ev_len =
             u16::try_from(evidence.len()).map_err(|_| Error::Internal { what: "package evidence" })?;
         bytes.extend_from_slice(&ev_len.to_be_bytes());
@@ -352,7 +353,7 @@ mod tests {
             PackageWriter::new(&rng, TenantId(3), &measurement(), PackageKind::Move, OaepHash::Sha1, &to, 16)
                 .unwrap();
         w.state().extend_from_slice(b"state bytes");
-        let package = w.seal(&key, |signed| Ok(signed[..4].to_vec())).unwrap();
+        let package = w.seal(&key, |head, _| Ok(head[..4].to_vec())).unwrap();
         assert_eq!(package.tenant(), TenantId(3));
         assert_eq!(package.measurement(), measurement());
         assert_eq!(package.kind(), PackageKind::Move);

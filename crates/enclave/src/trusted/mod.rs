@@ -791,8 +791,8 @@ impl TrustedCore {
         w.u64(untrusted.len() as u64);
         w.0.extend_from_slice(untrusted);
         let (tenant, attestation) = (self.tenant, &self.attestation);
-        let package = package.seal(&data_key, |signed| {
-            let rd = crate::migration::export_report_data(tenant, signed, bound_to);
+        let package = package.seal(&data_key, |head, tag| {
+            let rd = crate::migration::export_report_data(tenant, head, tag, bound_to);
             Ok(attestation.evidence(tenant, kind.purpose(), &rd)?.bytes)
         })?;
         drop(data_key);
