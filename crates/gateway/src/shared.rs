@@ -84,6 +84,25 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
     ) -> Result<enclave::migration::MigrationPackage> {
         self.lock().export_secrets(wrap_spki, certificate, oaep, untrusted_state)
     }
+    fn export_state(
+        &mut self,
+        destination: &enclave::migration::DestinationKey,
+        hsm_spki: Option<&[u8]>,
+        oaep: enclave::migration::OaepHash,
+        untrusted_state: &[u8],
+    ) -> Result<enclave::migration::MigrationPackage> {
+        self.lock().export_state(destination, hsm_spki, oaep, untrusted_state)
+    }
+    fn migration_destination_key(&mut self, bits: usize) -> Result<enclave::migration::DestinationKey> {
+        self.lock().migration_destination_key(bits)
+    }
+    fn import_state(
+        &mut self,
+        package: &enclave::migration::MigrationPackage,
+        hsm_share: Option<&[u8]>,
+    ) -> Result<enclave::migration::MigrationRestore> {
+        self.lock().import_state(package, hsm_share)
+    }
     fn secret_kind(&mut self, secret: SecretHandle) -> Result<SecretKind> {
         self.lock().secret_kind(secret)
     }
@@ -218,5 +237,50 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
         params: &enclave::EspSaParams,
     ) -> Result<EspSaHandle> {
         self.lock().esp_sa_install_wrapped(wrapped, params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use enclave::attest::{CodeIdentity, SoftwareAttestation};
+    use enclave::migration::OaepHash;
+    use enclave::{EnclaveConfig, InlineEnclave, Limits, ProvisioningKey};
+
+    /// Two inline enclaves of one measurement on one platform that trusts itself for moves.
+    fn pair() -> (InlineEnclave, InlineEnclave) {
+        let key = SoftwareAttestation::generate_platform_key().unwrap();
+        let public = SoftwareAttestation::new(&key, CodeIdentity::Bytes(vec![]), b"")
+            .unwrap()
+            .platform_public_key()
+            .to_vec();
+        let start = || {
+            let config = EnclaveConfig {
+                tenant: TenantId(4),
+                provisioning_key: ProvisioningKey::from_bytes([3; 32]),
+                trusted_min_seal_counter: 0,
+                trusted_platforms: vec![public.clone()],
+                backup_roots: Vec::new(),
+                limits: Limits::default(),
+            };
+            let measured = config.measured_bytes(enclave::Backend::Inline);
+            let att =
+                SoftwareAttestation::new(&key, CodeIdentity::Bytes(b"shared".to_vec()), &measured).unwrap();
+            InlineEnclave::start(config, Box::new(att)).unwrap()
+        };
+        (start(), start())
+    }
+
+    /// The migration calls reach the enclave (a wrapper that did not forward them would
+    /// answer `Unsupported` through the trait's defaults).
+    #[test]
+    fn moves_go_through_a_shared_enclave() {
+        let (src, dst) = pair();
+        let (mut src, mut dst): (Box<dyn Enclave>, Box<dyn Enclave>) =
+            (Box::new(SharedEnclave::new(src)), Box::new(SharedEnclave::new(dst)));
+        let key = dst.migration_destination_key(2048).unwrap();
+        let package = src.export_state(&key, None, OaepHash::Sha256, b"carried").unwrap();
+        let restored = dst.import_state(&package, None).unwrap();
+        assert_eq!(restored.untrusted_state, b"carried");
     }
 }
