@@ -137,8 +137,9 @@ impl Platform {
     }
 
     /// Makes this host's enclaves trust `peers` (platform public keys) and this platform
-    /// itself for moves and backups ([`EnclaveConfig::trusted_platforms`], measured). A
-    /// host without peers trusts none: its enclaves neither move nor restore.
+    /// itself for moves and backups ([`EnclaveConfig::trusted_platforms`], measured): the
+    /// service calls it for a `[migrate]` section, so a host of its own restores its own
+    /// backups. A service without `[migrate]` never calls it: its enclaves trust none.
     pub fn trust(&mut self, peers: impl IntoIterator<Item = Vec<u8>>) {
         self.trusted = trusted_set(peers, &self.public_key);
     }
@@ -189,12 +190,9 @@ impl Platform {
     }
 }
 
-/// `peers` and `own`, sorted, without repeats; empty without peers.
+/// `peers` and `own`, sorted, without repeats.
 pub fn trusted_set(peers: impl IntoIterator<Item = Vec<u8>>, own: &[u8]) -> Vec<Vec<u8>> {
     let mut set: Vec<Vec<u8>> = peers.into_iter().collect();
-    if set.is_empty() {
-        return set;
-    }
     set.push(own.to_vec());
     set.sort_unstable();
     set.dedup();
@@ -261,6 +259,16 @@ mod tests {
         );
         assert!(!format!("{a:?}").contains(&hex(a.attestation_key())));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_trusted_set_is_the_peers_and_this_host_in_one_order() {
+        let (a, b, own) = (vec![4u8; 65], vec![5u8; 65], vec![6u8; 65]);
+        assert_eq!(trusted_set([], &own), vec![own.clone()], "a host of its own restores its backups");
+        let set = trusted_set([b.clone(), a.clone(), own.clone()], &own);
+        assert_eq!(set, [a.clone(), b.clone(), own.clone()]);
+        // Every host of a cluster lists the others: each gets the same set, so one measurement.
+        assert_eq!(trusted_set([own.clone(), a.clone()], &b), set);
     }
 
     #[test]

@@ -448,7 +448,8 @@ pub(crate) struct MeasureArgs {
     config: Option<PathBuf>,
     /// A platform the service's enclaves trust for moves (130 hex digits, as `cloister
     /// platform-key` prints it), repeated for each: every host of the cluster, itself
-    /// included. None for a service without `[migrate.peers]`.
+    /// included (a host with `[migrate]` and no peers: itself). None for a service without
+    /// `[migrate]`.
     #[arg(long)]
     trusted_platform: Vec<String>,
     /// The HSM backup root the service's enclaves back up to (`[migrate.hsm] backup_root`, as
