@@ -21,51 +21,25 @@ use cloister_enclave::*;
 
 mod support;
 
-use support::{inner, lay_out};
+use support::{backup_root, backup_root_public, inner, lay_out, platform};
 
 const PROV_KEY: [u8; 32] = [0x42; 32];
 const SUITE: Suite = Suite::aead(Cipher::AesGcm16_256);
 const CODE: &[u8] = b"cloister migration test enclave";
 const PSK: &[u8] = b"TOPSECRET migrating tenant PSK 0123456789";
 
-/// The test platform: its key (PKCS#8) and public key.
-fn platform() -> &'static (Vec<u8>, Vec<u8>) {
-    static PLATFORM: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
-    PLATFORM.get_or_init(|| {
-        let key = SoftwareAttestation::generate_platform_key().unwrap().to_vec();
-        let public = SoftwareAttestation::new(&key, CodeIdentity::Bytes(vec![]), b"")
-            .unwrap()
-            .platform_public_key()
-            .to_vec();
-        (key, public)
-    })
-}
-
-/// The test HSM's backup root (a software key here; crates/migrate's tests use SoftHSM2's).
-fn backup_root() -> &'static ring::signature::EcdsaKeyPair {
-    use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
-    static ROOT: std::sync::OnceLock<EcdsaKeyPair> = std::sync::OnceLock::new();
-    ROOT.get_or_init(|| {
-        let rng = ring::rand::SystemRandom::new();
-        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, doc.as_ref(), &rng).unwrap()
-    })
-}
-
 /// The backup root's certificate of `spki` as a backup key for enclaves of `m`.
 fn certify(m: &Measurement, spki: &[u8]) -> Vec<u8> {
-    let message = cloister_enclave::migration::backup_key_message(m, spki);
-    backup_root().sign(&ring::rand::SystemRandom::new(), &message).unwrap().as_ref().to_vec()
+    support::certify(backup_root(), m, spki)
 }
 
 fn config(tenant: u32) -> EnclaveConfig {
-    use ring::signature::KeyPair;
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform().1.clone()],
-        backup_roots: vec![backup_root().public_key().as_ref().to_vec()],
+        backup_roots: vec![backup_root_public()],
         limits: Limits::default(),
     }
 }

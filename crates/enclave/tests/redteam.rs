@@ -22,50 +22,23 @@ use cloister_enclave::*;
 
 mod support;
 
-use support::{ike_and_child, inner, lay_out, nonce};
+use support::{
+    backup_root, backup_root_public, certify, ike_and_child, inner, lay_out, nonce, platform_public, root_key,
+};
+// The cluster's platform: every target runs on it, and every target's measured
+// configuration trusts it (and nothing else) for moves.
+use support::platform as cluster;
 
 const PROV_KEY: [u8; 32] = [0x5a; 32];
 const SUITE: Suite = Suite { cipher: Cipher::AesGcm16_256, integ: None };
 
-/// The cluster's platform: every target runs on it, and every target's measured
-/// configuration trusts it (and nothing else) for moves. Its key (PKCS#8) and public key.
-fn cluster() -> &'static (Vec<u8>, Vec<u8>) {
-    static PLATFORM: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
-    PLATFORM.get_or_init(|| {
-        let key = SoftwareAttestation::generate_platform_key().unwrap().to_vec();
-        let public = platform_public(&key);
-        (key, public)
-    })
-}
-
-/// A backup root key pair (the HSM's in production; software here).
-fn root_key() -> ring::signature::EcdsaKeyPair {
-    use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
-    let rng = ring::rand::SystemRandom::new();
-    let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-    EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, doc.as_ref(), &rng).unwrap()
-}
-
-/// The cluster's backup root, which every target's measured configuration trusts.
-fn backup_root() -> &'static ring::signature::EcdsaKeyPair {
-    static ROOT: std::sync::OnceLock<ring::signature::EcdsaKeyPair> = std::sync::OnceLock::new();
-    ROOT.get_or_init(root_key)
-}
-
-/// `root`'s certificate of `spki` as a backup key for enclaves of `m`.
-fn certify(root: &ring::signature::EcdsaKeyPair, m: &attest::Measurement, spki: &[u8]) -> Vec<u8> {
-    let message = migration::backup_key_message(m, spki);
-    root.sign(&ring::rand::SystemRandom::new(), &message).unwrap().as_ref().to_vec()
-}
-
 fn config(tenant: u32, inbound: InboundMode) -> EnclaveConfig {
-    use ring::signature::KeyPair;
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![cluster().1.clone()],
-        backup_roots: vec![backup_root().public_key().as_ref().to_vec()],
+        backup_roots: vec![backup_root_public()],
         limits: Limits { inbound, ..Limits::default() },
     }
 }
@@ -75,10 +48,6 @@ struct Target {
     e: Box<dyn Enclave>,
     platform_public: Vec<u8>,
     name: &'static str,
-}
-
-fn platform_public(pk: &[u8]) -> Vec<u8> {
-    SoftwareAttestation::new(pk, CodeIdentity::Bytes(vec![]), b"").unwrap().platform_public_key().to_vec()
 }
 
 fn process(tenant: u32, inbound: InboundMode) -> Target {

@@ -9,7 +9,7 @@
 use crate::api::handle::TenantId;
 use crate::attest::{verify_software_evidence, EvidencePurpose, Measurement};
 use crate::error::{refusal, Error, Result};
-use crate::{MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS};
+use crate::MAX_TRUSTED_PLATFORMS;
 use ring::signature::{UnparsedPublicKey, ECDSA_P256_SHA256_FIXED};
 
 /// A measured set of P-256 public keys (uncompressed points).
@@ -28,7 +28,7 @@ impl KeySet {
         }
         for k in keys {
             // An uncompressed P-256 point; ring checks it is on the curve at each use.
-            if k.len() != 65 || k.first() != Some(&4) || k.len() > MAX_PLATFORM_PUBLIC_KEY {
+            if k.len() != 65 || k.first() != Some(&4) {
                 return Err(Error::BadLength {
                     what,
                     len: k.len(),
@@ -37,6 +37,10 @@ impl KeySet {
             }
         }
         Ok(Self(keys.to_vec()))
+    }
+
+    fn keys(&self) -> &[Vec<u8>] {
+        &self.0
     }
 
     fn bytes(&self) -> usize {
@@ -61,12 +65,12 @@ impl BackupRoots {
     /// `measurement`: `certificate` is its ECDSA P-256 signature (r ‖ s) over
     /// [`crate::migration::backup_key_message`].
     pub(crate) fn verify(&self, certificate: &[u8], measurement: &Measurement, spki: &[u8]) -> Result<()> {
-        if self.0 .0.is_empty() {
+        if self.0.keys().is_empty() {
             return Err(Error::ProtocolRefused { why: refusal::NO_BACKUP_ROOT });
         }
         let message = crate::migration::backup_key_message(measurement, spki);
         self.0
-             .0
+            .keys()
             .iter()
             .find(|k| {
                 UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, k).verify(&message, certificate).is_ok()
@@ -99,12 +103,12 @@ impl TrustedPlatforms {
         tenant: TenantId,
         measurement: &Measurement,
     ) -> Result<()> {
-        if self.0 .0.is_empty() {
+        if self.0.keys().is_empty() {
             return Err(Error::ProtocolRefused { why: refusal::NO_TRUSTED_PLATFORM });
         }
         let verified = self
             .0
-             .0
+            .keys()
             .iter()
             .find_map(|k| verify_software_evidence(evidence, k, purpose, report_data).ok())
             .ok_or(Error::ProtocolRefused { why: refusal::PEER_NOT_ATTESTED })?;

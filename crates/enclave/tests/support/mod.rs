@@ -131,3 +131,49 @@ pub fn sa_init_message(spi_i: u64, spi_r: u64, initiator: bool, ke: &[u8], nonce
     m[24..28].copy_from_slice(&len.to_be_bytes());
     m
 }
+
+/// The test cluster's platform, made once per test binary: its key (PKCS#8) and public key.
+/// Enclaves started on it with it in their `trusted_platforms` move state between them.
+pub fn platform() -> &'static (Vec<u8>, Vec<u8>) {
+    static PLATFORM: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+    PLATFORM.get_or_init(|| {
+        let key = cloister_enclave::attest::SoftwareAttestation::generate_platform_key().unwrap().to_vec();
+        let public = platform_public(&key);
+        (key, public)
+    })
+}
+
+/// The public key of a platform key (PKCS#8).
+pub fn platform_public(key: &[u8]) -> Vec<u8> {
+    use cloister_enclave::attest::{CodeIdentity, SoftwareAttestation};
+    SoftwareAttestation::new(key, CodeIdentity::Bytes(vec![]), b"").unwrap().platform_public_key().to_vec()
+}
+
+/// A fresh backup root key pair (the HSM's in production; software here).
+pub fn root_key() -> ring::signature::EcdsaKeyPair {
+    use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    let rng = ring::rand::SystemRandom::new();
+    let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+    EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, doc.as_ref(), &rng).unwrap()
+}
+
+/// The test cluster's backup root, made once per test binary.
+pub fn backup_root() -> &'static ring::signature::EcdsaKeyPair {
+    static ROOT: std::sync::OnceLock<ring::signature::EcdsaKeyPair> = std::sync::OnceLock::new();
+    ROOT.get_or_init(root_key)
+}
+
+/// The backup root's public key, for `EnclaveConfig::backup_roots`.
+pub fn backup_root_public() -> Vec<u8> {
+    ring::signature::KeyPair::public_key(backup_root()).as_ref().to_vec()
+}
+
+/// `root`'s certificate of `spki` as a backup key for enclaves of `m`.
+pub fn certify(
+    root: &ring::signature::EcdsaKeyPair,
+    m: &cloister_enclave::attest::Measurement,
+    spki: &[u8],
+) -> Vec<u8> {
+    let message = cloister_enclave::migration::backup_key_message(m, spki);
+    root.sign(&ring::rand::SystemRandom::new(), &message).unwrap().as_ref().to_vec()
+}
