@@ -161,6 +161,9 @@ struct Bed {
     sites: Vec<Site>,
     svc: Netns,
     conf: std::path::PathBuf,
+    /// Tenant B's provisioning signer (its key file on the site, its public key), where the
+    /// service's file names it (`provisioning_signers`): B's enclave takes only what it signed.
+    b_signer: Option<(std::path::PathBuf, String)>,
 }
 
 /// Where the service's tenants come from.
@@ -187,6 +190,7 @@ impl Bed {
         }
         let svc = Netns::new("svc").unwrap();
         let sites: Vec<Site> = [&A, &B].iter().map(|t| Site::start(t, &svc)).collect();
+        let mut b_signer = None;
         let mut text =
             "[service]\nstate = \"state.redb\"\napi = \"127.0.0.1:9440\"\napi_token = \"api.token\"\n"
                 .to_owned();
@@ -194,12 +198,25 @@ impl Bed {
             let token = sites[0].ns.dir().join("cas/gw1.token");
             text.push_str(&format!("cas = \"{CAS}\"\ncas_token = \"{}\"\n", token.display()));
         } else {
-            for (t, s) in [&A, &B].iter().zip(&sites) {
-                text.push_str(&tenant_conf(t, &s.cloud));
-            }
+            let key = sites[1].ns.dir().join("signer.key");
+            let out = sites[1]
+                .ns
+                .exec(
+                    &[CLOISTER, "tenant", "signer-key", "--out", key.to_str().unwrap()],
+                    Duration::from_secs(30),
+                )
+                .unwrap();
+            assert!(out.success, "tenant signer-key: {}", out.stderr);
+            let public = out.stdout.trim().to_owned();
+            text.push_str(&tenant_conf(&A, &sites[0].cloud));
+            text.push_str(&tenant_conf(&B, &sites[1].cloud).replace(
+                "initiate = [\"site\"]\n",
+                &format!("initiate = [\"site\"]\nprovisioning_signers = [\"{public}\"]\n"),
+            ));
+            b_signer = Some((key, public));
         }
         let conf = svc.write_file("service.toml", &text).unwrap();
-        let mut bed = Self { svc_process: None, cas_process: None, sites, svc, conf };
+        let mut bed = Self { svc_process: None, cas_process: None, sites, svc, conf, b_signer };
         if source == Source::Cas {
             let platform =
                 bed.cli_ok(&["platform-key", "--config", bed.conf.to_str().unwrap()]).trim().to_owned();
@@ -299,20 +316,34 @@ impl Bed {
     }
 
     fn measurement(&self, id: u32) -> String {
-        let out = self
-            .svc
-            .exec(&[CLOISTER, "measure", "--tenant-id", &id.to_string()], Duration::from_secs(30))
-            .unwrap();
+        let id = id.to_string();
+        let mut argv = vec![CLOISTER, "measure", "--tenant-id", &id];
+        if let (Some((_, public)), true) = (&self.b_signer, id == B.id.to_string()) {
+            argv.extend_from_slice(&["--tenant-signer", public]);
+        }
+        let out = self.svc.exec(&argv, Duration::from_secs(30)).unwrap();
         assert!(out.success, "{}", out.stderr);
         out.stdout.trim().to_owned()
     }
 
     /// The tenant's side: its PSK file (on the tenant's machine: the site's directory),
-    /// then `cloister tenant provision`.
+    /// then `cloister tenant provision`, signed where the tenant has a signer.
     fn provision(&self, t: &Tenant, site: &Site, measurement: &str, platform: &str) -> testnet::Output {
+        let signer = self.b_signer.as_ref().filter(|_| t.id == B.id).map(|(key, _)| key.as_path());
+        self.provision_with(t, site, measurement, platform, signer)
+    }
+
+    fn provision_with(
+        &self,
+        t: &Tenant,
+        site: &Site,
+        measurement: &str,
+        platform: &str,
+        signer: Option<&Path>,
+    ) -> testnet::Output {
         let psk_file = site.ns.write_file("gw.psk", &format!("{}\n", t.psk)).unwrap();
         let id = t.id.to_string();
-        self.cli(&[
+        let mut argv = vec![
             "tenant",
             "provision",
             "--tenant",
@@ -327,7 +358,11 @@ impl Bed {
             platform,
             "--psk-file",
             psk_file.to_str().unwrap(),
-        ])
+        ];
+        if let Some(key) = signer {
+            argv.extend_from_slice(&["--signer-key", key.to_str().unwrap()]);
+        }
+        self.cli(&argv)
     }
 
     /// Every file of the service's directory (store, keys, token, config, log) is free of
@@ -381,6 +416,15 @@ fn two_tenants_with_overlapping_addresses_are_isolated_and_provisioned_by_attest
     let other_platform = format!("04{}", "11".repeat(64));
     let forged = bed.provision(&A, &bed.sites[0], &ma, &other_platform);
     assert!(!forged.success, "{}", forged.stdout);
+    // B signs its secrets (`provisioning_signers`): an envelope without its signature, as
+    // anyone who sees the offer could make, is refused by B's enclave.
+    let unsigned = bed.provision_with(&B, &bed.sites[1], &mb, &platform, None);
+    assert!(
+        !unsigned.success && unsigned.stderr.contains("the tenant signs its secrets"),
+        "{}{}",
+        unsigned.stdout,
+        unsigned.stderr
+    );
     assert!(bed.cli_ok(&["tenants"]).contains("psk:missing"));
 
     // The API refuses a request without the token, or with a wrong one.

@@ -28,6 +28,8 @@
 //! measurement = "…"               # `cloister measure --tenant-id 1` on a binary you trust
 //! id = 1                          # … and the rest of a service tenant table
 //! secrets.psk = { psk_file = "acme.psk" }   # or private_key_file + key_kind
+//! signer_key = "acme.signer"      # optional: signs the envelopes (`cloister tenant signer-key`);
+//! provisioning_signers = ["04…"]  # … its public key, so the enclave takes only those
 //! ```
 //!
 //! The configuration it releases is not secret (the gateway runs it in the clear), but it
@@ -41,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use enclave::attest::{parse_measurement_hex, Measurement};
-use enclave::provision::{seal_to_offer, verify_offer, ProvisioningOffer};
+use enclave::provision::{seal_to_offer, verify_offer, ProvisioningOffer, TenantSigner};
 use enclave::{SecretKind, TenantId};
 use gateway::config::{redacted, resolve};
 use gateway::Backend;
@@ -82,7 +84,12 @@ pub struct CasTenant {
     pub measurement: Measurement,
     /// The tenant table released to gateways (secrets reduced to their names).
     pub config: String,
+    /// The tenant's provisioning signers (its table's `provisioning_signers`): the gateway
+    /// starts the enclave with them, before the release, so they are listed.
+    pub signers: Vec<Vec<u8>>,
     secrets: BTreeMap<String, SecretSource>,
+    /// The PKCS#8 file of the key that signs this tenant's envelopes (read at each release).
+    signer_key: Option<PathBuf>,
 }
 
 impl CasTenant {
@@ -295,9 +302,46 @@ fn parse_tenant(text: &str, name: &str, mut t: toml::Table, dir: &Path) -> Resul
             format!("at most {MAX_SECRETS} secrets"),
         ));
     }
+    let signer_key = match t.remove("signer_key") {
+        None => None,
+        Some(toml::Value::String(f)) => Some(resolve(dir, &f)),
+        Some(_) => return Err(config_error(text, &["tenants", name, "signer_key"], "a file name")),
+    };
     let checked = TenantConfig::from_table(name, t, dir, Backend::Process)
         .map_err(|e| e.located(text, &["tenants", name]))?;
-    Ok(CasTenant { name: name.to_owned(), id: checked.id, measurement, config: checked.text, secrets })
+    // The enclave takes only envelopes its measured signers signed: a key that is not one of
+    // them, or signers with no key to sign, would release nothing it could open.
+    let field = ["tenants", name, "signer_key"];
+    match &signer_key {
+        Some(f) => {
+            let signer = load_signer(f).map_err(|why| config_error(text, &field, why))?;
+            if !checked.signers.iter().any(|k| k.as_slice() == signer.public_key()) {
+                let why =
+                    "its public key is not in provisioning_signers: the enclave would refuse what it signs";
+                return Err(config_error(text, &field, why));
+            }
+        }
+        None if !checked.signers.is_empty() => {
+            let why = "required with provisioning_signers: the enclave takes only signed secrets";
+            return Err(config_error(text, &field, why));
+        }
+        None => {}
+    }
+    Ok(CasTenant {
+        name: name.to_owned(),
+        id: checked.id,
+        measurement,
+        config: checked.text,
+        signers: checked.signers,
+        secrets,
+        signer_key,
+    })
+}
+
+/// The tenant signer in a PKCS#8 file.
+fn load_signer(file: &Path) -> core::result::Result<TenantSigner, String> {
+    let pkcs8 = Zeroizing::new(std::fs::read(file).map_err(|e| format!("{}: {}", file.display(), e.kind()))?);
+    TenantSigner::from_pkcs8(&pkcs8).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// What a gateway asks for a tenant's release: one offer to attest the enclave, and one
@@ -393,7 +437,7 @@ fn handle(state: &CasState, mut req: Request) {
             gw.tenants
                 .iter()
                 .filter_map(|n| config.tenants.get(n))
-                .map(|t| json!({"name": t.name, "id": t.id, "secrets": t.secrets.keys().collect::<Vec<_>>(), "digest": t.digest()}))
+                .map(|t| json!({"name": t.name, "id": t.id, "secrets": t.secrets.keys().collect::<Vec<_>>(), "signers": t.signers.iter().map(|k| hex(k)).collect::<Vec<_>>(), "digest": t.digest()}))
                 .collect(),
         )),
         (Method::Post, ["v1", "cas", "tenants", name, "release"]) => {
@@ -448,6 +492,7 @@ fn release(t: &CasTenant, gw: &CasGateway, body: &[u8]) -> Result<Json> {
     verify_offer(&evidence, &gw.platform_key, &t.measurement, tenant)
         .map_err(|e| Error::Provisioning(format!("evidence: {e}")))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let signer = t.signer_key.as_deref().map(load_signer).transpose().map_err(Error::Provisioning)?;
     let mut envelopes = serde_json::Map::new();
     for (name, src) in &t.secrets {
         let o =
@@ -462,8 +507,17 @@ fn release(t: &CasTenant, gw: &CasGateway, body: &[u8]) -> Result<Json> {
                 secret.pop();
             }
         }
-        let envelope = seal_to_offer(&o, &gw.platform_key, &t.measurement, tenant, src.kind, &secret, now)
-            .map_err(|e| Error::Provisioning(format!("secret {name}: {e}")))?;
+        let envelope = seal_to_offer(
+            &o,
+            &gw.platform_key,
+            &t.measurement,
+            tenant,
+            src.kind,
+            &secret,
+            now,
+            signer.as_ref(),
+        )
+        .map_err(|e| Error::Provisioning(format!("secret {name}: {e}")))?;
         envelopes.insert(name.clone(), Json::String(hex(&envelope)));
     }
     Ok(json!({"name": t.name, "id": t.id, "config": t.config, "digest": t.digest(), "envelopes": envelopes}))
@@ -559,6 +613,40 @@ mod tests {
                     assert!(text.lines().nth(l - 1).unwrap().contains(on_line), "{field}: line {l}");
                 }
                 other => panic!("{field}: {other:?}"),
+            }
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_signing_tenant_needs_its_signer_key_among_its_signers() {
+        let d = dir();
+        std::fs::write(d.join("a.psk"), "x\n").unwrap();
+        let platform = format!("04{}", "11".repeat(64));
+        let m = "ab".repeat(48);
+        let pkcs8 = TenantSigner::generate().unwrap();
+        std::fs::write(d.join("acme.signer"), &pkcs8).unwrap();
+        let public = hex(TenantSigner::from_pkcs8(&pkcs8).unwrap().public_key());
+        let other = format!("04{}", "22".repeat(64));
+        let with = |signers: &str, key: bool| {
+            let mut head = format!("measurement = \"{m}\"\nprovisioning_signers = [{signers}]\n");
+            if key {
+                head.push_str("signer_key = \"acme.signer\"\n");
+            }
+            file(&m, &platform).replace(&format!("measurement = \"{m}\"\n"), &head)
+        };
+        let c = CasConfig::parse(&with(&format!("\"{public}\""), true), &d).unwrap();
+        let t = &c.tenants["acme"];
+        assert_eq!(t.signers.iter().map(|k| hex(k)).collect::<Vec<_>>(), [public.as_str()]);
+        assert!(t.config.contains(&public) && !t.config.contains("acme.signer"), "{}", t.config);
+        for (text, why) in [
+            (with(&format!("\"{other}\""), true), "not in provisioning_signers"),
+            (with(&format!("\"{public}\""), false), "required with provisioning_signers"),
+            (with("\"04ab\"", true), "130 hex digits"),
+        ] {
+            match CasConfig::parse(&text, &d) {
+                Err(Error::Config { why: w, .. }) => assert!(w.contains(why), "{w}"),
+                other => panic!("{why}: {other:?}"),
             }
         }
         std::fs::remove_dir_all(&d).unwrap();

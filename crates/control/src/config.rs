@@ -19,6 +19,7 @@
 //! [tenants.acme]
 //! id = 1
 //! initiate = ["site"]             # connections this side starts (and restarts)
+//! provisioning_signers = ["04…"]  # optional: the tenant signs its secrets (measured)
 //! engine = { retransmit_timeout = "1s" }
 //! dataplane = { tun = "clt-acme", tun_netns = "acme-cloud", listen = ["198.18.1.2:4500"] }
 //! connections.site = { ... }      # as in swanctl.conf
@@ -86,6 +87,9 @@ pub struct TenantConfig {
     pub id: u32,
     /// Connections this side initiates at start and after a recovery.
     pub initiate: Vec<String>,
+    /// The tenant's provisioning signers (uncompressed P-256 keys,
+    /// `enclave::EnclaveConfig::tenant_signers`): its enclave takes only secrets they signed.
+    pub signers: Vec<Vec<u8>>,
     /// Its gateway: data plane, connections, secret names.
     pub gateway: GatewayConfig,
     /// The tenant's table as TOML text (what the store keeps).
@@ -265,6 +269,27 @@ impl TenantConfig {
                 Vec::<String>::deserialize(v).map_err(|_| bad("initiate", "a list of connection names"))?
             }
         };
+        let signers = match t.remove("provisioning_signers") {
+            None => Vec::new(),
+            Some(v) => {
+                let why = "a list of uncompressed P-256 public keys, 130 hex digits each (`cloister tenant signer-key`)";
+                let keys = Vec::<String>::deserialize(v).map_err(|_| bad("provisioning_signers", why))?;
+                let mut set = Vec::with_capacity(keys.len());
+                for k in &keys {
+                    set.push(
+                        crate::platform::unhex(k)
+                            .filter(|k| k.len() == 65 && k[0] == 4)
+                            .ok_or_else(|| bad("provisioning_signers", why))?,
+                    );
+                }
+                if set.len() > enclave::MAX_TRUSTED_PLATFORMS {
+                    return Err(bad("provisioning_signers", "at most 64 keys"));
+                }
+                set.sort_unstable();
+                set.dedup();
+                set
+            }
+        };
         let engine = match t.remove("engine") {
             None => ike::EndpointConfig::default(),
             Some(v) => gateway::config::engine_from_toml(v, "engine").map_err(|e| gateway_error(name, e))?,
@@ -289,7 +314,7 @@ impl TenantConfig {
                 return Err(bad("initiate", &format!("no connection {} is configured", shown_name(c))));
             }
         }
-        Ok(Self { name: name.to_owned(), id, initiate, gateway, text })
+        Ok(Self { name: name.to_owned(), id, initiate, signers, gateway, text })
     }
 
     /// Parses a tenant given on its own (the API's `POST /v1/tenants`): `name = "..."` and

@@ -170,8 +170,14 @@ impl Platform {
         &self.public_key
     }
 
-    /// The enclave configuration of `tenant`, with its own root.
-    pub fn enclave_config(&self, tenant: u32, trusted_min_seal_counter: u64) -> EnclaveConfig {
+    /// The enclave configuration of `tenant`, with its own root, taking only secrets
+    /// `signers` signed where there are any.
+    pub fn enclave_config(
+        &self,
+        tenant: u32,
+        signers: &[Vec<u8>],
+        trusted_min_seal_counter: u64,
+    ) -> EnclaveConfig {
         let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.root.as_ref());
         let mut ctx = ring::hmac::Context::with_key(&key);
         ctx.update(ROOT_LABEL);
@@ -185,6 +191,7 @@ impl Platform {
             trusted_min_seal_counter,
             trusted_platforms: self.trusted.clone(),
             backup_roots: self.backup_roots.clone(),
+            tenant_signers: signers.to_vec(),
             limits: Limits::default(),
         }
     }
@@ -213,19 +220,22 @@ fn parse_root(text: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
 
 /// The measurement a tenant should expect of its enclave: this binary's code and the
 /// public enclave configuration of `tenant` run by `backend` on a host that trusts
-/// `trusted` for moves and `backup_roots` for backups (what `cloister measure` prints).
+/// `trusted` for moves and `backup_roots` for backups, taking only secrets `signers`
+/// signed where there are any (what `cloister measure` prints).
 pub fn expected_measurement(
     tenant: u32,
     code: &[u8],
     backend: enclave::Backend,
     trusted: &[Vec<u8>],
     backup_roots: &[Vec<u8>],
+    signers: &[Vec<u8>],
 ) -> enclave::attest::Measurement {
     let cfg = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes([0; 32]),
         trusted_min_seal_counter: 0,
         trusted_platforms: trusted.to_vec(),
+        tenant_signers: signers.to_vec(),
         backup_roots: backup_roots.to_vec(),
         limits: Limits::default(),
     };
@@ -248,8 +258,8 @@ mod tests {
             assert_eq!(std::fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
         }
         assert_eq!(
-            a.enclave_config(1, 0).measured_bytes(enclave::Backend::Process),
-            b.enclave_config(1, 0).measured_bytes(enclave::Backend::Process)
+            a.enclave_config(1, &[], 0).measured_bytes(enclave::Backend::Process),
+            b.enclave_config(1, &[], 0).measured_bytes(enclave::Backend::Process)
         );
         // Roots are not observable (ProvisioningKey has no accessor); sealing across
         // tenants is refused in the enclave's own tests. Here: a loose file is refused.

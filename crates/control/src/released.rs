@@ -32,6 +32,9 @@ pub(crate) struct Listed {
     pub(crate) name: String,
     pub(crate) id: u32,
     pub(crate) secrets: Vec<String>,
+    /// The tenant's provisioning signers (hex), measured into its enclave.
+    #[serde(default)]
+    pub(crate) signers: Vec<String>,
     pub(crate) digest: String,
 }
 
@@ -81,7 +84,16 @@ impl CasSource {
     ) -> core::result::Result<TenantConfig, NotReleased> {
         use NotReleased::{Refused, Unavailable};
         let (_, trusted_min) = sealed_secrets(store, t.id).map_err(Unavailable)?;
-        let mut enclave = launcher.start(t.id, trusted_min).map_err(Unavailable)?;
+        let signers = t
+            .signers
+            .iter()
+            .map(|k| {
+                unhex(k).ok_or_else(|| {
+                    Refused(Error::Provisioning("the CAS listed a signer that is not hex".into()))
+                })
+            })
+            .collect::<core::result::Result<Vec<_>, _>>()?;
+        let mut enclave = launcher.start(t.id, &signers, trusted_min).map_err(Unavailable)?;
         let offer = |e: &mut L::E| {
             e.provisioning_offer()
                 .map(|o| hex(&o.to_bytes()))

@@ -135,8 +135,9 @@ impl core::fmt::Debug for TenantHandle {
 pub trait Launcher: Send + Sync + 'static {
     /// The enclave type.
     type E: Enclave + 'static;
-    /// Starts `tenant`'s enclave, its seal counter starting at `trusted_min`.
-    fn start(&self, tenant: u32, trusted_min: u64) -> Result<Self::E>;
+    /// Starts `tenant`'s enclave, its seal counter starting at `trusted_min`, taking only
+    /// secrets `signers` signed where there are any.
+    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<Self::E>;
     /// `Ok` while the enclave can serve; why not otherwise.
     fn health(enclave: &mut Self::E) -> core::result::Result<(), String>;
     /// The enclave's process, if it has one.
@@ -159,11 +160,11 @@ impl ProcessLauncher {
 
 impl Launcher for ProcessLauncher {
     type E = ProcessEnclave;
-    fn start(&self, tenant: u32, trusted_min: u64) -> Result<ProcessEnclave> {
+    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<ProcessEnclave> {
         let spec = ProcessSpec::new(&self.program, ["enclave-process"]);
         ProcessEnclave::start(
             spec,
-            self.platform.enclave_config(tenant, trusted_min),
+            self.platform.enclave_config(tenant, signers, trusted_min),
             self.platform.attestation_key(),
         )
         .map_err(|e| Error::Tenant {
@@ -194,8 +195,8 @@ impl InlineLauncher {
 
 impl Launcher for InlineLauncher {
     type E = InlineEnclave;
-    fn start(&self, tenant: u32, trusted_min: u64) -> Result<InlineEnclave> {
-        let cfg = self.platform.enclave_config(tenant, trusted_min);
+    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<InlineEnclave> {
+        let cfg = self.platform.enclave_config(tenant, signers, trusted_min);
         let err = |e: enclave::Error| Error::Tenant { tenant: tenant.to_string(), why: e.to_string() };
         let att = enclave::attest::SoftwareAttestation::new(
             self.platform.attestation_key(),
@@ -352,7 +353,7 @@ impl<L: Launcher> Runner<L> {
     /// Starts the enclave and the gateway; secrets come back from their sealed blobs.
     fn start(&self) -> Result<Gateway<L::E>> {
         let (secrets, trusted_min) = sealed_secrets(self.store.as_ref(), self.config.id)?;
-        let mut enclave = self.launcher.start(self.config.id, trusted_min)?;
+        let mut enclave = self.launcher.start(self.config.id, &self.config.signers, trusted_min)?;
         let mut given = BTreeMap::new();
         for (name, blob) in &secrets {
             match enclave.unseal_secret(blob) {
@@ -415,7 +416,7 @@ impl<L: Launcher> Runner<L> {
     /// tenant with what it brings.
     fn arrive(mut self, rx: &Receiver<Command>, key_tx: &Sender<Result<DestinationKey>>) {
         self.set(|s| s.state = "arriving");
-        let made = self.launcher.start(self.config.id, 0).and_then(|mut e| {
+        let made = self.launcher.start(self.config.id, &self.config.signers, 0).and_then(|mut e| {
             let key = e
                 .migration_destination_key(DESTINATION_KEY_BITS)
                 .map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() })?;

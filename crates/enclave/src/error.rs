@@ -367,6 +367,15 @@ pub mod refusal {
         "the backup key carries no certificate of a trusted backup root";
     /// An import into an instance that already holds secrets or SAs: state is never merged.
     pub const NOT_FRESH: &str = "imports go only into a fresh instance";
+    /// A wrapped blob, or an unsigned envelope, where the measured configuration names
+    /// tenant signers: every secret must come signed by the tenant.
+    pub const TENANT_SIGNATURE_REQUIRED: &str =
+        "the tenant signs its secrets: wrapped blobs and unsigned envelopes are refused";
+    /// A signed envelope whose signature verifies under no tenant signer of the measured
+    /// configuration.
+    pub const NOT_THE_TENANTS_SIGNATURE: &str = "the envelope's signature verifies under no tenant signer";
+    /// A signed envelope where the measured configuration names no tenant signer.
+    pub const NO_TENANT_SIGNER: &str = "a signed envelope, but no tenant signer is configured";
 }
 
 /// Result alias for this crate.

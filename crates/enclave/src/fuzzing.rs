@@ -3,7 +3,8 @@
 //!
 //! The first byte picks the input: 0 an AUTH input's IKE_SA_INIT message (the transcript
 //! check), 1 a sealed tenant secret, 2 a sealed IKE SA state, 3 a provisioning blob and an
-//! attested-provisioning envelope, 4 wrapped static ESP SA keys, 5 a migration package's
+//! attested-provisioning envelope (also to an instance whose tenant signs), 4 wrapped
+//! static ESP SA keys, 5 a migration package's
 //! header and a decrypted package state (the restore parser, which otherwise runs only on
 //! authenticated bytes). The rest is the input. Nothing may panic; nothing forged may be
 //! accepted (the transcript passes only the exchange's own message; blobs under the
@@ -27,6 +28,8 @@ const PROV_KEY: [u8; 32] = [0x77; 32];
 
 struct Harness {
     e: InlineEnclave,
+    /// An instance whose measured configuration names a tenant signer.
+    signing: InlineEnclave,
     core: TrustedCore,
     ike: IkeSaHandle,
     psk: SecretHandle,
@@ -42,6 +45,7 @@ fn config() -> EnclaveConfig {
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     }
 }
@@ -63,6 +67,10 @@ fn harness() -> Option<Harness> {
     let mut e = InlineEnclave::start(config(), attestation()?).ok()?;
     let mut peer = InlineEnclave::start(config(), attestation()?).ok()?;
     let core = TrustedCore::start(config(), attestation()?).ok()?;
+    let signer =
+        crate::provision::TenantSigner::from_pkcs8(&crate::provision::TenantSigner::generate().ok()?).ok()?;
+    let signing_config = EnclaveConfig { tenant_signers: vec![signer.public_key().to_vec()], ..config() };
+    let signing = InlineEnclave::start(signing_config, attestation()?).ok()?;
     let (mut ni, mut nr) = ([0u8; crate::IKE_NONCE_LEN], [0u8; crate::IKE_NONCE_LEN]);
     e.ike_nonces(&mut ni).ok()?;
     peer.ike_nonces(&mut nr).ok()?;
@@ -88,7 +96,7 @@ fn harness() -> Option<Harness> {
     .ok()?;
     let psk = e.provision_secret(&blob).ok()?;
     let msg1 = crate::trusted::transcript::message(0x1111, 0, true, &ke, &ni);
-    Some(Harness { e, core, ike, psk, msg1, nr: nr.to_vec() })
+    Some(Harness { e, signing, core, ike, psk, msg1, nr: nr.to_vec() })
 }
 
 /// Runs one input (module docs).
@@ -122,6 +130,10 @@ pub fn caller_input(data: &[u8]) {
             }
             if let Ok((s, _)) = h.e.provision_attested(input) {
                 let _ = h.e.delete_secret(s);
+            }
+            assert!(h.signing.provision_secret(input).is_err(), "a wrapped blob where the tenant signs");
+            if let Ok((s, _)) = h.signing.provision_attested(input) {
+                let _ = h.signing.delete_secret(s);
             }
         }
         4 => {

@@ -23,12 +23,14 @@
 //!    ([`crate::Enclave::unseal_secret`]) without the tenant.
 //!
 //! What it protects: the secret in transit. Only an enclave whose evidence verifies holds
-//! the offer's private key; the gateway sees offer, envelope and sealed blob only. What it
-//! does not: the envelope is not signed by the tenant, so the gateway can provision secrets
-//! of its own choosing (as it can with the wrapping key today); the sealed blob is only as
-//! safe as the instance's root key, which the gateway still hands in at start; and
-//! software-rooted evidence is only as safe as the platform key, which root can read (see
-//! docs/threat-model.md).
+//! the offer's private key; the gateway sees offer, envelope and sealed blob only. Where the
+//! tenant signs ([`TenantSigner`], its public keys measured as
+//! [`crate::EnclaveConfig::tenant_signers`]), only envelopes it signed go in (version 2,
+//! below), and no wrapped blob does. What it does not: without a signer, the gateway can
+//! provision secrets of its own choosing (as it can with the wrapping key); the sealed blob
+//! is only as safe as the instance's root key, which the gateway still hands in at start;
+//! and software-rooted evidence is only as safe as the platform key, which root can read
+//! (see docs/threat-model.md).
 //!
 //! Offer, as bytes ([`ProvisioningOffer::to_bytes`]; integers big-endian):
 //!
@@ -63,6 +65,12 @@
 //!                nonce = 12 zero bytes (the key encrypts this one message),
 //!                AAD = bytes 0..68; plaintext = the secret (at most 16 KiB)
 //! ```
+//!
+//! Envelope v2, signed by the tenant: v1 with version 2, then 64 bytes, the tenant signer's
+//! ECDSA P-256 signature (r ‖ s, SHA-256) over [`ENVELOPE_SIGNATURE_LABEL`] ‖ every byte
+//! before it. An enclave that names tenant signers takes only v2 envelopes whose signature
+//! verifies under one of them, checked before the offer is spent; one that names none
+//! takes only v1. The version is under the AEAD, so neither converts into the other.
 //!
 //! Refusals are [`crate::Error::Provisioning`] with a reason from [`why`], or the kind's
 //! own checks (below).
@@ -129,8 +137,14 @@ pub const OFFER_LIFETIME_SECS: u32 = 120;
 pub const MAX_PROVISIONED_SECRET: usize = 16 * 1024;
 /// The envelope's magic.
 pub const ENVELOPE_MAGIC: &[u8; 4] = b"CLPE";
-/// The envelope format's version.
+/// The envelope format's version, unsigned.
 pub const ENVELOPE_VERSION: u8 = 1;
+/// The version of an envelope the tenant signed ([`TenantSigner`]).
+pub const SIGNED_ENVELOPE_VERSION: u8 = 2;
+/// Bytes of a signed envelope's signature: ECDSA P-256, r ‖ s.
+pub const ENVELOPE_SIGNATURE_LEN: usize = 64;
+/// What a tenant's envelope signature covers before the envelope's bytes.
+pub const ENVELOPE_SIGNATURE_LABEL: &[u8] = b"cloister-provision-envelope-v2";
 /// Bytes of the envelope before the ciphertext (all of them authenticated).
 pub const ENVELOPE_HEADER_LEN: usize = 68;
 /// The offer encoding's magic.
@@ -231,10 +245,52 @@ pub fn offer_report_data(tenant: TenantId, public_key: &[u8; 32], challenge: &[u
     rd
 }
 
+/// A tenant's provisioning signer: the ECDSA P-256 key with which the tenant signs its
+/// envelopes, so that an enclave whose measured configuration names the public key
+/// ([`crate::EnclaveConfig::tenant_signers`]) takes secrets from the tenant only. The
+/// tenant's side; the private key never goes near the gateway.
+pub struct TenantSigner {
+    pair: ring::signature::EcdsaKeyPair,
+}
+
+impl TenantSigner {
+    /// A fresh signer's private key, PKCS#8 (store it 0600 where the tenant provisions).
+    pub fn generate() -> Result<Zeroizing<Vec<u8>>> {
+        let rng = ring::rand::SystemRandom::new();
+        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).map_err(|_| Error::Random)?;
+        Ok(Zeroizing::new(pkcs8.as_ref().to_vec()))
+    }
+
+    /// The signer of a PKCS#8 ECDSA P-256 private key ([`Self::generate`]'s).
+    pub fn from_pkcs8(pkcs8: &[u8]) -> Result<Self> {
+        let rng = ring::rand::SystemRandom::new();
+        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8, &rng)
+            .map_err(|_| Error::BadPrivateKey { why: "not a PKCS#8 ECDSA P-256 private key" })?;
+        Ok(Self { pair })
+    }
+
+    /// Its public key as the enclave's configuration names it: uncompressed SEC1, 65 bytes.
+    pub fn public_key(&self) -> &[u8] {
+        ring::signature::KeyPair::public_key(&self.pair).as_ref()
+    }
+}
+
+impl core::fmt::Debug for TenantSigner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TenantSigner")
+            .field("public_key_len", &self.public_key().len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Encrypts `secret` for `tenant`'s enclave to `offer` (the tenant's side): verifies the
 /// offer's evidence against `platform_public_key` and the offer's own fields, insists on
 /// the `expected` measurement and on `tenant`, then builds an envelope (module docs) with
-/// a fresh X25519 key. `issued_at_unix` is only recorded in it.
+/// a fresh X25519 key, signed by `signer` if given (version 2: an enclave that names
+/// tenant signers takes only those). `issued_at_unix` is only recorded in it.
+#[allow(clippy::too_many_arguments)] // each is one fact the envelope binds
 pub fn seal_to_offer(
     offer: &ProvisioningOffer,
     platform_public_key: &[u8],
@@ -243,12 +299,14 @@ pub fn seal_to_offer(
     kind: SecretKind,
     secret: &[u8],
     issued_at_unix: u64,
+    signer: Option<&TenantSigner>,
 ) -> Result<Vec<u8>> {
     if kind == SecretKind::EspSaKeys {
         return Err(Error::WrongBlobKind { got: kind, want: "a PSK or private key" });
     }
     verify_offer(offer, platform_public_key, expected, tenant)?;
-    trusted::seal_envelope(&offer.public_key, &offer.challenge, tenant, kind, secret, issued_at_unix)
+    let signer = signer.map(|s| &s.pair);
+    trusted::seal_envelope(&offer.public_key, &offer.challenge, tenant, kind, secret, issued_at_unix, signer)
 }
 
 /// Checks an offer's evidence without sealing anything to it: it verifies under

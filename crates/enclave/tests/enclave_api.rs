@@ -25,6 +25,7 @@ fn start_limits(tenant: u32, key: [u8; 32], min: u64, limits: Limits) -> InlineE
         trusted_min_seal_counter: min,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits,
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();
@@ -501,6 +502,7 @@ fn inbound_sas_do_only_the_operation_the_measured_config_allows() {
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
+        tenant_signers: Vec::new(),
         backup_roots: Vec::new(),
         limits: Limits { inbound, ..Limits::default() },
     };
@@ -871,6 +873,7 @@ fn attestation_evidence_verifies_with_the_platform_key() {
         tenant: TenantId(9),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_min_seal_counter: 0,
+        tenant_signers: Vec::new(),
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         limits: Limits::default(),

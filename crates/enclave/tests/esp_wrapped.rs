@@ -20,6 +20,7 @@ fn config(tenant: u32) -> EnclaveConfig {
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     }
 }

@@ -197,6 +197,7 @@ fn no_key_byte_is_in_the_gateway_and_the_enclave_holds_them() {
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     };
     let spec = ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new());

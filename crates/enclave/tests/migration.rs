@@ -40,6 +40,7 @@ fn config(tenant: u32) -> EnclaveConfig {
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform().1.clone()],
         backup_roots: vec![backup_root_public()],
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     }
 }

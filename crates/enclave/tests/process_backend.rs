@@ -28,6 +28,7 @@ fn config(tenant: u32) -> EnclaveConfig {
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     }
 }
@@ -555,7 +556,8 @@ fn attested_provisioning_crosses_the_boundary_and_survives_a_restart() {
     let offer = ProvisioningOffer::from_bytes(&offer.to_bytes()).unwrap();
     let psk = b"attested PSK over the rings: 5be1d09a";
     let kind = SecretKind::PreSharedKey;
-    let envelope = seal_to_offer(&offer, &anchor, &expected, TenantId(1), kind, psk, 1_700_000_000).unwrap();
+    let envelope =
+        seal_to_offer(&offer, &anchor, &expected, TenantId(1), kind, psk, 1_700_000_000, None).unwrap();
     let (h, sealed) = a.provision_attested(&envelope).unwrap();
     assert_eq!(a.secret_kind(h), Ok(SecretKind::PreSharedKey));
     // Refusals cross typed.

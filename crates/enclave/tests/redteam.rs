@@ -17,7 +17,7 @@ use cloister_enclave::attest::{
 };
 use cloister_enclave::migration::{self, verify_destination, DestinationKey, OaepHash};
 use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
-use cloister_enclave::provision::{offer_report_data, seal_to_offer, wrap_secret};
+use cloister_enclave::provision::{offer_report_data, seal_to_offer, wrap_secret, TenantSigner};
 use cloister_enclave::*;
 
 mod support;
@@ -39,6 +39,7 @@ fn config(tenant: u32, inbound: InboundMode) -> EnclaveConfig {
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![cluster().1.clone()],
         backup_roots: vec![backup_root_public()],
+        tenant_signers: Vec::new(),
         limits: Limits { inbound, ..Limits::default() },
     }
 }
@@ -51,14 +52,21 @@ struct Target {
 }
 
 fn process(tenant: u32, inbound: InboundMode) -> Target {
+    process_with(config(tenant, inbound))
+}
+
+fn process_with(c: EnclaveConfig) -> Target {
     let pk = &cluster().0;
     let spec = ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new());
-    let e = ProcessEnclave::start(spec, config(tenant, inbound), pk).unwrap();
+    let e = ProcessEnclave::start(spec, c, pk).unwrap();
     Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "process" }
 }
 
 fn inline(tenant: u32, inbound: InboundMode) -> Target {
-    let c = config(tenant, inbound);
+    inline_with(config(tenant, inbound))
+}
+
+fn inline_with(c: EnclaveConfig) -> Target {
     let att = SoftwareAttestation::new(
         &cluster().0,
         CodeIdentity::Bytes(b"redteam".to_vec()),
@@ -67,6 +75,30 @@ fn inline(tenant: u32, inbound: InboundMode) -> Target {
     .unwrap();
     let e = InlineEnclave::start(c, Box::new(att)).unwrap();
     Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "inline" }
+}
+
+/// The tenant's provisioning signer (its private key stays with the tenant).
+fn tenant_signer() -> &'static TenantSigner {
+    static SIGNER: std::sync::OnceLock<TenantSigner> = std::sync::OnceLock::new();
+    SIGNER.get_or_init(|| TenantSigner::from_pkcs8(&TenantSigner::generate().unwrap()).unwrap())
+}
+
+/// Tenant 1's configuration where the tenant signs what it provisions.
+fn signing_config() -> EnclaveConfig {
+    EnclaveConfig {
+        tenant_signers: vec![tenant_signer().public_key().to_vec()],
+        ..config(1, InboundMode::Decrypt)
+    }
+}
+
+/// Runs `attack` against a process and an inline enclave of tenant 1 whose measured
+/// configuration names the tenant's signer.
+fn on_both_signing(attack: impl Fn(&mut Target)) {
+    for mut t in [process_with(signing_config()), inline_with(signing_config())] {
+        attack(&mut t);
+        let mut n = [0u8; IKE_NONCE_LEN];
+        t.e.ike_nonces(&mut n).unwrap_or_else(|e| panic!("{}: unusable after the attack: {e}", t.name));
+    }
 }
 
 /// Another enclave of `t`'s backend (and so measurement) for `tenant`, on the cluster.
@@ -426,6 +458,50 @@ fn attack_plaintext_out_of_a_forwarding_sa() {
     });
 }
 
+// ---- secrets the gateway provisions ---------------------------------------------------------
+
+/// The gateway seals a secret of its own choosing to a genuine offer (an offer is public:
+/// anyone who sees it can encrypt to it), unsigned or signed by a key of its own, to have
+/// the enclave authenticate its own peer as the tenant's. Where the tenant signs, neither
+/// goes in, and neither spends the offer, which the tenant's envelope still opens.
+#[test]
+fn attack_secret_the_gateway_sealed_to_a_genuine_offer() {
+    on_both_signing(|t| {
+        let offer = t.e.provisioning_offer().unwrap();
+        let expected = measurement(t);
+        let platform = t.platform_public.clone();
+        let own = TenantSigner::from_pkcs8(&TenantSigner::generate().unwrap()).unwrap();
+        let seal = |by| {
+            let psk = SecretKind::PreSharedKey;
+            seal_to_offer(&offer, &platform, &expected, TenantId(1), psk, b"gateway psk", 1, by).unwrap()
+        };
+        let r = t.e.provision_attested(&seal(None));
+        refused(t, r, refusal::TENANT_SIGNATURE_REQUIRED);
+        let r = t.e.provision_attested(&seal(Some(&own)));
+        refused(t, r, refusal::NOT_THE_TENANTS_SIGNATURE);
+        let (h, _) = t.e.provision_attested(&seal(Some(tenant_signer()))).unwrap();
+        assert_eq!(t.e.secret_kind(h), Ok(SecretKind::PreSharedKey), "{}", t.name);
+    });
+}
+
+/// The gateway wraps a secret, or static ESP keys, of its own under the provisioning key,
+/// which it holds: where the tenant signs, nothing that key alone authenticates goes in.
+#[test]
+fn attack_wrapped_secret_where_the_tenant_signs() {
+    on_both_signing(|t| {
+        let key = ProvisioningKey::from_bytes(PROV_KEY);
+        let blob = wrap_secret(&key, TenantId(1), SecretKind::PreSharedKey, b"gateway psk").unwrap();
+        let r = t.e.provision_secret(&blob);
+        refused(t, r, refusal::TENANT_SIGNATURE_REQUIRED);
+        let params = EspSaParams { spi: 0x5252, inbound: false, esn: false, suite: SUITE };
+        let keys =
+            cloister_enclave::provision::wrap_esp_sa_keys(&key, TenantId(1), &params, &[0x42; 36], &[])
+                .unwrap();
+        let r = t.e.esp_sa_install_wrapped(&keys, &params);
+        refused(t, r, refusal::TENANT_SIGNATURE_REQUIRED);
+    });
+}
+
 // ---- attacks 1 and 3: moves and imports ----------------------------------------------------
 
 /// Attack 1: `export_state` to a key the gateway holds: its own RSA key with evidence from
@@ -743,26 +819,23 @@ fn legit_ike_child_and_rekey_with_pfs() {
     });
 }
 
-/// Attested provisioning: the tenant verifies the offer and seals a PSK to it.
+/// Attested provisioning: the tenant verifies the offer and seals a PSK to it, unsigned
+/// to an enclave that names no tenant signer, signed to one that names its signer.
 #[test]
 fn legit_attested_provisioning() {
-    on_both(|t| {
+    let provision = |t: &mut Target, signer: Option<&TenantSigner>| {
         let offer = t.e.provisioning_offer().unwrap();
         let expected = measurement(t);
-        let envelope = seal_to_offer(
-            &offer,
-            &t.platform_public,
-            &expected,
-            TenantId(1),
-            SecretKind::PreSharedKey,
-            b"tenant psk",
-            1,
-        )
-        .unwrap();
+        let kind = SecretKind::PreSharedKey;
+        let envelope =
+            seal_to_offer(&offer, &t.platform_public, &expected, TenantId(1), kind, b"tenant psk", 1, signer)
+                .unwrap();
         let (h, sealed) = t.e.provision_attested(&envelope).unwrap();
         assert_eq!(t.e.secret_kind(h), Ok(SecretKind::PreSharedKey));
         assert!(sealed.counter().is_some());
-    });
+    };
+    on_both(|t| provision(t, None));
+    on_both_signing(|t| provision(t, Some(tenant_signer())));
 }
 
 /// A live move between two enclaves of one measurement on the cluster: the destination's

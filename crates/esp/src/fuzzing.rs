@@ -64,6 +64,7 @@ fn start() -> InlineEnclave {
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().expect("platform key");

@@ -261,6 +261,7 @@ mod tests {
                 trusted_min_seal_counter: 0,
                 trusted_platforms: vec![public.clone()],
                 backup_roots: Vec::new(),
+                tenant_signers: Vec::new(),
                 limits: Limits::default(),
             };
             let measured = config.measured_bytes(enclave::Backend::Inline);

@@ -38,6 +38,7 @@ fn enclave() -> InlineEnclave {
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     };
     let platform = SoftwareAttestation::generate_platform_key().unwrap();

@@ -50,6 +50,7 @@ fn inline(pk: &[u8]) -> (InlineEnclave, Vec<u8>, Measurement) {
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![own.platform_public_key().to_vec()],
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     };
     let att = SoftwareAttestation::new(

@@ -103,6 +103,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 trusted_min_seal_counter: 0,
                 trusted_platforms: Vec::new(),
                 backup_roots: Vec::new(),
+                tenant_signers: Vec::new(),
                 limits: Limits::default(),
             };
             let platform_key = SoftwareAttestation::generate_platform_key()?;

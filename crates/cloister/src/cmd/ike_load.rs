@@ -257,6 +257,7 @@ fn enclave_with_psk(psk: &[u8], tunnels: usize) -> anyhow::Result<(InlineEnclave
         trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits { max_ike_sas: sas, max_esp_sas: (2 * sas).min(65_535), ..Limits::default() },
     };
     let platform_key = SoftwareAttestation::generate_platform_key()?;

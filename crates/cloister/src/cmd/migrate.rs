@@ -135,15 +135,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Writes a new file readable by its owner only; an existing file is never overwritten.
-fn write_new(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_new(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("{}: {e} (a backup never overwrites a file)", path.display()))?;
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(|e| {
+            anyhow::anyhow!("{}: {e} (a key or backup file is never overwritten)", path.display())
+        })?;
     f.write_all(bytes)?;
     f.sync_all()?;
     Ok(())

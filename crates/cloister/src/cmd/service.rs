@@ -257,6 +257,15 @@ enum TenantWhat {
     /// The tenant's side of attested provisioning: verify the enclave, then send it a secret
     /// only it can open.
     Provision(ProvisionArgs),
+    /// The tenant's side: make a provisioning signer (ECDSA P-256, PKCS#8, 0600) and print
+    /// its public key, for the tenant's `provisioning_signers` and `cloister measure
+    /// --tenant-signer`. Its enclave then takes only secrets `tenant provision
+    /// --signer-key` signed.
+    SignerKey {
+        /// Where the private key goes (never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Arguments of `cloister tenant provision`.
@@ -288,6 +297,10 @@ pub(crate) struct ProvisionArgs {
     /// The private key's kind.
     #[arg(long, default_value = "ecdsa-p256")]
     key_kind: String,
+    /// The tenant's provisioning signer (`cloister tenant signer-key`): signs the envelope,
+    /// as an enclave whose configuration names `provisioning_signers` requires.
+    #[arg(long)]
+    signer_key: Option<PathBuf>,
 }
 
 fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
@@ -310,6 +323,12 @@ pub(crate) fn tenant(args: TenantArgs) -> anyhow::Result<()> {
             print_json(&api.client()?.get(&format!("/v1/tenants/{name}"))?.json()?)
         }
         TenantWhat::Provision(p) => provision(&p)?,
+        TenantWhat::SignerKey { out } => {
+            let pkcs8 = enclave::provision::TenantSigner::generate()?;
+            let signer = enclave::provision::TenantSigner::from_pkcs8(&pkcs8)?;
+            super::migrate::write_new(&out, &pkcs8)?;
+            println!("{}", control::platform::hex(signer.public_key()));
+        }
     }
     Ok(())
 }
@@ -345,6 +364,18 @@ fn provision(p: &ProvisionArgs) -> anyhow::Result<()> {
     };
     let expected = enclave::attest::parse_measurement_hex(&p.measurement)?;
     let platform = unhex(&p.platform_key).context("--platform-key")?;
+    let signer = match &p.signer_key {
+        Some(f) => {
+            let pkcs8 = zeroize::Zeroizing::new(
+                std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
+            );
+            Some(
+                enclave::provision::TenantSigner::from_pkcs8(&pkcs8)
+                    .with_context(|| format!("{}", f.display()))?,
+            )
+        }
+        None => None,
+    };
     let client = p.api.client()?;
     let v = client
         .request("POST", &format!("/v1/tenants/{}/secrets/{}/offer", p.tenant, p.secret), b"", "")?
@@ -353,8 +384,17 @@ fn provision(p: &ProvisionArgs) -> anyhow::Result<()> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     // Refuses unless the evidence verifies under the platform key, names this tenant, and
     // carries the expected measurement; only then is the secret encrypted to the offer.
-    let envelope = seal_to_offer(&offer, &platform, &expected, TenantId(p.tenant_id), kind, &secret, now)
-        .context("the enclave's evidence is not what this tenant expects; nothing was sent")?;
+    let envelope = seal_to_offer(
+        &offer,
+        &platform,
+        &expected,
+        TenantId(p.tenant_id),
+        kind,
+        &secret,
+        now,
+        signer.as_ref(),
+    )
+    .context("the enclave's evidence is not what this tenant expects; nothing was sent")?;
     let body = serde_json::json!({ "envelope": control::platform::hex(&envelope) }).to_string();
     client
         .request(
@@ -456,6 +496,10 @@ pub(crate) struct MeasureArgs {
     /// `cloister migrate backup-root` prints it).
     #[arg(long, conflicts_with = "config")]
     backup_root: Option<String>,
+    /// A provisioning signer of the tenant (its `provisioning_signers`, as `cloister tenant
+    /// signer-key` prints them), repeated for each: measured too.
+    #[arg(long)]
+    tenant_signer: Vec<String>,
 }
 
 /// Runs `cloister measure`.
@@ -494,7 +538,20 @@ pub(crate) fn measure(args: MeasureArgs) -> anyhow::Result<()> {
             (keys, roots.into_iter().collect())
         }
     };
-    let m = control::platform::expected_measurement(args.tenant_id, &code, args.backend, &trusted, &roots);
+    let mut signers = Vec::new();
+    for k in &args.tenant_signer {
+        signers.push(point("--tenant-signer", k)?);
+    }
+    signers.sort_unstable();
+    signers.dedup();
+    let m = control::platform::expected_measurement(
+        args.tenant_id,
+        &code,
+        args.backend,
+        &trusted,
+        &roots,
+        &signers,
+    );
     println!("{}", m.to_hex());
     Ok(())
 }

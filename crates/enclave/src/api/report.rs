@@ -165,6 +165,14 @@ pub struct EnclaveConfig {
     /// ([`crate::migration::backup_key_message`]). Measured, so a tenant that checks the
     /// measurement has approved where its backups go; empty refuses every backup.
     pub backup_roots: Vec<Vec<u8>>,
+    /// The tenant's provisioning signers (uncompressed P-256 public keys, as `cloister
+    /// tenant signer-key` prints them). Measured. When one is set, a secret enters only in
+    /// an envelope one of them signed ([`crate::Enclave::provision_attested`]), and blobs
+    /// wrapped under the provisioning key, which the host holds too, are refused
+    /// ([`crate::Enclave::provision_secret`], [`crate::Enclave::esp_sa_install_wrapped`]).
+    /// Empty: envelopes are unsigned (whoever sees an offer can encrypt to it) and wrapped
+    /// blobs are taken.
+    pub tenant_signers: Vec<Vec<u8>>,
 }
 
 /// Longest platform public key the measured set takes (a P-256 SEC1 key is 65 bytes).
@@ -184,12 +192,17 @@ impl EnclaveConfig {
         key_set(&self.backup_roots)
     }
 
+    /// The tenant signers as measured, sorted and without repeats.
+    pub fn tenant_signer_set(&self) -> Vec<&[u8]> {
+        key_set(&self.tenant_signers)
+    }
+
     /// The configuration's public part, as measured into attestation evidence when run by
-    /// `backend`: the backend, tenant, limits, inbound mode, trusted platforms and backup
-    /// roots, never the key or the counter (which changes from start to start).
+    /// `backend`: the backend, tenant, limits, inbound mode, trusted platforms, backup roots
+    /// and tenant signers, never the key or the counter (which changes from start to start).
     pub fn measured_bytes(&self, backend: Backend) -> Vec<u8> {
         let mut v = Vec::with_capacity(80 + 66 * self.trusted_platforms.len());
-        v.extend_from_slice(b"cloister-enclave-config-v4");
+        v.extend_from_slice(b"cloister-enclave-config-v5");
         v.push(backend.code());
         v.extend_from_slice(&self.tenant.0.to_be_bytes());
         for n in [
@@ -203,7 +216,7 @@ impl EnclaveConfig {
         }
         v.push(self.limits.inbound.code());
         // The enclave refuses more than MAX_TRUSTED_PLATFORMS keys of 65 bytes at start.
-        for set in [self.platform_set(), self.backup_root_set()] {
+        for set in [self.platform_set(), self.backup_root_set(), self.tenant_signer_set()] {
             v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_be_bytes());
             for key in set {
                 v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());

@@ -756,9 +756,10 @@ pub mod config {
     pub const FIXED_LEN: usize = 4 + 32 + 8 + 5 * 8 + 1 + 4;
     /// Longest platform key (PKCS#8) accepted.
     pub const MAX_PLATFORM_KEY: usize = 1024;
-    /// Longest encoding: the fixed part, the platform key, the trusted platforms.
+    /// Longest encoding: the fixed part, the platform key, the three measured key sets
+    /// (trusted platforms, backup roots, tenant signers).
     pub const MAX_LEN: usize =
-        FIXED_LEN + MAX_PLATFORM_KEY + 2 * (4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY));
+        FIXED_LEN + MAX_PLATFORM_KEY + 3 * (4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY));
 
     /// Encodes `config` and the attestation platform key (PKCS#8 P-256).
     pub fn encode(config: &EnclaveConfig, platform_key: &[u8]) -> zeroize::Zeroizing<Vec<u8>> {
@@ -773,7 +774,7 @@ pub mod config {
         v.push(l.inbound.code());
         v.extend_from_slice(&u32::try_from(platform_key.len()).unwrap_or(u32::MAX).to_le_bytes());
         v.extend_from_slice(platform_key);
-        for set in [config.platform_set(), config.backup_root_set()] {
+        for set in [config.platform_set(), config.backup_root_set(), config.tenant_signer_set()] {
             v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_le_bytes());
             for key in set {
                 v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
@@ -825,6 +826,7 @@ pub mod config {
         };
         let trusted_platforms = set()?;
         let backup_roots = set()?;
+        let tenant_signers = set()?;
         if b.len() != at {
             return None;
         }
@@ -835,6 +837,7 @@ pub mod config {
             limits,
             trusted_platforms,
             backup_roots,
+            tenant_signers,
         };
         Some((cfg, FIXED_LEN..FIXED_LEN + pk_len))
     }
@@ -1639,6 +1642,7 @@ mod tests {
             trusted_min_seal_counter: 11,
             trusted_platforms: vec![vec![4; 65], vec![3; 65], vec![4; 65]],
             backup_roots: vec![vec![4; 65]],
+            tenant_signers: vec![vec![4; 65], vec![5; 65]],
             limits: Limits { inbound: InboundMode::Forward, ..Limits::default() },
         };
         let b = config::encode(&cfg, b"pk");
@@ -1646,6 +1650,7 @@ mod tests {
         assert_eq!((back.tenant, back.trusted_min_seal_counter, back.limits), (cfg.tenant, 11, cfg.limits));
         assert_eq!(back.trusted_platforms, [vec![3; 65], vec![4; 65]], "the measured set, sorted once");
         assert_eq!(back.backup_roots, [vec![4; 65]]);
+        assert_eq!(back.tenant_signers, [vec![4; 65], vec![5; 65]]);
         assert_eq!(&b[pk], b"pk");
         assert!(config::decode(&b[..b.len() - 1]).is_none());
         assert!(config::decode(&[]).is_none());

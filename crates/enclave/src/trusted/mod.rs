@@ -116,6 +116,8 @@ pub(crate) struct TrustedCore {
     platforms: peers::TrustedPlatforms,
     /// The roots whose certificate makes an HSM key a backup key (measured).
     backup_roots: peers::BackupRoots,
+    /// The keys the tenant signs its secrets with (measured); none: unsigned secrets go in.
+    signers: peers::TenantSigners,
     counters: Counters,
     attestation: Box<dyn AttestationProvider>,
 }
@@ -178,6 +180,7 @@ impl TrustedCore {
             nonces,
             platforms: peers::TrustedPlatforms::new(&config.trusted_platforms)?,
             backup_roots: peers::BackupRoots::new(&config.backup_roots)?,
+            signers: peers::TenantSigners::new(&config.tenant_signers)?,
             counters: Counters::default(),
             attestation,
         })
@@ -271,6 +274,7 @@ impl TrustedCore {
                 + self.nonces.bytes()
                 + self.platforms.bytes()
                 + self.backup_roots.bytes()
+                + self.signers.bytes()
                 + self.ike.overhead_bytes()
                 + esp.overhead_bytes()
                 + self.dh.overhead_bytes()
@@ -279,6 +283,7 @@ impl TrustedCore {
     }
 
     pub(crate) fn provision_secret(&mut self, wrapped: &[u8]) -> Result<SecretHandle> {
+        self.signers.allow_unsigned()?;
         let (kind, bytes) = seal::open_provisioning(&self.root, self.tenant, wrapped)?;
         let secret = Secret::load(kind, &bytes, &self.rng)?;
         self.secrets.insert(secret).map(SecretHandle)
@@ -317,7 +322,8 @@ impl TrustedCore {
             return Err(Error::TableFull { kind: HandleKind::Secret, max: self.limits.max_secrets });
         }
         let counter = self.next_seal_counter()?;
-        let (kind, bytes) = provisioning::open_envelope(&mut self.offers, self.tenant, envelope, now)?;
+        let (kind, bytes) =
+            provisioning::open_envelope(&mut self.offers, &self.signers, self.tenant, envelope, now)?;
         let secret = Secret::load(kind, &bytes, &self.rng)?;
         let mut body = Zeroizing::new(Vec::with_capacity(1 + bytes.len()));
         body.push(kind.code());
@@ -690,6 +696,7 @@ impl TrustedCore {
         if self.esp_read().live() + 1 > self.limits.max_esp_sas.min(table::MAX_ENTRIES) {
             return Err(Error::TableFull { kind: HandleKind::EspSa, max: self.limits.max_esp_sas });
         }
+        self.signers.allow_unsigned()?;
         let (kind, secret) = seal::open_provisioning(&self.root, self.tenant, wrapped)?;
         if kind != SecretKind::EspSaKeys {
             return Err(Error::WrongBlobKind { got: kind, want: "ESP SA keys" });

@@ -119,6 +119,49 @@ impl TrustedPlatforms {
     }
 }
 
+/// The tenant's measured provisioning signers.
+pub(crate) struct TenantSigners(KeySet);
+
+impl TenantSigners {
+    pub(crate) fn new(keys: &[Vec<u8>]) -> Result<Self> {
+        KeySet::new(keys, "tenant signer key").map(Self)
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.bytes()
+    }
+
+    /// Whether the tenant signs what it provisions: then nothing unsigned goes in.
+    pub(crate) fn required(&self) -> bool {
+        !self.0.keys().is_empty()
+    }
+
+    /// Refuses what only the provisioning key authenticates (a wrapped blob) once the
+    /// tenant signs its secrets: the host holds that key too.
+    pub(crate) fn allow_unsigned(&self) -> Result<()> {
+        if self.required() {
+            return Err(Error::ProtocolRefused { why: refusal::TENANT_SIGNATURE_REQUIRED });
+        }
+        Ok(())
+    }
+
+    /// Checks that a signer signed `message`: `signature` is its ECDSA P-256 signature
+    /// (r ‖ s) over it.
+    pub(crate) fn verify(&self, message: &[&[u8]], signature: &[u8]) -> Result<()> {
+        if !self.required() {
+            return Err(Error::ProtocolRefused { why: refusal::NO_TENANT_SIGNER });
+        }
+        let message = message.concat();
+        self.0
+            .keys()
+            .iter()
+            .find(|k| UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, k).verify(&message, signature).is_ok())
+            .map(|_| ())
+            .ok_or(Error::ProtocolRefused { why: refusal::NOT_THE_TENANTS_SIGNATURE })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +229,7 @@ mod tests {
     #[test]
     fn keys_that_are_no_p256_points_are_refused_at_start() {
         assert!(BackupRoots::new(&[vec![4; 64]]).is_err());
+        assert!(TenantSigners::new(&[vec![4; 66]]).is_err());
         assert!(TrustedPlatforms::new(&[vec![4; 64]]).is_err());
         assert!(TrustedPlatforms::new(&[vec![2; 65]]).is_err());
         assert!(TrustedPlatforms::new(&vec![vec![4; 65]; MAX_TRUSTED_PLATFORMS + 1]).is_err());

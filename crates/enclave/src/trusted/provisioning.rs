@@ -7,17 +7,20 @@
 //! whether it then decrypts or not. So each offer key answers at most one decryption
 //! attempt (no oracle), and an envelope can never be provisioned twice.
 
+use super::peers::TenantSigners;
 use super::seal::scrub_aead_key;
 use crate::api::alg::SecretKind;
 use crate::api::handle::TenantId;
 use crate::error::{Error, Result};
 use crate::provision::{
-    why, ENVELOPE_HEADER_LEN, ENVELOPE_MAGIC, ENVELOPE_VERSION, MAX_PROVISIONED_SECRET, OFFER_LIFETIME_SECS,
+    why, ENVELOPE_HEADER_LEN, ENVELOPE_MAGIC, ENVELOPE_SIGNATURE_LABEL, ENVELOPE_SIGNATURE_LEN,
+    ENVELOPE_VERSION, MAX_PROVISIONED_SECRET, OFFER_LIFETIME_SECS, SIGNED_ENVELOPE_VERSION,
 };
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
 use ring::hkdf;
 use ring::rand::SystemRandom;
+use ring::signature::EcdsaKeyPair;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
@@ -146,8 +149,21 @@ struct Header<'a> {
     sender_public: &'a [u8],
 }
 
+/// Splits an envelope into what its AEAD and the tenant's signature cover, and the
+/// signature (v2 only); refuses another version.
+fn split_signature(envelope: &[u8]) -> Result<(&[u8], Option<&[u8]>)> {
+    match envelope.get(4) {
+        Some(&ENVELOPE_VERSION) => Ok((envelope, None)),
+        Some(&SIGNED_ENVELOPE_VERSION) if envelope.len() >= ENVELOPE_HEADER_LEN + ENVELOPE_SIGNATURE_LEN => {
+            let (signed, signature) = envelope.split_at(envelope.len() - ENVELOPE_SIGNATURE_LEN);
+            Ok((signed, Some(signature)))
+        }
+        _ => Err(refused(why::MALFORMED)),
+    }
+}
+
 /// Checks the envelope's header (everything before the ciphertext) against the format and
-/// this tenant; consumes nothing.
+/// this tenant; consumes nothing. `envelope` ends at the AEAD tag.
 fn parse_header(tenant: TenantId, envelope: &[u8]) -> Result<Header<'_>> {
     let malformed = refused(why::MALFORMED);
     let h = envelope.get(..ENVELOPE_HEADER_LEN).ok_or(malformed.clone())?;
@@ -155,7 +171,8 @@ fn parse_header(tenant: TenantId, envelope: &[u8]) -> Result<Header<'_>> {
     if !(TAG_LEN..=MAX_PROVISIONED_SECRET + TAG_LEN).contains(&body) {
         return Err(malformed);
     }
-    if &h[0..4] != ENVELOPE_MAGIC || h[4] != ENVELOPE_VERSION || h[6..8] != [0, 0] {
+    let version_known = h[4] == ENVELOPE_VERSION || h[4] == SIGNED_ENVELOPE_VERSION;
+    if &h[0..4] != ENVELOPE_MAGIC || !version_known || h[6..8] != [0, 0] {
         return Err(malformed);
     }
     let kind = SecretKind::from_code(h[5]).ok_or(malformed)?;
@@ -171,13 +188,21 @@ fn parse_header(tenant: TenantId, envelope: &[u8]) -> Result<Header<'_>> {
 
 /// Opens an envelope for `tenant` with the offer it names, consuming the offer; returns the
 /// secret's kind and bytes (not yet checked for the kind: [`super::auth::Secret::load`]).
+/// Where the tenant signs its secrets, only an envelope a signer signed gets as far as the
+/// offer: a forged one spends nothing.
 pub(crate) fn open_envelope(
     offers: &mut Offers,
+    signers: &TenantSigners,
     tenant: TenantId,
     envelope: &[u8],
     now: Instant,
 ) -> Result<(SecretKind, Zeroizing<Vec<u8>>)> {
+    let (envelope, signature) = split_signature(envelope)?;
     let h = parse_header(tenant, envelope)?;
+    match signature {
+        Some(signature) => signers.verify(&[ENVELOPE_SIGNATURE_LABEL, envelope], signature)?,
+        None => signers.allow_unsigned()?,
+    }
     let offer = offers.take(h.challenge, now)?;
     let (aad, sealed) = envelope.split_at(ENVELOPE_HEADER_LEN);
     let peer = UnparsedPublicKey::new(&X25519, h.sender_public);
@@ -201,7 +226,7 @@ pub(crate) fn open_envelope(
 }
 
 /// Builds an envelope to an offer's public key (the tenant's side of [`open_envelope`];
-/// the caller has verified the offer's evidence).
+/// the caller has verified the offer's evidence): version 2, signed, with a `signer`.
 pub(crate) fn seal_envelope(
     offer_public: &[u8; PUBLIC_LEN],
     challenge: &[u8; CHALLENGE_LEN],
@@ -209,6 +234,7 @@ pub(crate) fn seal_envelope(
     kind: SecretKind,
     secret: &[u8],
     issued_at_unix: u64,
+    signer: Option<&EcdsaKeyPair>,
 ) -> Result<Vec<u8>> {
     if secret.len() > MAX_PROVISIONED_SECRET {
         let why = "longer than any secret the enclave takes";
@@ -218,9 +244,10 @@ pub(crate) fn seal_envelope(
     let sender = EphemeralPrivateKey::generate(&X25519, &rng).map_err(|_| Error::Random)?;
     let sender_public =
         sender.compute_public_key().map_err(|_| Error::Internal { what: "envelope public key" })?;
-    let mut out = Vec::with_capacity(ENVELOPE_HEADER_LEN + secret.len() + TAG_LEN);
+    let mut out = Vec::with_capacity(ENVELOPE_HEADER_LEN + secret.len() + TAG_LEN + ENVELOPE_SIGNATURE_LEN);
     out.extend_from_slice(ENVELOPE_MAGIC);
-    out.extend_from_slice(&[ENVELOPE_VERSION, kind.code(), 0, 0]);
+    let version = if signer.is_some() { SIGNED_ENVELOPE_VERSION } else { ENVELOPE_VERSION };
+    out.extend_from_slice(&[version, kind.code(), 0, 0]);
     out.extend_from_slice(&tenant.0.to_be_bytes());
     out.extend_from_slice(challenge);
     out.extend_from_slice(&issued_at_unix.to_be_bytes());
@@ -240,6 +267,12 @@ pub(crate) fn seal_envelope(
     let tag = tag.map_err(|_| Error::Internal { what: "envelope seal" })?;
     out.extend_from_slice(&body);
     out.extend_from_slice(tag.as_ref());
+    if let Some(signer) = signer {
+        let signature = signer
+            .sign(&rng, &[ENVELOPE_SIGNATURE_LABEL, &out[..]].concat())
+            .map_err(|_| Error::Internal { what: "envelope signature" })?;
+        out.extend_from_slice(signature.as_ref());
+    }
     Ok(out)
 }
 
@@ -251,7 +284,7 @@ mod tests {
     use crate::api::report::{EnclaveConfig, Limits, ProvisioningKey};
     use crate::attest::{software_measurement, CodeIdentity, SoftwareAttestation};
     use crate::error::BlobRejection;
-    use crate::provision::{seal_to_offer, ProvisioningOffer};
+    use crate::provision::{seal_to_offer, ProvisioningOffer, TenantSigner};
     use crate::trusted::TrustedCore;
     use crate::SecretHandle;
 
@@ -279,6 +312,7 @@ mod tests {
             trusted_min_seal_counter: 0,
             trusted_platforms: Vec::new(),
             backup_roots: Vec::new(),
+            tenant_signers: Vec::new(),
             limits: Limits::default(),
         }
     }
@@ -305,8 +339,17 @@ mod tests {
 
     fn seal(p: &Platform, offer: &ProvisioningOffer, tenant: u32, secret: &[u8]) -> Vec<u8> {
         let t = TenantId(tenant);
-        seal_to_offer(offer, &p.public, &expected(tenant), t, SecretKind::PreSharedKey, secret, 1_700_000_000)
-            .unwrap()
+        seal_to_offer(
+            offer,
+            &p.public,
+            &expected(tenant),
+            t,
+            SecretKind::PreSharedKey,
+            secret,
+            1_700_000_000,
+            None,
+        )
+        .unwrap()
     }
 
     fn refusal<T>(r: Result<T>) -> Error {
@@ -486,28 +529,28 @@ mod tests {
         let kind = SecretKind::PreSharedKey;
         // Another measurement than the one the tenant expects: both are named.
         let other = software_measurement(b"other code", &config(7).measured_bytes(crate::Backend::Inline));
-        let e = refusal(seal_to_offer(&offer, &p.public, &other, t, kind, b"k", 0));
+        let e = refusal(seal_to_offer(&offer, &p.public, &other, t, kind, b"k", 0, None));
         let want = Error::MeasurementMismatch { expected: Box::new(other), got: Box::new(expected(7)) };
         assert_eq!(e, want);
         assert!(e.to_string().contains(&expected(7).to_hex()) && e.to_string().contains(&other.to_hex()));
         // Evidence signed by another platform key.
         let q = platform();
-        let e = refusal(seal_to_offer(&offer, &q.public, &expected(7), t, kind, b"k", 0));
+        let e = refusal(seal_to_offer(&offer, &q.public, &expected(7), t, kind, b"k", 0, None));
         assert_eq!(e, Error::Attestation { why: "signature does not verify" });
         // An offer whose public key (or challenge) the gateway swapped: the evidence no
         // longer binds it.
         let mut swapped = offer.clone();
         swapped.public_key[0] ^= 1;
-        let e = refusal(seal_to_offer(&swapped, &p.public, &expected(7), t, kind, b"k", 0));
+        let e = refusal(seal_to_offer(&swapped, &p.public, &expected(7), t, kind, b"k", 0, None));
         assert_eq!(e, Error::Attestation { why: "report data does not match" });
         let mut swapped = offer.clone();
         swapped.challenge[15] ^= 1;
-        assert!(seal_to_offer(&swapped, &p.public, &expected(7), t, kind, b"k", 0).is_err());
+        assert!(seal_to_offer(&swapped, &p.public, &expected(7), t, kind, b"k", 0, None).is_err());
         // Another tenant's enclave.
-        let e = refusal(seal_to_offer(&offer, &p.public, &expected(7), TenantId(8), kind, b"k", 0));
+        let e = refusal(seal_to_offer(&offer, &p.public, &expected(7), TenantId(8), kind, b"k", 0, None));
         assert_eq!(e, Error::Provisioning { why: why::WRONG_TENANT });
         // ESP SA keys are never provisioned this way.
-        let e = seal_to_offer(&offer, &p.public, &expected(7), t, SecretKind::EspSaKeys, b"k", 0);
+        let e = seal_to_offer(&offer, &p.public, &expected(7), t, SecretKind::EspSaKeys, b"k", 0, None);
         assert!(matches!(e, Err(Error::WrongBlobKind { .. })));
     }
 
@@ -584,6 +627,7 @@ mod tests {
             SecretKind::EcdsaP256PrivateKey,
             b"not a key",
             0,
+            None,
         )
         .unwrap();
         assert!(matches!(c.provision_attested_at(&env, t0), Err(Error::BadPrivateKey { .. })));
@@ -594,6 +638,86 @@ mod tests {
         assert!(matches!(c.provision_attested_at(&env, t0), Err(Error::WrongBlobKind { .. })));
         env[5] = SecretKind::PreSharedKey.code();
         c.provision_attested_at(&env, t0).unwrap();
+    }
+
+    /// A core of tenant 7 whose measured configuration names `signers`, and what the
+    /// tenant expects of it.
+    fn signing_core(p: &Platform, signers: &[&TenantSigner]) -> (TrustedCore, crate::attest::Measurement) {
+        let mut c = config(7);
+        c.tenant_signers = signers.iter().map(|s| s.public_key().to_vec()).collect();
+        let measured = c.measured_bytes(crate::Backend::Inline);
+        let att = SoftwareAttestation::new(&p.key, CodeIdentity::Bytes(CODE.to_vec()), &measured).unwrap();
+        (TrustedCore::start(c, Box::new(att)).unwrap(), software_measurement(CODE, &measured))
+    }
+
+    fn signer() -> TenantSigner {
+        TenantSigner::from_pkcs8(&TenantSigner::generate().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_that_signs_takes_only_envelopes_it_signed_and_no_wrapped_blob() {
+        let p = platform();
+        let (tenant, stranger) = (signer(), signer());
+        let (mut c, m) = signing_core(&p, &[&tenant]);
+        let t0 = Instant::now();
+        let offer = c.provisioning_offer_at(t0).unwrap();
+        let kind = SecretKind::PreSharedKey;
+        let envelope = |by: Option<&TenantSigner>| {
+            seal_to_offer(&offer, &p.public, &m, TenantId(7), kind, b"signed psk", 1, by).unwrap()
+        };
+        let refused = |why| Error::ProtocolRefused { why };
+        use crate::error::refusal;
+        // Neither an unsigned envelope nor one another key signed spends the offer.
+        let unsigned = envelope(None);
+        assert_eq!(
+            refusal(c.provision_attested_at(&unsigned, t0)),
+            refused(refusal::TENANT_SIGNATURE_REQUIRED)
+        );
+        let forged = envelope(Some(&stranger));
+        assert_eq!(
+            refusal(c.provision_attested_at(&forged, t0)),
+            refused(refusal::NOT_THE_TENANTS_SIGNATURE)
+        );
+        let mut bent = envelope(Some(&tenant));
+        let n = bent.len();
+        bent[n - 1] ^= 1;
+        assert_eq!(refusal(c.provision_attested_at(&bent, t0)), refused(refusal::NOT_THE_TENANTS_SIGNATURE));
+        // The signature covers the header and the ciphertext: a byte changed under it fails
+        // the signature before the offer is touched.
+        let mut bent = envelope(Some(&tenant));
+        bent[ENVELOPE_HEADER_LEN] ^= 1;
+        assert_eq!(refusal(c.provision_attested_at(&bent, t0)), refused(refusal::NOT_THE_TENANTS_SIGNATURE));
+        // The signature stripped and the version set back to 1: still unsigned.
+        let mut stripped = envelope(Some(&tenant));
+        stripped.truncate(stripped.len() - ENVELOPE_SIGNATURE_LEN);
+        stripped[4] = ENVELOPE_VERSION;
+        assert_eq!(
+            refusal(c.provision_attested_at(&stripped, t0)),
+            refused(refusal::TENANT_SIGNATURE_REQUIRED)
+        );
+        // The tenant's own envelope opens with the same offer.
+        let (h, _) = c.provision_attested_at(&envelope(Some(&tenant)), t0).unwrap();
+        assert_eq!(c.secret_kind(h), Ok(kind));
+        // Wrapped blobs: the provisioning key is the host's too, so they are refused.
+        let blob = wrapped_for_7(kind, b"host's psk").unwrap();
+        assert_eq!(refusal(c.provision_secret(&blob)), refused(refusal::TENANT_SIGNATURE_REQUIRED));
+
+        // Two signers (a rotation): either one's envelope opens.
+        let (mut both, m2) = signing_core(&p, &[&tenant, &stranger]);
+        let offer = both.provisioning_offer_at(t0).unwrap();
+        let env = seal_to_offer(&offer, &p.public, &m2, TenantId(7), kind, b"k", 1, Some(&stranger)).unwrap();
+        assert!(both.provision_attested_at(&env, t0).is_ok());
+
+        // An enclave that names no signer refuses a signed envelope, which its tenant
+        // meant to be checked, and still takes an unsigned one.
+        let (mut open, m0) = signing_core(&p, &[]);
+        let offer = open.provisioning_offer_at(t0).unwrap();
+        let env = seal_to_offer(&offer, &p.public, &m0, TenantId(7), kind, b"k", 1, Some(&tenant)).unwrap();
+        assert_eq!(refusal(open.provision_attested_at(&env, t0)), refused(refusal::NO_TENANT_SIGNER));
+        let env = seal_to_offer(&offer, &p.public, &m0, TenantId(7), kind, b"k", 1, None).unwrap();
+        assert!(open.provision_attested_at(&env, t0).is_ok());
+        // The signer set is measured: a tenant expecting its signer refuses the open enclave.
+        assert_ne!(m0, m);
     }
 
     #[test]

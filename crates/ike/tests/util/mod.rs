@@ -45,6 +45,7 @@ pub fn start_enclave(tenant: u32) -> InlineEnclave {
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform().1.clone()],
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     };
     let attestation = SoftwareAttestation::new(

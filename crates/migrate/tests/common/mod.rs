@@ -51,6 +51,7 @@ pub(crate) fn config() -> EnclaveConfig {
         trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform_public(&cluster_key(0)), platform_public(&cluster_key(1))],
         backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
         limits: Limits::default(),
     }
 }
