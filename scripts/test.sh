@@ -15,13 +15,18 @@ trap 'rm -f "$log"' EXIT
 echo "== rustfmt"
 cargo fmt --all --check
 
+# cloister-migrate/test-enclave builds the enclave process its flow test drives (the crate
+# itself links only the call surface).
 echo "== clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --locked -q -- -D warnings
+cargo clippy --workspace --all-targets --locked --features cloister-migrate/test-enclave -q -- -D warnings
+
+echo "== enclave boundary (cargo tree)"
+./scripts/boundary.sh
 
 echo "== cargo test"
 # Tests share the machine's 2 cores; namespace tests are independent and run in parallel.
 set +e
-cargo test --workspace --locked 2>&1 | tee "$log"
+cargo test --workspace --locked --features cloister-migrate/test-enclave 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 passed=$(awk '/^test result:/ {for (i=1;i<=NF;i++) if ($(i+1) ~ /^passed;?$/) s+=$i} END {print s+0}' "$log")

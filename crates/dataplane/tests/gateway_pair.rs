@@ -27,7 +27,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cloister_dataplane::{self as dataplane, Config, Counter, Dataplane, IoDrop, WorkerSnapshot};
-use enclave::{EspSaHandle, InlineEnclave};
+use enclave_core::{EspSaHandle, InlineEnclave};
 use esp::config::{Direction, KeyMaterial, KeyRequest};
 use esp::DropReason;
 use testnet::{Netns, Veth};
@@ -193,13 +193,32 @@ fn gateway_config(case: Case, site: bool) -> String {
     text
 }
 
-fn install_raw(e: &mut InlineEnclave, r: &KeyRequest<'_>) -> Result<EspSaHandle, enclave::Error> {
+fn install_raw(e: &mut InlineEnclave, r: &KeyRequest<'_>) -> Result<EspSaHandle, enclave_core::Error> {
     match r.keys {
         KeyMaterial::Raw { encryption, integrity } => {
             e.esp_sa_install_raw(r.spi, r.direction == Direction::In, r.esn, r.suite, encryption, integrity)
         }
-        KeyMaterial::Wrapped(_) => Err(enclave::Error::Unsupported { what: "wrapped keys", value: 0 }),
+        KeyMaterial::Wrapped(_) => Err(enclave_core::Error::Unsupported { what: "wrapped keys", value: 0 }),
     }
+}
+
+/// An in-process enclave for `tenant` with a fresh provisioning key, software-attested.
+fn inline_enclave(tenant: u32) -> InlineEnclave {
+    use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+    let config = enclave_core::EnclaveConfig {
+        tenant: enclave_core::TenantId(tenant),
+        provisioning_key: enclave_core::ProvisioningKey::generate().unwrap(),
+        trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
+        limits: enclave_core::Limits::default(),
+    };
+    let key = SoftwareAttestation::generate_platform_key().unwrap();
+    let measured = config.measured_bytes(enclave_core::Backend::Inline);
+    let att =
+        SoftwareAttestation::new(&key, CodeIdentity::Bytes(b"gateway-pair".to_vec()), &measured).unwrap();
+    InlineEnclave::start(config, Box::new(att)).unwrap()
 }
 
 /// Starts a data plane inside `ns`, from a thread that entered it.
@@ -208,7 +227,7 @@ fn start_in(ns: &Netns, text: String) -> Dataplane<InlineEnclave> {
     std::thread::spawn(move || {
         cio::netns::enter_named(&name).unwrap();
         let config = Config::parse(&text).unwrap();
-        let enclave = dataplane::keys::inline_enclave(7).unwrap();
+        let enclave = inline_enclave(7);
         Dataplane::start(&config, enclave, install_raw).unwrap()
     })
     .join()

@@ -11,16 +11,16 @@
 //! enclave's keys cannot be forged by a fuzzer), and whatever a call does accept is deleted
 //! again, so the tables do not fill across runs.
 
-use crate::api::alg::{Cipher, DhGroup, Prf, Role, SecretKind, Suite};
-use crate::api::esp::EspSaParams;
-use crate::api::handle::{IkeSaHandle, SecretHandle, TenantId};
-use crate::api::ike::{AuthInput, AuthSpec, DhExchange, IkeSaParams, PeerCredential, SealedBlob};
-use crate::api::report::{EnclaveConfig, Limits, ProvisioningKey};
-use crate::api::Enclave;
 use crate::attest::{CodeIdentity, SoftwareAttestation};
 use crate::inline::InlineEnclave;
 use crate::migration::MigrationPackage;
 use crate::trusted::TrustedCore;
+use enclave_api::alg::{Cipher, DhGroup, Prf, Role, SecretKind, Suite};
+use enclave_api::esp::EspSaParams;
+use enclave_api::handle::{IkeSaHandle, SecretHandle, TenantId};
+use enclave_api::ike::{AuthInput, AuthSpec, DhExchange, IkeSaParams, PeerCredential, SealedBlob};
+use enclave_api::report::{EnclaveConfig, Limits, ProvisioningKey};
+use enclave_api::Enclave;
 use std::sync::{Mutex, OnceLock};
 use zeroize::Zeroizing;
 

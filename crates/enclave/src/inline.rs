@@ -6,22 +6,22 @@
 //! address space can read them. Use the process backend where the gateway process
 //! itself is not trusted.
 
-use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
-use crate::api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
-use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
-use crate::api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
-    PeerCredential, SealedBlob,
-};
-use crate::api::report::{Counters, EnclaveConfig, MemoryReport};
-use crate::api::{Enclave, EspCrossing};
 use crate::attest::{AttestationProvider, Evidence};
-use crate::error::Result;
 use crate::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
 use crate::provision::ProvisioningOffer;
 use crate::trusted::lane::EspLaneParts;
 use crate::trusted::TrustedCore;
 use core::ops::Range;
+use enclave_api::alg::{AuthMethod, DhGroup, SecretKind};
+use enclave_api::error::Result;
+use enclave_api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
+use enclave_api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
+use enclave_api::ike::{
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
+    PeerCredential, SealedBlob,
+};
+use enclave_api::report::{Counters, EnclaveConfig, MemoryReport};
+use enclave_api::{Enclave, EspCrossing};
 
 /// The trusted component, in process. Every call is counted when refused.
 #[derive(Debug)]

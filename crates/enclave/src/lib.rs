@@ -11,44 +11,38 @@
 //!
 //! What it does not do: parse IKE messages, keep SA lifetimes, replay windows or policy
 //! (the `ike` and `esp` crates do), validate certificate chains (the IKE engine's job), or
-//! any I/O. The call surface is [`Enclave`]; [`InlineEnclave`] runs the trusted code in
+//! any I/O. The call surface is [`Enclave`], defined with every type that crosses it in
+//! `cloister-enclave-api` (re-exported here); [`InlineEnclave`] runs the trusted code in
 //! process; [`process`] runs the same trusted code in a hardened per-tenant process reached
-//! only through shared-memory rings carrying exactly the [`EspDescriptor`]s defined here,
-//! each validated on arrival. See `docs/threat-model.md`.
+//! only through shared-memory rings carrying exactly those [`EspDescriptor`]s, each
+//! validated on arrival. See `docs/threat-model.md`.
+//!
+//! Only the binary (and the service built into it) links this crate: the untrusted crates
+//! depend on the call surface alone, and on `cloister-attest` where they verify evidence.
 #![deny(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-mod api;
-pub mod attest;
-mod der;
-mod error;
+pub use enclave_api::*;
+
+/// Evidence: its formats (`cloister_enclave_api::attest`), the platform's signer and every
+/// verifier's checks (`cloister_attest::evidence`).
+pub mod attest {
+    pub use ::attest::evidence::*;
+}
 #[cfg(fuzzing)]
 pub mod fuzzing;
 mod inline;
-pub mod migration;
+/// Migration packages: their format and their verification (`cloister_attest::migration`).
+pub mod migration {
+    pub use ::attest::migration::*;
+}
 pub mod process;
-pub mod provision;
+/// Provisioning: the formats and the tenant's sealing tools (`cloister_attest::provision`).
+pub mod provision {
+    pub use ::attest::provision::*;
+}
 mod trusted;
 
-pub use api::alg::{
-    AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, SkLayout, Suite,
-};
-pub use api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus, ESP_DESCRIPTOR_LEN};
-pub use api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
-pub use api::ike::{
-    AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
-    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
-};
-pub use api::report::{
-    Backend, Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey,
-    MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
-};
-pub use api::{Enclave, EspCrossing};
-pub use error::{refusal, BlobRejection, Error, ErrorKind, Result};
 #[cfg(feature = "test-export")]
 pub use inline::{EspKeysExport, IkeKeysExport};
 pub use inline::{InlineEnclave, InlineEspLane};
-pub use provision::{seal_format, ProvisioningOffer};
-
-/// Bytes of one IKE nonce from [`Enclave::ike_nonces`].
-pub const IKE_NONCE_LEN: usize = trusted::nonce::NONCE_LEN;

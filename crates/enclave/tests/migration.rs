@@ -1,4 +1,4 @@
-//! State migration between enclaves (crates/enclave/src/migration.rs), both backends: a
+//! State migration between enclaves (crates/enclave-api/src/migration.rs), both backends: a
 //! source with a live tunnel to an inline peer exports, a destination of the same
 //! measurement imports, and the peer keeps talking to the destination with the same keys.
 //! These tests wrap the data key straight to the destination (the enclave-only baseline);

@@ -20,7 +20,7 @@ mod common;
 
 use cloister_esp::{Action, Frame, DEFAULT_WINDOW, MAX_WINDOW};
 use common::*;
-use enclave::{Cipher, Enclave, Suite};
+use enclave_core::{Cipher, Enclave, Suite};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -61,21 +61,21 @@ struct NullCrossing {
     spi: u32,
 }
 
-impl enclave::EspCrossing for NullCrossing {
+impl enclave_core::EspCrossing for NullCrossing {
     fn esp_crossing(
         &mut self,
         packets: &mut [u8],
-        descriptors: &[enclave::EspDescriptor],
-        status: &mut [enclave::EspStatus],
-    ) -> enclave::Result<enclave::BatchSummary> {
-        for d in descriptors.iter().filter(|d| d.opcode == enclave::EspOpcode::ENCRYPT) {
+        descriptors: &[enclave_core::EspDescriptor],
+        status: &mut [enclave_core::EspStatus],
+    ) -> enclave_core::Result<enclave_core::BatchSummary> {
+        for d in descriptors.iter().filter(|d| d.opcode == enclave_core::EspOpcode::ENCRYPT) {
             let at = d.offset as usize;
             packets[at..at + 4].copy_from_slice(&self.spi.to_be_bytes());
             packets[at + 4..at + 8].copy_from_slice(&(d.seq as u32).to_be_bytes());
             packets[at + 8..at + 16].copy_from_slice(&d.seq.to_be_bytes());
         }
-        status.fill(enclave::EspStatus::Ok);
-        Ok(enclave::BatchSummary { ok: descriptors.len() as u32, failed: 0 })
+        status.fill(enclave_core::EspStatus::Ok);
+        Ok(enclave_core::BatchSummary { ok: descriptors.len() as u32, failed: 0 })
     }
 }
 
@@ -85,7 +85,7 @@ const SPI: u32 = 0x1000;
 /// Encapsulates `n` packets of `inner` on `w` through `crossing`, a batch at a time:
 /// packets/s over the time inside `encapsulate`, and over the whole loop (the copy into
 /// the batch slots included).
-fn timed_encap<E: enclave::EspCrossing>(
+fn timed_encap<E: enclave_core::EspCrossing>(
     w: &mut cloister_esp::Worker,
     crossing: &mut E,
     sad: &cloister_esp::Sad,
@@ -108,7 +108,7 @@ fn timed_encap<E: enclave::EspCrossing>(
 }
 
 /// Decapsulates `outers` on `w` through `crossing`, as [`timed_encap`].
-fn timed_decap<E: enclave::EspCrossing>(
+fn timed_decap<E: enclave_core::EspCrossing>(
     w: &mut cloister_esp::Worker,
     crossing: &mut E,
     sad: &cloister_esp::Sad,
@@ -182,7 +182,7 @@ fn timed_raw(inner: &[u8], n: usize) -> f64 {
 /// by one worker in order, outside any timing.
 fn fresh_outers(
     w: &mut cloister_esp::Worker,
-    enclave: &mut dyn enclave::EspCrossing,
+    enclave: &mut dyn enclave_core::EspCrossing,
     sad: &cloister_esp::Sad,
     spd: &cloister_esp::Spd,
     inner: &[u8],
@@ -375,7 +375,7 @@ enum Lock {
 /// and how many packets the workers dropped.
 #[allow(clippy::too_many_arguments)]
 fn spread(
-    enclave: &Mutex<enclave::InlineEnclave>,
+    enclave: &Mutex<enclave_core::InlineEnclave>,
     sad: &cloister_esp::Sad,
     spd: &cloister_esp::Spd,
     inner: &[u8],
@@ -450,8 +450,8 @@ fn spread(
 
 /// Two gateways' tables and enclaves, shared by the threads of a multi-worker round.
 struct Shared {
-    ea: Mutex<enclave::InlineEnclave>,
-    eb: Mutex<enclave::InlineEnclave>,
+    ea: Mutex<enclave_core::InlineEnclave>,
+    eb: Mutex<enclave_core::InlineEnclave>,
     a: (cloister_esp::Sad, cloister_esp::Spd),
     b: (cloister_esp::Sad, cloister_esp::Spd),
 }
@@ -608,9 +608,9 @@ fn scale(a: Gateway, b: Gateway, counts: &[usize], rounds: usize) {
         }
     }
     let (ca, cb) = (pair.ea.lock().unwrap().counters(), pair.eb.lock().unwrap().counters());
-    for s in enclave::EspStatus::ALL {
+    for s in enclave_core::EspStatus::ALL {
         let (x, y) = (ca.esp_status(s), cb.esp_status(s));
-        if s != enclave::EspStatus::Ok && x + y > 0 {
+        if s != enclave_core::EspStatus::Ok && x + y > 0 {
             println!("enclave status {s:?}: sender {x}, receiver {y}");
         }
     }

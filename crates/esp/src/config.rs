@@ -752,7 +752,7 @@ mod tests {
         // An enclave refusal is reported for the SA that caused it.
         let e = c
             .install(&mut Sad::new(), &mut Spd::new(), Instant::now(), DEFAULT_WINDOW, |_| {
-                Err(enclave::Error::Unsupported { what: "wrapped ESP keys", value: 0 })
+                Err(enclave_core::Error::Unsupported { what: "wrapped ESP keys", value: 0 })
             })
             .unwrap_err();
         assert!(matches!(e, Error::KeyInstall { item: ConfigItem::Sa(0), .. }));

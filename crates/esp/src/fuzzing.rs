@@ -22,8 +22,8 @@ use core::cell::RefCell;
 use core::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use enclave::attest::{CodeIdentity, SoftwareAttestation};
-use enclave::{
+use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+use enclave_core::{
     ChildSaParams, Cipher, DhExchange, DhGroup, Enclave, EnclaveConfig, EspDescriptor, EspSaHandle,
     EspStatus, IkeSaParams, InlineEnclave, Integ, Limits, Prf, ProvisioningKey, Role, Suite, TenantId,
 };
@@ -71,7 +71,7 @@ fn start() -> InlineEnclave {
     let att = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"fuzz".to_vec()),
-        &config.measured_bytes(enclave::Backend::Inline),
+        &config.measured_bytes(enclave_core::Backend::Inline),
     )
     .expect("attestation");
     InlineEnclave::start(config, Box::new(att)).expect("enclave")
@@ -81,7 +81,7 @@ fn setup() -> State {
     let (mut peer, mut local) = (start(), start());
     // Each side names a nonce its own enclave issued, and each child SA fresh ones.
     let nonce = |e: &mut InlineEnclave| {
-        let mut n = [0u8; enclave::IKE_NONCE_LEN];
+        let mut n = [0u8; enclave_core::IKE_NONCE_LEN];
         e.ike_nonces(&mut n).map(|()| n)
     };
     let (ni, nr) = (nonce(&mut peer).expect("nonce"), nonce(&mut local).expect("nonce"));

@@ -817,7 +817,7 @@ impl Sad {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use enclave::Cipher;
+    use enclave_core::Cipher;
 
     fn config(spi: u32) -> SaConfig {
         SaConfig::new(

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use cloister_esp::*;
 use common::*;
-use enclave::{Cipher, Integ, Suite};
+use enclave_core::{Cipher, Integ, Suite};
 use wire::Ecn;
 
 /// A deterministic generator (xorshift64*), so a failure replays.
@@ -441,18 +441,18 @@ impl InSpoil {
 /// The sender's enclave, rewriting one packet's trailer before it seals it (so the packet
 /// authenticates at the receivers).
 struct TrailerSpoiler<'a> {
-    enclave: &'a mut enclave::InlineEnclave,
+    enclave: &'a mut enclave_core::InlineEnclave,
     icv: usize,
     spoil: Option<(usize, InSpoil)>,
 }
 
-impl enclave::EspCrossing for TrailerSpoiler<'_> {
+impl enclave_core::EspCrossing for TrailerSpoiler<'_> {
     fn esp_crossing(
         &mut self,
         packets: &mut [u8],
-        descriptors: &[enclave::EspDescriptor],
-        status: &mut [enclave::EspStatus],
-    ) -> enclave::Result<enclave::BatchSummary> {
+        descriptors: &[enclave_core::EspDescriptor],
+        status: &mut [enclave_core::EspStatus],
+    ) -> enclave_core::Result<enclave_core::BatchSummary> {
         if let Some((at, how)) = self.spoil {
             let d = &descriptors[at];
             let end = usize::try_from(d.offset + d.len).unwrap() - self.icv;

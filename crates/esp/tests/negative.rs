@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use cloister_esp::*;
 use common::*;
-use enclave::{Cipher, Enclave, EspDescriptor, EspStatus, Integ, Suite};
+use enclave_core::{Cipher, Enclave, EspDescriptor, EspStatus, Integ, Suite};
 use wire::{Ecn, Icmpv4Packet, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv4Repr, UdpPacket};
 
 const GCM: Suite = Suite::aead(Cipher::AesGcm16_128);

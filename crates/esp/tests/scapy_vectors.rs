@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use cloister_esp::*;
 use common::*;
-use enclave::{Cipher, Integ, Suite};
+use enclave_core::{Cipher, Integ, Suite};
 use wire::Ipv4Packet;
 
 /// The parameters of gen_scapy.py's VECTORS.
@@ -90,7 +90,7 @@ fn before_hop(p: &[u8]) -> Vec<u8> {
     p
 }
 
-fn config(v: &Vector, handle: enclave::EspSaHandle, inbound: bool) -> SaConfig {
+fn config(v: &Vector, handle: enclave_core::EspSaHandle, inbound: bool) -> SaConfig {
     let (a, b) = outer_addrs(v.v6);
     let (local, remote): (IpAddr, IpAddr) = if inbound { (b, a) } else { (a, b) };
     let mut c = SaConfig::new(v.spi, handle, v.suite, local, remote);

@@ -74,7 +74,7 @@ fn configure(g: &mut Gateway, toml_text: &str) {
                 integrity,
             ),
             KeyMaterial::Wrapped(_) => {
-                Err(enclave::Error::Unsupported { what: "wrapped ESP SA keys", value: 0 })
+                Err(enclave_core::Error::Unsupported { what: "wrapped ESP SA keys", value: 0 })
             }
         }
     })

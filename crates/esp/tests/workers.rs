@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use cloister_esp::*;
 use common::*;
-use enclave::{Cipher, Enclave, InlineEnclave, Suite};
+use enclave_core::{Cipher, Enclave, InlineEnclave, Suite};
 use wire::Ecn;
 
 const SHAPE: Shape = Shape {
@@ -250,18 +250,18 @@ fn a_poisoned_enclave_lock_sends_nothing() {
 /// A lane whose first crossing is held up while `others` runs: the stand-in for a worker
 /// that lost its core between drawing its numbers and crossing.
 struct Preempted<'a, F: FnOnce()> {
-    lane: &'a mut dyn enclave::EspCrossing,
+    lane: &'a mut dyn enclave_core::EspCrossing,
     others: Option<F>,
     crossings: usize,
 }
 
-impl<F: FnOnce() + Send> enclave::EspCrossing for Preempted<'_, F> {
+impl<F: FnOnce() + Send> enclave_core::EspCrossing for Preempted<'_, F> {
     fn esp_crossing(
         &mut self,
         packets: &mut [u8],
-        descriptors: &[enclave::EspDescriptor],
-        status: &mut [enclave::EspStatus],
-    ) -> enclave::Result<enclave::BatchSummary> {
+        descriptors: &[enclave_core::EspDescriptor],
+        status: &mut [enclave_core::EspStatus],
+    ) -> enclave_core::Result<enclave_core::BatchSummary> {
         if let Some(others) = self.others.take() {
             others();
         }
@@ -306,8 +306,8 @@ fn a_worker_preempted_past_the_enclave_window_sends_under_fresh_numbers() {
     let late = sent(&packets(&batch));
     assert_eq!(late.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (2273..=2304).collect::<Vec<_>>());
     let c = a.enclave.counters();
-    assert_eq!(c.esp_status(enclave::EspStatus::SeqStale), 32);
-    assert_eq!(c.esp_status(enclave::EspStatus::Ok), 2272);
+    assert_eq!(c.esp_status(enclave_core::EspStatus::SeqStale), 32);
+    assert_eq!(c.esp_status(enclave_core::EspStatus::Ok), 2272);
 
     // The peer opens all 2272 in the order they went out; 1..=32 are a gap it never sees.
     let all: Vec<Vec<u8>> = others_sent.into_iter().chain(late).map(|(_, p)| p).collect();

@@ -437,11 +437,11 @@ mod tests {
             name: "c".into(),
             spi_inbound: 0x100,
             spi_outbound: 0x200,
-            handles: enclave::ChildSaPair {
-                inbound: enclave::EspSaHandle(1),
-                outbound: enclave::EspSaHandle(2),
+            handles: enclave_core::ChildSaPair {
+                inbound: enclave_core::EspSaHandle(1),
+                outbound: enclave_core::EspSaHandle(2),
             },
-            suite: enclave::Suite::aead(enclave::Cipher::AesGcm16_256),
+            suite: enclave_core::Suite::aead(enclave_core::Cipher::AesGcm16_256),
             esn: false,
             local_ts: vec![any],
             remote_ts: vec![any],

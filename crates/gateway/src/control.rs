@@ -172,13 +172,11 @@ pub fn suite_name(s: enclave::Suite) -> String {
         Cipher::AesGcm16_128 => "AES_GCM_16-128",
         Cipher::AesGcm16_256 => "AES_GCM_16-256",
         Cipher::ChaCha20Poly1305 => "CHACHA20_POLY1305-256",
-        _ => "UNKNOWN_CIPHER",
     };
     let integ = s.integ.map(|i| match i {
         Integ::HmacSha256_128 => "HMAC_SHA2_256_128",
         Integ::HmacSha384_192 => "HMAC_SHA2_384_192",
         Integ::HmacSha512_256 => "HMAC_SHA2_512_256",
-        _ => "UNKNOWN_INTEG",
     });
     integ.map_or_else(|| cipher.to_owned(), |i| format!("{cipher}/{i}"))
 }
@@ -190,7 +188,6 @@ fn prf_group_name(prf: enclave::Prf, group: enclave::DhGroup) -> String {
         Prf::HmacSha256 => "PRF_HMAC_SHA2_256",
         Prf::HmacSha384 => "PRF_HMAC_SHA2_384",
         Prf::HmacSha512 => "PRF_HMAC_SHA2_512",
-        _ => "UNKNOWN_PRF",
     };
     let g = match group {
         DhGroup::Modp2048 => "MODP_2048",
@@ -198,7 +195,6 @@ fn prf_group_name(prf: enclave::Prf, group: enclave::DhGroup) -> String {
         DhGroup::EcpP256 => "ECP_256",
         DhGroup::EcpP384 => "ECP_384",
         DhGroup::Curve25519 => "CURVE_25519",
-        _ => "UNKNOWN_GROUP",
     };
     format!("{p}/{g}")
 }
@@ -297,14 +293,14 @@ mod tests {
 
     #[test]
     fn suites_read_as_strongswan_prints_them() {
-        use enclave::{Cipher, Integ, Suite};
+        use enclave_core::{Cipher, Integ, Suite};
         assert_eq!(suite_name(Suite { cipher: Cipher::AesGcm16_256, integ: None }), "AES_GCM_16-256");
         assert_eq!(
             suite_name(Suite { cipher: Cipher::AesCbc256, integ: Some(Integ::HmacSha256_128) }),
             "AES_CBC-256/HMAC_SHA2_256_128"
         );
         assert_eq!(
-            prf_group_name(enclave::Prf::HmacSha384, enclave::DhGroup::EcpP384),
+            prf_group_name(enclave_core::Prf::HmacSha384, enclave_core::DhGroup::EcpP384),
             "PRF_HMAC_SHA2_384/ECP_384"
         );
     }

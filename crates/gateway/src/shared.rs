@@ -243,9 +243,9 @@ impl<E: Enclave> Enclave for SharedEnclave<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use enclave::attest::{CodeIdentity, SoftwareAttestation};
-    use enclave::migration::OaepHash;
-    use enclave::{EnclaveConfig, InlineEnclave, Limits, ProvisioningKey};
+    use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+    use enclave_core::migration::OaepHash;
+    use enclave_core::{EnclaveConfig, InlineEnclave, Limits, ProvisioningKey};
 
     /// Two inline enclaves of one measurement on one platform that trusts itself for moves.
     fn pair() -> (InlineEnclave, InlineEnclave) {
@@ -264,7 +264,7 @@ mod tests {
                 tenant_signers: Vec::new(),
                 limits: Limits::default(),
             };
-            let measured = config.measured_bytes(enclave::Backend::Inline);
+            let measured = config.measured_bytes(enclave_core::Backend::Inline);
             let att =
                 SoftwareAttestation::new(&key, CodeIdentity::Bytes(b"shared".to_vec()), &measured).unwrap();
             InlineEnclave::start(config, Box::new(att)).unwrap()

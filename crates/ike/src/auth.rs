@@ -51,7 +51,6 @@ impl HashAlgorithm {
             S::RsaPkcs1Sha512 | S::RsaPssSha512 | S::EcdsaP256Sha512 | S::EcdsaP384Sha512 => {
                 Some(Self::Sha512)
             }
-            _ => None,
         }
     }
 

@@ -20,9 +20,9 @@ use core::cell::RefCell;
 use core::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use enclave::attest::{CodeIdentity, SoftwareAttestation};
-use enclave::provision::wrap_secret;
-use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, SecretKind, TenantId};
+use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+use enclave_core::provision::wrap_secret;
+use enclave_core::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, SecretKind, TenantId};
 use wire::ike::{ExchangeType, HeaderFlags, IkeHeader, PayloadType};
 
 use crate::{Config, Endpoint, EndpointConfig, SaId};
@@ -45,7 +45,7 @@ fn enclave() -> InlineEnclave {
     let attestation = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"ike-fuzz".to_vec()),
-        &config.measured_bytes(enclave::Backend::Inline),
+        &config.measured_bytes(enclave_core::Backend::Inline),
     )
     .unwrap();
     InlineEnclave::start(config, Box::new(attestation)).unwrap()

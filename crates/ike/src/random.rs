@@ -123,7 +123,7 @@ mod tests {
     fn a_failed_draw_is_an_error_and_hands_out_nothing() {
         let mut pool = RandomPool::default();
         let mut out = [7u8; 8];
-        let r = pool.fill(|_| Err(enclave::Error::NotSealed), &mut out);
+        let r = pool.fill(|_| Err(enclave_core::Error::NotSealed), &mut out);
         assert!(r.is_err());
         assert_eq!(out, [7u8; 8]);
     }

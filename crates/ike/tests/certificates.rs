@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cloister_ike::{
     CertError, Certificate, Config, DeleteReason, Endpoint, EndpointConfig, Error, Event, IkeSaState, Side,
 };
-use enclave::{
+use enclave_core::{
     attest::Evidence, AuthInput, AuthMethod, AuthSpec, AuthVerified, BatchSummary, ChildSaPair,
     ChildSaParams, Counters, DhExchange, DhGroup, DhHandle, Enclave, EspDescriptor, EspSaHandle, EspStatus,
     IkeSaHandle, IkeSaParams, InlineEnclave, MemoryReport, PeerCredential, SealedBlob, SecretHandle,
@@ -492,7 +492,7 @@ impl Enclave for TamperingEnclave {
     fn tenant(&self) -> TenantId {
         self.0.tenant()
     }
-    fn identity_evidence(&mut self, challenge: &[u8; 32]) -> enclave::Result<Evidence> {
+    fn identity_evidence(&mut self, challenge: &[u8; 32]) -> enclave_core::Result<Evidence> {
         self.0.identity_evidence(challenge)
     }
     fn memory_report(&self) -> MemoryReport {
@@ -501,32 +501,32 @@ impl Enclave for TamperingEnclave {
     fn counters(&self) -> Counters {
         self.0.counters()
     }
-    fn provision_secret(&mut self, wrapped: &[u8]) -> enclave::Result<SecretHandle> {
+    fn provision_secret(&mut self, wrapped: &[u8]) -> enclave_core::Result<SecretHandle> {
         self.0.provision_secret(wrapped)
     }
-    fn secret_kind(&mut self, secret: SecretHandle) -> enclave::Result<SecretKind> {
+    fn secret_kind(&mut self, secret: SecretHandle) -> enclave_core::Result<SecretKind> {
         self.0.secret_kind(secret)
     }
-    fn delete_secret(&mut self, secret: SecretHandle) -> enclave::Result<()> {
+    fn delete_secret(&mut self, secret: SecretHandle) -> enclave_core::Result<()> {
         self.0.delete_secret(secret)
     }
-    fn random_nonce(&mut self, out: &mut [u8]) -> enclave::Result<()> {
+    fn random_nonce(&mut self, out: &mut [u8]) -> enclave_core::Result<()> {
         self.0.random_nonce(out)
     }
-    fn ike_nonces(&mut self, out: &mut [u8]) -> enclave::Result<()> {
+    fn ike_nonces(&mut self, out: &mut [u8]) -> enclave_core::Result<()> {
         self.0.ike_nonces(out)
     }
-    fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> enclave::Result<DhHandle> {
+    fn dh_generate(&mut self, group: DhGroup, public_out: &mut [u8]) -> enclave_core::Result<DhHandle> {
         self.0.dh_generate(group, public_out)
     }
-    fn dh_delete(&mut self, dh: DhHandle) -> enclave::Result<()> {
+    fn dh_delete(&mut self, dh: DhHandle) -> enclave_core::Result<()> {
         self.0.dh_delete(dh)
     }
     fn ike_sa_create(
         &mut self,
         dh: DhExchange<'_>,
         params: &IkeSaParams<'_>,
-    ) -> enclave::Result<IkeSaHandle> {
+    ) -> enclave_core::Result<IkeSaHandle> {
         self.0.ike_sa_create(dh, params)
     }
     fn ike_sa_rekey(
@@ -535,7 +535,7 @@ impl Enclave for TamperingEnclave {
         sealed_sk_d: Option<&SealedBlob>,
         dh: DhExchange<'_>,
         params: &IkeSaParams<'_>,
-    ) -> enclave::Result<IkeSaHandle> {
+    ) -> enclave_core::Result<IkeSaHandle> {
         self.0.ike_sa_rekey(old, sealed_sk_d, dh, params)
     }
     fn auth_compute(
@@ -545,7 +545,7 @@ impl Enclave for TamperingEnclave {
         spec: AuthSpec,
         input: &AuthInput<'_>,
         out: &mut [u8],
-    ) -> enclave::Result<(AuthMethod, usize)> {
+    ) -> enclave_core::Result<(AuthMethod, usize)> {
         let (method, len) = self.0.auth_compute(ike, credential, spec, input, out)?;
         if let Some(last) = len.checked_sub(1).and_then(|i| out.get_mut(i)) {
             *last ^= 0x01;
@@ -559,7 +559,7 @@ impl Enclave for TamperingEnclave {
         method: u8,
         auth_data: &[u8],
         input: &AuthInput<'_>,
-    ) -> enclave::Result<AuthVerified> {
+    ) -> enclave_core::Result<AuthVerified> {
         self.0.auth_verify(ike, peer, method, auth_data, input)
     }
     fn sk_encrypt(
@@ -568,7 +568,7 @@ impl Enclave for TamperingEnclave {
         message: &mut [u8],
         aad_len: usize,
         plaintext_len: usize,
-    ) -> enclave::Result<()> {
+    ) -> enclave_core::Result<()> {
         self.0.sk_encrypt(ike, message, aad_len, plaintext_len)
     }
     fn sk_decrypt(
@@ -576,7 +576,7 @@ impl Enclave for TamperingEnclave {
         ike: IkeSaHandle,
         message: &mut [u8],
         aad_len: usize,
-    ) -> enclave::Result<Range<usize>> {
+    ) -> enclave_core::Result<Range<usize>> {
         self.0.sk_decrypt(ike, message, aad_len)
     }
     fn child_sa_create(
@@ -585,22 +585,22 @@ impl Enclave for TamperingEnclave {
         sealed_sk_d: Option<&SealedBlob>,
         pfs: Option<DhExchange<'_>>,
         params: &ChildSaParams<'_>,
-    ) -> enclave::Result<ChildSaPair> {
+    ) -> enclave_core::Result<ChildSaPair> {
         self.0.child_sa_create(ike, sealed_sk_d, pfs, params)
     }
-    fn clear_and_seal(&mut self, ike: IkeSaHandle) -> enclave::Result<SealedBlob> {
+    fn clear_and_seal(&mut self, ike: IkeSaHandle) -> enclave_core::Result<SealedBlob> {
         self.0.clear_and_seal(ike)
     }
-    fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> enclave::Result<SealedBlob> {
+    fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> enclave_core::Result<SealedBlob> {
         self.0.ike_sa_seal_state(ike)
     }
-    fn establish_seal(&mut self, ike: IkeSaHandle) -> enclave::Result<enclave::EstablishSeal> {
+    fn establish_seal(&mut self, ike: IkeSaHandle) -> enclave_core::Result<enclave_core::EstablishSeal> {
         self.0.establish_seal(ike)
     }
-    fn ike_sa_restore(&mut self, state: &SealedBlob) -> enclave::Result<IkeSaHandle> {
+    fn ike_sa_restore(&mut self, state: &SealedBlob) -> enclave_core::Result<IkeSaHandle> {
         self.0.ike_sa_restore(state)
     }
-    fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> enclave::Result<()> {
+    fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> enclave_core::Result<()> {
         self.0.ike_sa_delete(ike)
     }
     fn esp_batch(
@@ -608,10 +608,10 @@ impl Enclave for TamperingEnclave {
         packets: &mut [u8],
         descriptors: &[EspDescriptor],
         status: &mut [EspStatus],
-    ) -> enclave::Result<BatchSummary> {
+    ) -> enclave_core::Result<BatchSummary> {
         self.0.esp_batch(packets, descriptors, status)
     }
-    fn esp_sa_delete(&mut self, sa: EspSaHandle) -> enclave::Result<()> {
+    fn esp_sa_delete(&mut self, sa: EspSaHandle) -> enclave_core::Result<()> {
         self.0.esp_sa_delete(sa)
     }
 }

@@ -12,7 +12,7 @@ use cloister_ike::{
     DeleteReason, DropReason, Encapsulation, EndpointConfig, Error, Event, IkeSaState, OutboundSwitch,
     Refusal, SaId, Side, RETIRE_GRACE,
 };
-use enclave::{Cipher, DhGroup, Enclave, Integ, Prf, Role, Suite};
+use enclave_core::{Cipher, DhGroup, Enclave, Integ, Prf, Role, Suite};
 use util::{endpoint, esp_round_trip, initiator_config, responder_config, Dir, Pair};
 use wire::ike::{ExchangeType as X, NotifyType};
 

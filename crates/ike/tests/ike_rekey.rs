@@ -9,7 +9,7 @@ mod util;
 use std::time::Duration;
 
 use cloister_ike::{ChildSa, DeleteReason, Event, IkeSaState, SaId};
-use enclave::{Enclave, Role};
+use enclave_core::{Enclave, Role};
 use util::{esp_round_trip, Dir, Pair};
 use wire::ike::ExchangeType as X;
 

@@ -10,8 +10,8 @@ mod util;
 use std::time::{Duration, Instant};
 
 use cloister_ike::{CarriedIkeSa, ChildSa, Config, Endpoint, EndpointConfig, Error, Event, IkeSaState, SaId};
-use enclave::migration::{MigrationPackage, MigrationRestore, OaepHash};
-use enclave::{Enclave, HandleKind, InlineEnclave};
+use enclave_core::migration::{MigrationPackage, MigrationRestore, OaepHash};
+use enclave_core::{Enclave, HandleKind, InlineEnclave};
 use serde_json::Value;
 use util::{esp_round_trip, initiator_config, responder_config, start_enclave, Dir, Pair};
 use wire::ike::ExchangeType as X;

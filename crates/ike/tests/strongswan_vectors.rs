@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use cloister_ike::{nat, DropReason, EndpointConfig, IkeSaState};
-use enclave::Enclave;
+use enclave_core::Enclave;
 use util::{endpoint, Pair};
 use wire::ike::{
     DhGroup, EncrId, ExchangeType, Message, NotifyType, Payload, PrfId, ProtocolId, Transform, TransformId,
@@ -92,7 +92,7 @@ fn answers_charons_sa_init_request(file: &str, from: &str, to: &str) {
             _ => None,
         })
         .unwrap();
-    assert_eq!(nonce.data.len(), enclave::IKE_NONCE_LEN, "a nonce the enclave issued");
+    assert_eq!(nonce.data.len(), enclave_core::IKE_NONCE_LEN, "a nonce the enclave issued");
     let natd_s = response.notify(NotifyType::NAT_DETECTION_SOURCE_IP).unwrap();
     assert_eq!(natd_s.data, nat::hash(h.initiator_spi, h.responder_spi, to));
     let natd_d = response.notify(NotifyType::NAT_DETECTION_DESTINATION_IP).unwrap();

@@ -18,10 +18,10 @@ use std::time::Instant;
 
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{AuditLog, Flow, Hsm, HsmConfig, Measurement, Mode, OaepHash, Pin};
-use enclave::attest::{CodeIdentity, SoftwareAttestation};
-use enclave::migration::DestinationKey;
-use enclave::provision::wrap_secret;
-use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, SecretKind, TenantId};
+use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+use enclave_core::migration::DestinationKey;
+use enclave_core::provision::wrap_secret;
+use enclave_core::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, SecretKind, TenantId};
 use plotters::prelude::*;
 
 const TENANT: TenantId = TenantId(1);
@@ -56,7 +56,7 @@ fn inline(pk: &[u8]) -> (InlineEnclave, Vec<u8>, Measurement) {
     let att = SoftwareAttestation::new(
         pk,
         CodeIdentity::Bytes(b"bench".to_vec()),
-        &c.measured_bytes(enclave::Backend::Inline),
+        &c.measured_bytes(enclave_core::Backend::Inline),
     )
     .unwrap();
     let public = att.platform_public_key().to_vec();
@@ -64,8 +64,8 @@ fn inline(pk: &[u8]) -> (InlineEnclave, Vec<u8>, Measurement) {
     (InlineEnclave::start(c, Box::new(att)).unwrap(), public, m)
 }
 
-fn att_measurement(att: &SoftwareAttestation) -> enclave::attest::Measurement {
-    enclave::attest::AttestationProvider::measurement(att)
+fn att_measurement(att: &SoftwareAttestation) -> enclave_core::attest::Measurement {
+    enclave_core::attest::AttestationProvider::measurement(att)
 }
 
 /// A source with one PSK and `size` bytes of untrusted state, a destination, and the keys

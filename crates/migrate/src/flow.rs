@@ -26,7 +26,8 @@
 //! The caller here plays both agents in one process; the attested channel between them,
 //! which carries only what [`Transfer`] holds, is still to come (docs/migration.md).
 
-use enclave::migration::{verify_destination, DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
+use attest::migration::verify_destination;
+use enclave::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
 use enclave::{Enclave, TenantId};
 
 use crate::error::{MigrateError, Result};

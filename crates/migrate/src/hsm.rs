@@ -390,7 +390,7 @@ impl Hsm {
 
     /// The backup root's certificate of the backup key `label` (which the HSM made) for
     /// enclaves of its measurement: ECDSA P-256 (r ‖ s) over
-    /// [`enclave::migration::backup_key_message`] of that measurement and the key's SPKI.
+    /// [`attest::migration::backup_key_message`] of that measurement and the key's SPKI.
     pub fn certify_backup_key(&self, label: &KeyLabel) -> Result<Vec<u8>> {
         self.audited(
             Operation::CertifyBackupKey,
@@ -402,7 +402,7 @@ impl Hsm {
                 }
                 let spki = self.public_key(label)?;
                 let measurement = crate::flow::enclave_measurement(label.measurement())?;
-                let message = enclave::migration::backup_key_message(&measurement, &spki);
+                let message = attest::migration::backup_key_message(&measurement, &spki);
                 let _shared = self.login.read().unwrap_or_else(PoisonError::into_inner);
                 let session = self.user_session()?;
                 let found = self.find(&session, ObjectClass::PRIVATE_KEY, BACKUP_ROOT_LABEL)?;

@@ -17,12 +17,12 @@ use cloister_migrate::{verify, AgentSettings, HsmAgent, Measurement, MigrateErro
 use common::{
     cluster_key, config, platform_public, with_setup, Env, Setup, PROV_KEY, TENANT, TOKEN, USER_PIN,
 };
-use enclave::attest::{
+use enclave_core::attest::{
     identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
 };
-use enclave::migration::OaepHash as EnclaveOaep;
-use enclave::provision::wrap_secret;
-use enclave::{Enclave, InlineEnclave, ProvisioningKey, SecretKind, TenantId};
+use enclave_core::migration::OaepHash as EnclaveOaep;
+use enclave_core::provision::wrap_secret;
+use enclave_core::{Enclave, InlineEnclave, ProvisioningKey, SecretKind, TenantId};
 
 const CODE: &[u8] = b"cloister migrate agent test enclave";
 const PSK: &[u8] = b"agent test PSK, 32 bytes or so..";
@@ -32,7 +32,7 @@ fn inline_on(platform_key: &[u8], code: &[u8]) -> (Box<dyn Enclave>, Measurement
     let att = SoftwareAttestation::new(
         platform_key,
         CodeIdentity::Bytes(code.to_vec()),
-        &config().measured_bytes(enclave::Backend::Inline),
+        &config().measured_bytes(enclave_core::Backend::Inline),
     )
     .unwrap();
     let public = att.platform_public_key().to_vec();

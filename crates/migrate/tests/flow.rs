@@ -13,13 +13,13 @@ mod common;
 use cloister_migrate::flow::label_measurement;
 use cloister_migrate::{verify, AuditLog, Flow, Hsm, HsmConfig, Measurement, MigrateError, Mode, Pin};
 use common::{cluster_key, config, with_setup, Env, Setup, PROV_KEY, TENANT, USER_PIN};
-use enclave::attest::{
+use enclave_core::attest::{
     identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
 };
-use enclave::migration::{why, MigrationRestore};
-use enclave::process::{ProcessEnclave, ProcessSpec};
-use enclave::provision::wrap_secret;
-use enclave::{Enclave, Error as EnclaveError, InlineEnclave, ProvisioningKey, SecretKind};
+use enclave_core::migration::{why, MigrationRestore};
+use enclave_core::process::{ProcessEnclave, ProcessSpec};
+use enclave_core::provision::wrap_secret;
+use enclave_core::{Enclave, Error as EnclaveError, InlineEnclave, ProvisioningKey, SecretKind};
 
 const CODE: &[u8] = b"cloister migrate flow test enclave";
 const PSK: &[u8] = b"flow test PSK, 32 bytes or so...";
@@ -49,7 +49,7 @@ fn inline(code: &[u8]) -> Node {
     let att = SoftwareAttestation::new(
         &pk,
         CodeIdentity::Bytes(code.to_vec()),
-        &config().measured_bytes(enclave::Backend::Inline),
+        &config().measured_bytes(enclave_core::Backend::Inline),
     )
     .unwrap();
     let public = att.platform_public_key().to_vec();
@@ -193,7 +193,7 @@ fn a_destination_of_another_measurement_gets_nothing() {
         // ...an agent that skips it meets the source enclave's own check...
         let dkey = other.enclave.migration_destination_key(2048).unwrap();
         let err = flow.export(keys.as_ref(), &dkey, src.enclave.as_mut(), b"").unwrap_err();
-        let mismatch = EnclaveError::ProtocolRefused { why: enclave::refusal::PEER_MISMATCH };
+        let mismatch = EnclaveError::ProtocolRefused { why: enclave_core::refusal::PEER_MISMATCH };
         assert!(matches!(err, MigrateError::Enclave { ref source } if *source == mismatch), "{err}");
         // ...and one that hands a package made for a genuine destination to the other
         // enclave meets the HSM's check of the label.
@@ -232,14 +232,14 @@ fn tampered_and_truncated_transfers_are_refused() {
         );
         // The wrapped key flipped: the HSM refuses it, and the one-time key stays unspent.
         let mut bad_key = transfer.clone();
-        bad_key.bytes[enclave::migration::PACKAGE_HEADER_LEN + 9] ^= 1;
+        bad_key.bytes[enclave_core::migration::PACKAGE_HEADER_LEN + 9] ^= 1;
         let err = flow.import(bad_key, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
         assert!(matches!(err, MigrateError::WrappedKeyInvalid { .. }), "{err}");
         // One bit of the body's tag flipped: the HSM rewraps (its share is intact), which
         // spends the one-time key, and the destination enclave refuses the package: the
         // source's evidence covers the tag.
         let mut flipped = transfer.clone();
-        let package = enclave::migration::MigrationPackage::from_bytes(transfer.bytes.clone()).unwrap();
+        let package = enclave_core::migration::MigrationPackage::from_bytes(transfer.bytes.clone()).unwrap();
         let tag_end = flipped.bytes.len() - package.source_evidence().len() - 2;
         flipped.bytes[tag_end - 1] ^= 1;
         let err = flow.import(flipped, &dkey, dst.enclave.as_mut(), &dst.measurement).unwrap_err();
@@ -247,7 +247,7 @@ fn tampered_and_truncated_transfers_are_refused() {
             matches!(
                 err,
                 MigrateError::Enclave {
-                    source: EnclaveError::ProtocolRefused { why: enclave::refusal::PEER_NOT_ATTESTED }
+                    source: EnclaveError::ProtocolRefused { why: enclave_core::refusal::PEER_NOT_ATTESTED }
                 }
             ),
             "{err}"

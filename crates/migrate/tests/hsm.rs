@@ -280,14 +280,14 @@ fn the_backup_root_certifies_backup_keys_for_their_measurement_only() {
         let cert = hsm.certify_backup_key(&label).unwrap();
         // What the enclave checks: the root's signature over this measurement and key.
         let spki = hsm.public_key(&label).unwrap();
-        let em = enclave::attest::Measurement(m.as_bytes().try_into().unwrap());
+        let em = enclave_core::attest::Measurement(m.as_bytes().try_into().unwrap());
         let verify = |msg: &[u8]| {
             ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &root)
                 .verify(msg, &cert)
         };
-        verify(&enclave::migration::backup_key_message(&em, &spki)).unwrap();
-        let other = enclave::attest::Measurement([0x32; 48]);
-        assert!(verify(&enclave::migration::backup_key_message(&other, &spki)).is_err());
+        verify(&enclave_core::migration::backup_key_message(&em, &spki)).unwrap();
+        let other = enclave_core::attest::Measurement([0x32; 48]);
+        assert!(verify(&enclave_core::migration::backup_key_message(&other, &spki)).is_err());
         // One-time migration keys get no certificate.
         let one_time = hsm.create_migration_key(&m).unwrap();
         assert!(matches!(hsm.certify_backup_key(&one_time), Err(MigrateError::WrongKeyKind { .. })));

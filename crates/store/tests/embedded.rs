@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cloister_store::{EmbeddedStore, Error, Key, Kind, Store, Value, WrappedSecret, Write};
-use enclave::{ProvisioningKey, SealedBlob, SecretKind, TenantId};
+use enclave_core::{ProvisioningKey, SealedBlob, SecretKind, TenantId};
 
 fn key(tenant: u32, kind: Kind, name: &str) -> Key {
     Key::new(tenant, kind, name).unwrap()
@@ -152,7 +152,8 @@ fn the_file_holds_no_secret_in_clear() {
     let psk = b"the tenant's pre-shared key, 40 bytes..".to_vec();
     let provisioning = ProvisioningKey::generate().unwrap();
     let blob =
-        enclave::provision::wrap_secret(&provisioning, TenantId(1), SecretKind::PreSharedKey, &psk).unwrap();
+        enclave_core::provision::wrap_secret(&provisioning, TenantId(1), SecretKind::PreSharedKey, &psk)
+            .unwrap();
     let path = dir.path().join("state.redb");
     {
         let store = EmbeddedStore::open(&path).unwrap();

@@ -49,10 +49,46 @@ pub(crate) struct Args {
     enclave: Backend,
 }
 
-#[cfg(feature = "static-keys")]
-use dataplane::keys::install_raw as install_inline;
 #[cfg(not(feature = "static-keys"))]
 use dataplane::keys::install_wrapped as install_inline;
+
+/// Installs one SA's raw keys into the in-process enclave (`static-keys` builds), or its
+/// wrapped keys as `dataplane::keys::install_wrapped` does.
+#[cfg(feature = "static-keys")]
+fn install_inline(
+    e: &mut enclave::InlineEnclave,
+    r: &esp::config::KeyRequest<'_>,
+) -> Result<enclave::EspSaHandle, enclave::Error> {
+    use esp::config::{Direction, KeyMaterial};
+    match r.keys {
+        KeyMaterial::Raw { encryption, integrity } => {
+            e.esp_sa_install_raw(r.spi, r.direction == Direction::In, r.esn, r.suite, encryption, integrity)
+        }
+        KeyMaterial::Wrapped(_) => dataplane::keys::install_wrapped(e, r),
+    }
+}
+
+/// Starts an in-process enclave for `tenant` holding `provisioning_key` (which opens the
+/// blobs the tenant wrapped under it), with software attestation (see `enclave::attest` for
+/// what that does and does not prove).
+fn inline_enclave(tenant: u32, provisioning_key: ProvisioningKey) -> anyhow::Result<enclave::InlineEnclave> {
+    let config = EnclaveConfig {
+        tenant: TenantId(tenant),
+        provisioning_key,
+        trusted_min_seal_counter: 0,
+        trusted_platforms: Vec::new(),
+        backup_roots: Vec::new(),
+        tenant_signers: Vec::new(),
+        limits: Limits::default(),
+    };
+    let platform = SoftwareAttestation::generate_platform_key()?;
+    let attestation = SoftwareAttestation::new(
+        &platform,
+        enclave::attest::CodeIdentity::Bytes(b"cloister-dataplane".to_vec()),
+        &config.measured_bytes(Backend::Inline),
+    )?;
+    Ok(enclave::InlineEnclave::start(config, Box::new(attestation))?)
+}
 
 /// Runs `cloister dataplane`.
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -91,7 +127,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let signals = cio::signal::Signals::block_termination()?;
     match args.enclave {
         Backend::Inline => {
-            let enclave = dataplane::keys::inline_enclave_with_key(args.tenant, provisioning_key)?;
+            let enclave = inline_enclave(args.tenant, provisioning_key)?;
             let dp = Dataplane::start(&config, enclave, install_inline)?;
             config.wipe_keys();
             serve(dp, &signals, "inline", args.stats_every)

@@ -140,7 +140,7 @@ pub(crate) fn write_new(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut f =
         std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(|e| {
-            anyhow::anyhow!("{}: {e} (a key or backup file is never overwritten)", path.display())
+            anyhow::anyhow!("{}: {e} (cloister never overwrites a key or backup file)", path.display())
         })?;
     f.write_all(bytes)?;
     f.sync_all()?;

@@ -6,18 +6,18 @@
 //! buffer can make the enclave read past it. Results and errors travel the other way in
 //! the same format; errors carry handles, lengths and reasons only, never key bytes.
 
-use crate::api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, Suite};
-use crate::api::esp::{EspSaParams, EspStatus};
-use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle};
-use crate::api::ike::{
+use crate::attest::{Evidence, EvidenceKind, Measurement};
+use crate::migration::{DestinationKey, MigrationRestore};
+use crate::provision::ProvisioningOffer;
+use enclave_api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, Suite};
+use enclave_api::error::{BlobRejection, Error, ErrorKind};
+use enclave_api::esp::{EspSaParams, EspStatus};
+use enclave_api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle};
+use enclave_api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaParams, DhExchange, IkeSaParams, PeerCredential, PublicKey,
     PublicKeyKind,
 };
-use crate::api::report::{Counters, MemoryReport};
-use crate::attest::{Evidence, EvidenceKind, Measurement};
-use crate::error::{BlobRejection, Error, ErrorKind};
-use crate::migration::{DestinationKey, MigrationRestore};
-use crate::provision::ProvisioningOffer;
+use enclave_api::report::{Counters, MemoryReport};
 
 /// Call opcodes: one per [`crate::Enclave`] method that is not the ESP batch.
 pub mod op {

@@ -17,10 +17,10 @@ use super::mock::MockEnclave;
 use super::ring;
 use super::shm::SharedMem;
 use super::validate;
-use crate::api::alg::{Cipher, Role, Suite};
-use crate::api::handle::IkeSaHandle;
-use crate::api::ike::ChildSaParams;
-use crate::api::Enclave;
+use enclave_api::alg::{Cipher, Role, Suite};
+use enclave_api::handle::IkeSaHandle;
+use enclave_api::ike::ChildSaParams;
+use enclave_api::Enclave;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -87,7 +87,7 @@ pub fn ring_input(data: &[u8]) {
     for _ in 0..2 {
         let _ = enclave.child_sa_create(IkeSaHandle(0), None, None, &params);
     }
-    let _ = enclave.esp_sa_delete(crate::api::handle::EspSaHandle(0x4200_0000));
+    let _ = enclave.esp_sa_delete(enclave_api::handle::EspSaHandle(0x4200_0000));
 
     let Ok(mut server) = Server::new(shm.clone(), layout, MAX_BATCH) else { return };
     let Ok(completions) = ring::Consumer::<COMPLETION_SLOT>::new(shm.clone(), layout.completions) else {

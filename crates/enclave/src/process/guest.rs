@@ -20,10 +20,10 @@ use super::shm::SharedMem;
 use super::staging::{self, Staging};
 use super::validate::{self, RejectCounters, RejectReason};
 use super::ProcessError;
-use crate::api::esp::{EspDescriptor, EspStatus};
-use crate::api::handle::{DhHandle, EspSaHandle, SecretHandle};
-use crate::api::ike::{OurAuth, PeerAuthCheck, SealedBlob};
-use crate::api::Enclave;
+use enclave_api::esp::{EspDescriptor, EspStatus};
+use enclave_api::handle::{DhHandle, EspSaHandle, SecretHandle};
+use enclave_api::ike::{OurAuth, PeerAuthCheck, SealedBlob};
+use enclave_api::Enclave;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
@@ -746,8 +746,8 @@ pub fn dispatch<E: Enclave + ?Sized>(
 /// The root secret and limits, as they cross the config pipe (never argv or the
 /// environment, which other processes of the same user can read).
 pub mod config {
-    use crate::api::handle::TenantId;
-    use crate::api::report::{
+    use enclave_api::handle::TenantId;
+    use enclave_api::report::{
         EnclaveConfig, InboundMode, Limits, ProvisioningKey, MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
     };
 
@@ -765,7 +765,7 @@ pub mod config {
     pub fn encode(config: &EnclaveConfig, platform_key: &[u8]) -> zeroize::Zeroizing<Vec<u8>> {
         let mut v = zeroize::Zeroizing::new(Vec::with_capacity(FIXED_LEN + platform_key.len()));
         v.extend_from_slice(&config.tenant.0.to_le_bytes());
-        v.extend_from_slice(&config.provisioning_key.0[..]);
+        v.extend_from_slice(&config.provisioning_key.expose()[..]);
         v.extend_from_slice(&config.trusted_min_seal_counter.to_le_bytes());
         let l = config.limits;
         for n in [l.max_ike_sas, l.max_esp_sas, l.max_dh, l.max_secrets, l.max_batch] {
@@ -1066,13 +1066,13 @@ impl From<codec::Malformed> for RejectReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::alg::{Cipher, Role, Suite};
-    use crate::api::esp::EspOpcode;
-    use crate::api::handle::IkeSaHandle;
-    use crate::api::ike::{ChildSaPair, ChildSaParams};
     use crate::process::desc::{encode_batch, encode_call, CallDescriptor};
     use crate::process::mock::MockEnclave;
     use crate::process::ring;
+    use enclave_api::alg::{Cipher, Role, Suite};
+    use enclave_api::esp::EspOpcode;
+    use enclave_api::handle::IkeSaHandle;
+    use enclave_api::ike::{ChildSaPair, ChildSaParams};
 
     const G: Geometry = Geometry { slots: 8, descriptors: 64, packet_len: 4096, call_len: 64 << 10 };
     const UNWRITTEN: [u8; STATUS_BYTES] = [0xee, 0xee];
@@ -1634,8 +1634,8 @@ mod tests {
 
     #[test]
     fn config_encoding_round_trips_and_refuses_junk() {
-        use crate::api::handle::TenantId;
-        use crate::api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
+        use enclave_api::handle::TenantId;
+        use enclave_api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
         let cfg = EnclaveConfig {
             tenant: TenantId(7),
             provisioning_key: ProvisioningKey::from_bytes([9; 32]),

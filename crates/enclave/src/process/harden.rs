@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 use super::ProcessError;
+pub use enclave_api::process::{lock_memory, non_dumpable};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
 };
@@ -41,18 +42,6 @@ pub mod bits {
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-/// `PR_SET_DUMPABLE` 0, checked by reading it back.
-pub fn non_dumpable() -> Result<(), ProcessError> {
-    // SAFETY: prctl with integer arguments only.
-    let set = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    // SAFETY: as above.
-    let now = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
-    if set != 0 || now != 0 {
-        return Err(ProcessError::Os { what: "prctl(PR_SET_DUMPABLE, 0)", errno: errno() });
-    }
-    Ok(())
 }
 
 /// Closes every descriptor except `keep` (and 0..=2, which the host points at /dev/null and
@@ -91,16 +80,6 @@ pub fn empty_network_namespace() -> Result<bool, ProcessError> {
         return Ok(true);
     }
     Err(ProcessError::Os { what: "unshare(CLONE_NEWNET)", errno: errno() })
-}
-
-/// Locks every page of the process, present and future, in RAM. `MCL_ONFAULT` locks pages
-/// as they are touched instead of populating every reserved mapping up front.
-pub fn lock_memory() -> Result<(), ProcessError> {
-    // SAFETY: mlockall with constant flags.
-    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) } != 0 {
-        return Err(ProcessError::Os { what: "mlockall", errno: errno() });
-    }
-    Ok(())
 }
 
 /// A pidfd for our parent, the gateway `expected`, which becomes readable when it exits:

@@ -21,20 +21,20 @@ use super::ring::{self, Consumer, Producer};
 use super::shm::SharedMem;
 use super::validate::{RejectCounters, RejectReason};
 use super::{ExitReport, ProcessError};
-use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
-use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus};
-use crate::api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
-use crate::api::ike::{
-    AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
-    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
-};
-use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
-use crate::api::Enclave;
 use crate::attest::Evidence;
-use crate::error::{Error, Result};
 use crate::migration::{why, DestinationKey, MigrationPackage, MigrationRestore, OaepHash, MAX_PACKAGE_LEN};
 use crate::provision::ProvisioningOffer;
 use core::ops::Range;
+use enclave_api::alg::{AuthMethod, DhGroup, SecretKind};
+use enclave_api::error::{Error, Result};
+use enclave_api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus};
+use enclave_api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
+use enclave_api::ike::{
+    AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
+    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
+};
+use enclave_api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
+use enclave_api::Enclave;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -33,7 +33,7 @@ pub const REQUEST_SLOT: usize = 64;
 /// reads the previous one.
 pub const COMPLETION_SLOT: usize = 64;
 /// Bytes of one entry of the descriptor table (the [`crate::EspDescriptor`] encoding).
-pub const DESCRIPTOR_BYTES: usize = crate::api::esp::ESP_DESCRIPTOR_LEN;
+pub const DESCRIPTOR_BYTES: usize = enclave_api::esp::ESP_DESCRIPTOR_LEN;
 /// Bytes of one entry of the status table: [`crate::EspStatus`] code, reject reason code.
 pub const STATUS_BYTES: usize = 2;
 /// Descriptor table entries come in runs of this many: 32 statuses fill one cache line, so

@@ -3,19 +3,19 @@
 //! the real tables' format (tag, generation, index) and its refusals the real statuses; its
 //! "transform" flips the packet bytes so a test can see which bytes it touched.
 
-use crate::api::alg::{AuthMethod, DhGroup, SecretKind};
-use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
-use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
-use crate::api::ike::{
+use crate::attest::Evidence;
+use crate::provision::ProvisioningOffer;
+use core::ops::Range;
+use enclave_api::alg::{AuthMethod, DhGroup, SecretKind};
+use enclave_api::error::{Error, Result};
+use enclave_api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
+use enclave_api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
+use enclave_api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
     PeerCredential, SealedBlob,
 };
-use crate::api::report::{Counters, MemoryReport};
-use crate::api::Enclave;
-use crate::attest::Evidence;
-use crate::error::{Error, Result};
-use crate::provision::ProvisioningOffer;
-use core::ops::Range;
+use enclave_api::report::{Counters, MemoryReport};
+use enclave_api::Enclave;
 
 /// The tag of every handle the mock issues.
 pub const MOCK_TAG: u8 = 0x42;

@@ -26,9 +26,9 @@
 
 use super::codec::{self, op, Reader, Writer, STAGED_HELD, STAGED_INLINE};
 use super::validate::RejectReason;
-use crate::api::Enclave;
-use crate::error::Error;
 use crate::migration::{why, MigrationPackage, OaepHash, MAX_PACKAGE_LEN, MAX_UNTRUSTED_STATE};
+use enclave_api::error::Error;
+use enclave_api::Enclave;
 use zeroize::Zeroize;
 
 /// Bytes held between calls; zeroized (capacity included) on drop when `scrub`.

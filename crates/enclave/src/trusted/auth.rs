@@ -2,11 +2,11 @@
 
 use super::ike_keys::IkeSa;
 use super::prf::{self, ct_eq, MAX_PRF_LEN};
-use crate::api::alg::{AuthMethod, Role, SecretKind, SignatureScheme};
-use crate::api::ike::{algorithm_identifier, scheme_from_algorithm_identifier};
-use crate::api::ike::{AuthInput, AuthSpec, AuthVerified, PublicKey, PublicKeyKind};
-use crate::der::{self, tag, Reader};
-use crate::error::{Error, Result};
+use enclave_api::alg::{AuthMethod, Role, SecretKind, SignatureScheme};
+use enclave_api::der::{self, tag, Reader};
+use enclave_api::error::{Error, Result};
+use enclave_api::ike::{algorithm_identifier, scheme_from_algorithm_identifier};
+use enclave_api::ike::{AuthInput, AuthSpec, AuthVerified, PublicKey, PublicKeyKind};
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair, UnparsedPublicKey};
 use zeroize::Zeroizing;

@@ -14,8 +14,8 @@
 //! its contract next to it.
 #![allow(unsafe_code)]
 
-use crate::error::{Error, Result};
 use aws_lc_sys as sys;
+use enclave_api::error::{Error, Result};
 use zeroize::Zeroizing;
 
 /// X25519 public value for a private scalar (clamped by AWS-LC as RFC 7748 §5 says).

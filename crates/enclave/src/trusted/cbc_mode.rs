@@ -1,9 +1,9 @@
 //! AES-CBC (RFC 3602) over RustCrypto `aes` + `cbc`, in place, no padding (ESP and IKE add
 //! their own). The `aes` key schedules zeroize on drop (its `zeroize` feature).
 
-use crate::error::{Error, Result};
 use aes::cipher::block_padding::NoPadding;
 use aes::cipher::{BlockDecryptMut, BlockEncrypt, BlockEncryptMut, InnerIvInit, KeyInit};
+use enclave_api::error::{Error, Result};
 
 pub(crate) const BLOCK: usize = 16;
 

@@ -11,9 +11,9 @@
 use super::awslc;
 use super::keybuf::KeyBuf;
 use super::modp;
-use crate::api::alg::DhGroup;
-use crate::error::{Error, Result};
 use crypto_bigint::U512;
+use enclave_api::alg::DhGroup;
+use enclave_api::error::{Error, Result};
 use ring::rand::{SecureRandom, SystemRandom};
 use zeroize::Zeroizing;
 

@@ -14,10 +14,10 @@ use super::prf::{ct_eq, integ_alg, scrub_hmac_key};
 use super::sent::SentWindow;
 use super::sk::{aead_alg, nonce};
 use super::table::Table;
-use crate::api::alg::Suite;
-use crate::api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
-use crate::api::report::InboundMode;
-use crate::error::{Error, Result};
+use enclave_api::alg::Suite;
+use enclave_api::error::{Error, Result};
+use enclave_api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspStatus};
+use enclave_api::report::InboundMode;
 use ring::aead::{Aad, LessSafeKey};
 use ring::hmac;
 use std::sync::{Mutex, PoisonError};
@@ -825,7 +825,7 @@ pub(crate) fn check_batch(descriptors: usize, status: usize, max: usize) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::alg::{Cipher, Integ};
+    use enclave_api::alg::{Cipher, Integ};
 
     #[test]
     fn incremental_checksum_matches_full_recompute() {

@@ -13,10 +13,10 @@
 
 use super::ike_keys::EspKeys;
 use super::keybuf::KeyBuf;
-use crate::api::alg::{Cipher, Integ, Suite};
-use crate::api::esp::EspSaParams;
-use crate::error::{Error, Result};
 use crate::provision::{ESP_KEYS_HEADER_LEN, ESP_KEYS_INBOUND, ESP_KEYS_OUTBOUND};
+use enclave_api::alg::{Cipher, Integ, Suite};
+use enclave_api::error::{Error, Result};
+use enclave_api::esp::EspSaParams;
 
 /// Most keys one instance remembers (16 + 1 bytes each, about 1.1 MB when full); beyond that
 /// wrapped installs are refused until the instance restarts.
@@ -207,13 +207,13 @@ mod tests {
     use super::super::lane::Lane;
     use super::super::table::Table;
     use super::super::TrustedCore;
-    use crate::api::esp::{EspDescriptor, EspStatus};
-    use crate::api::handle::{EspSaHandle, HandleKind, TenantId};
-    use crate::api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
     use crate::attest::{CodeIdentity, SoftwareAttestation};
-    use crate::error::BlobRejection;
     use crate::provision::{wrap_esp_sa_keys, wrap_secret};
     use crate::SecretKind;
+    use enclave_api::error::BlobRejection;
+    use enclave_api::esp::{EspDescriptor, EspStatus};
+    use enclave_api::handle::{EspSaHandle, HandleKind, TenantId};
+    use enclave_api::report::{EnclaveConfig, InboundMode, Limits, ProvisioningKey};
 
     const PROV: [u8; 32] = [0x5a; 32];
 

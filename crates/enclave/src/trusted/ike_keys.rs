@@ -4,9 +4,9 @@
 use super::dh::SharedSecret;
 use super::keybuf::KeyBuf;
 use super::prf::{self, MAX_PRF_LEN};
-use crate::api::alg::{Cipher, Integ, Prf, Role, Suite};
-use crate::api::ike::{ChildSaParams, IkeSaParams};
-use crate::error::{Error, Result};
+use enclave_api::alg::{Cipher, Integ, Prf, Role, Suite};
+use enclave_api::error::{Error, Result};
+use enclave_api::ike::{ChildSaParams, IkeSaParams};
 use zeroize::Zeroizing;
 
 /// Largest SK_e (AES-256 / ChaCha20 key + 4-byte salt).
@@ -118,7 +118,7 @@ impl IkeSa {
     /// (top bit clear): the blob may be restored more than once and the SA may have sent
     /// messages after sealing, so a counter from the blob could repeat an AEAD IV.
     pub(crate) fn from_state(prf: Prf, spi_i: u64, spi_r: u64, body: &[u8], next_iv: u64) -> Result<Self> {
-        let bad = Error::SealedBlob { reason: crate::error::BlobRejection::Malformed };
+        let bad = Error::SealedBlob { reason: enclave_api::error::BlobRejection::Malformed };
         let (fixed, mut rest) = body.split_at_checked(STATE_FIXED).ok_or(bad.clone())?;
         let role = match fixed[0] {
             0 => Role::Initiator,
@@ -319,7 +319,7 @@ pub(crate) fn derive_child_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::alg::{Cipher, Integ};
+    use enclave_api::alg::{Cipher, Integ};
 
     fn params<'a>(role: Role, ni: &'a [u8], nr: &'a [u8]) -> IkeSaParams<'a> {
         IkeSaParams {

@@ -1,6 +1,6 @@
 //! Fixed-capacity key buffers: no heap, no `Clone`, no `Debug`, zeroized on drop.
 
-use crate::error::{Error, Result};
+use enclave_api::error::{Error, Result};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 /// Up to `N` key bytes. Fixed capacity so per-SA state has a fixed, reportable size and

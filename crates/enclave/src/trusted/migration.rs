@@ -8,13 +8,13 @@
 //! gets one timing sample per key; docs/migration.md has the argument.
 
 use super::seal::scrub_aead_key;
-use crate::api::handle::TenantId;
 use crate::attest::Measurement;
-use crate::error::{Error, Result};
 use crate::migration::{
     why, MigrationPackage, OaepHash, PackageKind, DATA_KEY_LEN, MAX_RSA_BITS, MIN_RSA_BITS,
     PACKAGE_HEADER_LEN, PACKAGE_MAGIC, PACKAGE_VERSION, TAG_LEN,
 };
+use enclave_api::error::{Error, Result};
+use enclave_api::handle::TenantId;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::rand::{SecureRandom, SystemRandom};
 use rsa::pkcs8::{DecodePublicKey, EncodePublicKey};

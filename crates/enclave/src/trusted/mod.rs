@@ -30,16 +30,7 @@ pub(crate) mod transcript;
 #[cfg(test)]
 mod vectors;
 
-use crate::api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, Suite};
-use crate::api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
-use crate::api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
-use crate::api::ike::{
-    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
-    PeerCredential, SealedBlob,
-};
-use crate::api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use crate::attest::{AttestationProvider, Evidence, EvidencePurpose};
-use crate::error::{Error, Result};
 use crate::migration::{
     destination_report_data, why as mwhy, DestinationKey, MigrationPackage, MigrationRestore, OaepHash,
     PackageKind, MAX_UNTRUSTED_STATE, SEQ_MARGIN,
@@ -48,6 +39,15 @@ use crate::provision::{offer_report_data, ProvisioningOffer, OFFER_LIFETIME_SECS
 use auth::{PeerKey, Secret};
 use core::ops::Range;
 use dh::{DhSecret, SharedSecret};
+use enclave_api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, Suite};
+use enclave_api::error::{Error, Result};
+use enclave_api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
+use enclave_api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
+use enclave_api::ike::{
+    AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
+    PeerCredential, SealedBlob,
+};
+use enclave_api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use esp::{Direction, EspSa};
 use ike_keys::{IkeSa, SkeyseedSource};
 use lane::{EspLaneParts, Lane};
@@ -162,7 +162,7 @@ impl TrustedCore {
         let l = config.limits;
         Ok(Self {
             tenant: config.tenant,
-            root: RootKeys::new(&config.provisioning_key.0, config.tenant)?,
+            root: RootKeys::new(config.provisioning_key.expose(), config.tenant)?,
             rng,
             trusted_min: config.trusted_min_seal_counter,
             seal_counter: config.trusted_min_seal_counter,
@@ -338,7 +338,7 @@ impl TrustedCore {
 
     pub(crate) fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
         let (counter, body) = seal::open_tenant_secret(&self.root, self.tenant, self.trusted_min, &sealed.0)?;
-        let malformed = Error::SealedBlob { reason: crate::error::BlobRejection::Malformed };
+        let malformed = Error::SealedBlob { reason: enclave_api::error::BlobRejection::Malformed };
         let (&code, bytes) = body.split_first().ok_or(malformed.clone())?;
         let kind = SecretKind::from_code(code).filter(|k| *k != SecretKind::EspSaKeys).ok_or(malformed)?;
         let secret = Secret::load(kind, bytes, &self.rng)?;
@@ -563,7 +563,7 @@ impl TrustedCore {
         let first = sa.first_child.as_deref() == Some(&ike_keys::nonce_pair(p.nonce_i, p.nonce_r));
         let claim = if first {
             if p.role != sa.role {
-                return Err(Error::ProtocolRefused { why: crate::error::refusal::ROLE_MISMATCH });
+                return Err(Error::ProtocolRefused { why: enclave_api::error::refusal::ROLE_MISMATCH });
             }
             None
         } else {
@@ -648,7 +648,7 @@ impl TrustedCore {
         self.rng.fill(&mut iv).map_err(|_| Error::Random)?;
         let b = h.binding;
         if self.ike.entries().any(|live| live.spi_i == b.spi_i && live.spi_r == b.spi_r) {
-            return Err(Error::ProtocolRefused { why: crate::error::refusal::IKE_SA_LIVE });
+            return Err(Error::ProtocolRefused { why: enclave_api::error::refusal::IKE_SA_LIVE });
         }
         let sa = IkeSa::from_state(b.prf, b.spi_i, b.spi_r, &body, u64::from_be_bytes(iv))?;
         // Blobs sealed from now on must never reuse a counter an earlier instance issued.
@@ -849,7 +849,7 @@ impl TrustedCore {
             });
         }
         if self.secrets.live() > 0 || self.ike.live() > 0 || self.esp_read().live() > 0 {
-            return Err(Error::ProtocolRefused { why: crate::error::refusal::NOT_FRESH });
+            return Err(Error::ProtocolRefused { why: enclave_api::error::refusal::NOT_FRESH });
         }
         let pair = self.destination.take().ok_or(Error::Migration { why: mwhy::NO_DESTINATION_KEY })?;
         let kind = package.kind();
@@ -857,7 +857,7 @@ impl TrustedCore {
             PackageKind::Move => pair.spki(),
             PackageKind::Backup => &[],
         };
-        let rd = package.report_data(bound_to);
+        let rd = crate::migration::package_report_data(package, bound_to);
         self.platforms.verify(package.source_evidence(), kind.purpose(), &rd, self.tenant, &own)?;
         let oaep = package.oaep_hash();
         let hsm = match (package.hsm_share(), hsm_share) {
@@ -957,7 +957,7 @@ impl TrustedCore {
         spi: u32,
         inbound: bool,
         esn: bool,
-        suite: crate::api::alg::Suite,
+        suite: enclave_api::alg::Suite,
         enc: &[u8],
         integ: &[u8],
     ) -> Result<EspSaHandle> {
@@ -1018,7 +1018,7 @@ fn check_transcript(sa: &IkeSa, signer: Role, input: &AuthInput<'_>) -> Result<(
     if sa.sk_p.is_none() {
         return Ok(());
     }
-    let refuse = Error::ProtocolRefused { why: crate::error::refusal::NOT_THE_TRANSCRIPT };
+    let refuse = Error::ProtocolRefused { why: enclave_api::error::refusal::NOT_THE_TRANSCRIPT };
     sa.transcript.as_ref().ok_or(refuse)?.check(signer, sa.spi_i, sa.spi_r, input)
 }
 

@@ -11,11 +11,11 @@
 //! about 2.5 times faster than `crypto-bigint`.
 
 use super::awslc::Modulus;
-use crate::api::alg::DhGroup;
-use crate::error::{Error, Result};
 use crypto_bigint::modular::runtime_mod::{DynResidue, DynResidueParams};
 use crypto_bigint::subtle::{ConditionallySelectable, ConstantTimeEq};
 use crypto_bigint::{Uint, Word, U2048, U3072, U512};
+use enclave_api::alg::DhGroup;
+use enclave_api::error::{Error, Result};
 use std::sync::OnceLock;
 use zeroize::Zeroizing;
 

@@ -15,9 +15,9 @@
 //! as an anti-replay window); an older nonce is refused, never accepted twice.
 
 use super::keybuf::KeyBuf;
-use crate::api::alg::Role;
-use crate::error::{refusal, Error, Result};
 use aes::cipher::{BlockDecrypt, BlockEncrypt, KeyInit};
+use enclave_api::alg::Role;
+use enclave_api::error::{refusal, Error, Result};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 

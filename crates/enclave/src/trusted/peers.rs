@@ -6,10 +6,10 @@
 //! Nothing the caller says about a peer or a key counts: the evidence or the certificate is
 //! checked here.
 
-use crate::api::handle::TenantId;
 use crate::attest::{verify_software_evidence, EvidencePurpose, Measurement};
-use crate::error::{refusal, Error, Result};
 use crate::MAX_TRUSTED_PLATFORMS;
+use enclave_api::error::{refusal, Error, Result};
+use enclave_api::handle::TenantId;
 use ring::signature::{UnparsedPublicKey, ECDSA_P256_SHA256_FIXED};
 
 /// A measured set of P-256 public keys (uncompressed points).

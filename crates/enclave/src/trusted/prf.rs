@@ -1,7 +1,7 @@
 //! The IKEv2 PRF (HMAC-SHA2, RFC 4868) and prf+ (RFC 7296 §2.13).
 
-use crate::api::alg::{Integ, Prf};
-use crate::error::{Error, Result};
+use enclave_api::alg::{Integ, Prf};
+use enclave_api::error::{Error, Result};
 use ring::hmac;
 
 /// Largest PRF output (HMAC-SHA-512).

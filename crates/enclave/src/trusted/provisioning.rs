@@ -9,18 +9,17 @@
 
 use super::peers::TenantSigners;
 use super::seal::scrub_aead_key;
-use crate::api::alg::SecretKind;
-use crate::api::handle::TenantId;
-use crate::error::{Error, Result};
 use crate::provision::{
     why, ENVELOPE_HEADER_LEN, ENVELOPE_MAGIC, ENVELOPE_SIGNATURE_LABEL, ENVELOPE_SIGNATURE_LEN,
     ENVELOPE_VERSION, MAX_PROVISIONED_SECRET, OFFER_LIFETIME_SECS, SIGNED_ENVELOPE_VERSION,
 };
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use attest::provision::envelope_key;
+use enclave_api::alg::SecretKind;
+use enclave_api::error::{Error, Result};
+use enclave_api::handle::TenantId;
+use ring::aead::{Aad, Nonce, NONCE_LEN};
 use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
-use ring::hkdf;
 use ring::rand::SystemRandom;
-use ring::signature::EcdsaKeyPair;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
@@ -126,22 +125,6 @@ impl Offers {
     }
 }
 
-/// The AES-256-GCM key of an envelope: HKDF-SHA256(salt = challenge, ikm = the X25519
-/// shared secret, info = label || offer public key || sender public key || tenant).
-fn envelope_key(
-    shared: &[u8],
-    challenge: &[u8],
-    offer_public: &[u8],
-    sender_public: &[u8],
-    tenant: TenantId,
-) -> Result<LessSafeKey> {
-    let tenant = tenant.0.to_be_bytes();
-    let info: [&[u8]; 4] = [b"cloister-provision-v1", offer_public, sender_public, &tenant];
-    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, challenge).extract(shared);
-    let okm = prk.expand(&info, &AES_256_GCM).map_err(|_| Error::Internal { what: "envelope key" })?;
-    Ok(LessSafeKey::new(UnboundKey::from(okm)))
-}
-
 /// What an envelope's authenticated header says.
 struct Header<'a> {
     kind: SecretKind,
@@ -225,68 +208,17 @@ pub(crate) fn open_envelope(
     Ok((h.kind, buf))
 }
 
-/// Builds an envelope to an offer's public key (the tenant's side of [`open_envelope`];
-/// the caller has verified the offer's evidence): version 2, signed, with a `signer`.
-pub(crate) fn seal_envelope(
-    offer_public: &[u8; PUBLIC_LEN],
-    challenge: &[u8; CHALLENGE_LEN],
-    tenant: TenantId,
-    kind: SecretKind,
-    secret: &[u8],
-    issued_at_unix: u64,
-    signer: Option<&EcdsaKeyPair>,
-) -> Result<Vec<u8>> {
-    if secret.len() > MAX_PROVISIONED_SECRET {
-        let why = "longer than any secret the enclave takes";
-        return Err(Error::BadLength { what: "provisioned secret", len: secret.len(), why });
-    }
-    let rng = SystemRandom::new();
-    let sender = EphemeralPrivateKey::generate(&X25519, &rng).map_err(|_| Error::Random)?;
-    let sender_public =
-        sender.compute_public_key().map_err(|_| Error::Internal { what: "envelope public key" })?;
-    let mut out = Vec::with_capacity(ENVELOPE_HEADER_LEN + secret.len() + TAG_LEN + ENVELOPE_SIGNATURE_LEN);
-    out.extend_from_slice(ENVELOPE_MAGIC);
-    let version = if signer.is_some() { SIGNED_ENVELOPE_VERSION } else { ENVELOPE_VERSION };
-    out.extend_from_slice(&[version, kind.code(), 0, 0]);
-    out.extend_from_slice(&tenant.0.to_be_bytes());
-    out.extend_from_slice(challenge);
-    out.extend_from_slice(&issued_at_unix.to_be_bytes());
-    out.extend_from_slice(sender_public.as_ref());
-    let peer = UnparsedPublicKey::new(&X25519, offer_public);
-    let mut key = agreement::agree_ephemeral(sender, &peer, |shared| {
-        envelope_key(shared, challenge, offer_public, sender_public.as_ref(), tenant)
-    })
-    .map_err(|_| Error::BadPublicKey { why: "offer public key is not a usable X25519 key" })??;
-    let mut body = Zeroizing::new(secret.to_vec());
-    let tag = key.seal_in_place_separate_tag(
-        Nonce::assume_unique_for_key([0u8; NONCE_LEN]),
-        Aad::from(&out[..ENVELOPE_HEADER_LEN]),
-        &mut body[..],
-    );
-    scrub_aead_key(&mut key);
-    let tag = tag.map_err(|_| Error::Internal { what: "envelope seal" })?;
-    out.extend_from_slice(&body);
-    out.extend_from_slice(tag.as_ref());
-    if let Some(signer) = signer {
-        let signature = signer
-            .sign(&rng, &[ENVELOPE_SIGNATURE_LABEL, &out[..]].concat())
-            .map_err(|_| Error::Internal { what: "envelope signature" })?;
-        out.extend_from_slice(signature.as_ref());
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::alg::{AuthMethod, DhGroup, Prf, Role, Suite};
-    use crate::api::ike::{AuthInput, AuthSpec, DhExchange, IkeSaParams, SealedBlob};
-    use crate::api::report::{EnclaveConfig, Limits, ProvisioningKey};
     use crate::attest::{software_measurement, CodeIdentity, SoftwareAttestation};
-    use crate::error::BlobRejection;
     use crate::provision::{seal_to_offer, ProvisioningOffer, TenantSigner};
     use crate::trusted::TrustedCore;
     use crate::SecretHandle;
+    use enclave_api::alg::{AuthMethod, DhGroup, Prf, Role, Suite};
+    use enclave_api::error::BlobRejection;
+    use enclave_api::ike::{AuthInput, AuthSpec, DhExchange, IkeSaParams, SealedBlob};
+    use enclave_api::report::{EnclaveConfig, Limits, ProvisioningKey};
 
     const ROOT: [u8; 32] = [0x42; 32];
     const CODE: &[u8] = b"enclave code";
@@ -666,7 +598,7 @@ mod tests {
             seal_to_offer(&offer, &p.public, &m, TenantId(7), kind, b"signed psk", 1, by).unwrap()
         };
         let refused = |why| Error::ProtocolRefused { why };
-        use crate::error::refusal;
+        use enclave_api::error::refusal;
         // Neither an unsigned envelope nor one another key signed spends the offer.
         let unsigned = envelope(None);
         assert_eq!(

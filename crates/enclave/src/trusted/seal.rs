@@ -4,18 +4,17 @@
 
 use super::keybuf::KeyBuf;
 use super::prf::{self, MAX_PRF_LEN};
-use crate::api::alg::{Prf, SecretKind};
-use crate::api::handle::TenantId;
-use crate::error::{BlobRejection, Error, Result};
+pub(crate) use attest::provision::scrub_aead_key;
+use enclave_api::alg::{Prf, SecretKind};
+use enclave_api::error::{BlobRejection, Error, Result};
+use enclave_api::handle::TenantId;
+use enclave_api::provision::{WRAPPED_HEADER_LEN, WRAPPED_MAGIC, WRAPPED_VERSION};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 use zeroize::Zeroizing;
 
-pub(crate) const PROVISION_MAGIC: &[u8; 4] = b"CLPV";
 pub(crate) const SEAL_MAGIC: &[u8; 4] = b"CLSB";
 pub(crate) const FORMAT_VERSION: u8 = 1;
-/// Provisioning header: magic, version, kind, reserved(2), tenant(4).
-pub(crate) const PROVISION_HEADER_LEN: usize = 12;
 /// Sealed header: magic, version, kind, prf id(2), counter(8), tenant(4), SPIi(8), SPIr(8).
 pub(crate) const SEAL_HEADER_LEN: usize = 36;
 const TAG_LEN: usize = 16;
@@ -36,19 +35,6 @@ impl Drop for RootKeys {
     fn drop(&mut self) {
         scrub_aead_key(&mut self.provisioning);
         scrub_aead_key(&mut self.sealing);
-    }
-}
-
-/// Overwrites a ring AEAD key in place with the schedule of an all-zero key of the same
-/// algorithm (ring's keys do not zeroize themselves; see [`prf::scrub_hmac_key`]).
-pub(crate) fn scrub_aead_key(key: &mut LessSafeKey) {
-    let alg = key.algorithm();
-    let zeros = [0u8; 32];
-    if let Some(z) = zeros.get(..alg.key_len()) {
-        if let Ok(k) = UnboundKey::new(alg, z) {
-            *key = LessSafeKey::new(k);
-            core::hint::black_box(key);
-        }
     }
 }
 
@@ -78,11 +64,11 @@ pub(crate) fn open_provisioning(
     blob: &[u8],
 ) -> Result<(SecretKind, Zeroizing<Vec<u8>>)> {
     let reject = |reason| Error::ProvisioningBlob { reason };
-    if blob.len() < PROVISION_HEADER_LEN + NONCE_LEN + TAG_LEN {
+    if blob.len() < WRAPPED_HEADER_LEN + NONCE_LEN + TAG_LEN {
         return Err(reject(BlobRejection::Malformed));
     }
-    let (header, rest) = blob.split_at(PROVISION_HEADER_LEN);
-    if &header[0..4] != PROVISION_MAGIC || header[4] != FORMAT_VERSION || header[6..8] != [0, 0] {
+    let (header, rest) = blob.split_at(WRAPPED_HEADER_LEN);
+    if &header[0..4] != WRAPPED_MAGIC || header[4] != WRAPPED_VERSION || header[6..8] != [0, 0] {
         return Err(reject(BlobRejection::Malformed));
     }
     let kind = SecretKind::from_code(header[5]).ok_or(reject(BlobRejection::Malformed))?;
@@ -99,37 +85,6 @@ pub(crate) fn open_provisioning(
         .len();
     buf.truncate(len);
     Ok((kind, buf))
-}
-
-/// Makes a provisioning blob (the tenant's side of [`open_provisioning`]).
-pub(crate) fn wrap_provisioning(
-    provisioning_key: &[u8; 32],
-    tenant: TenantId,
-    kind: SecretKind,
-    secret: &[u8],
-) -> Result<Vec<u8>> {
-    let mut key = LessSafeKey::new(
-        UnboundKey::new(&AES_256_GCM, provisioning_key).map_err(|_| Error::Internal { what: "wrap" })?,
-    );
-    let mut out = Vec::with_capacity(PROVISION_HEADER_LEN + NONCE_LEN + secret.len() + TAG_LEN);
-    out.extend_from_slice(PROVISION_MAGIC);
-    out.extend_from_slice(&[FORMAT_VERSION, kind.code(), 0, 0]);
-    out.extend_from_slice(&tenant.0.to_be_bytes());
-    let mut nonce = [0u8; NONCE_LEN];
-    SystemRandom::new().fill(&mut nonce).map_err(|_| Error::Random)?;
-    out.extend_from_slice(&nonce);
-    let mut body = Zeroizing::new(secret.to_vec());
-    let tag = key
-        .seal_in_place_separate_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(&out[..PROVISION_HEADER_LEN]),
-            &mut body[..],
-        )
-        .map_err(|_| Error::Internal { what: "wrap" })?;
-    out.extend_from_slice(&body);
-    out.extend_from_slice(tag.as_ref());
-    scrub_aead_key(&mut key);
-    Ok(out)
 }
 
 /// The fields a sealed SK_d is bound to.
@@ -421,7 +376,9 @@ mod tests {
     fn provisioning_round_trip_and_refusals() {
         let key = [3u8; 32];
         let keys = RootKeys::new(&key, TenantId(1)).unwrap();
-        let blob = wrap_provisioning(&key, TenantId(1), SecretKind::PreSharedKey, b"secret").unwrap();
+        let pk = enclave_api::ProvisioningKey::from_bytes(key);
+        let blob =
+            attest::provision::wrap_secret(&pk, TenantId(1), SecretKind::PreSharedKey, b"secret").unwrap();
         let (kind, s) = open_provisioning(&keys, TenantId(1), &blob).unwrap();
         assert_eq!((kind, &s[..]), (SecretKind::PreSharedKey, &b"secret"[..]));
         let reject = |reason| Err(Error::ProvisioningBlob { reason });

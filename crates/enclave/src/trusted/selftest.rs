@@ -11,8 +11,8 @@ use super::ike_keys::{EspKeys, MAX_ENC_KEY, MAX_INTEG_KEY};
 use super::keybuf::KeyBuf;
 use super::prf::{self, MAX_PRF_LEN};
 use super::sk::{aead_key, nonce};
-use crate::api::alg::{Cipher, DhGroup, Prf, Suite};
-use crate::api::report::InboundMode;
+use enclave_api::alg::{Cipher, DhGroup, Prf, Suite};
+use enclave_api::report::InboundMode;
 use hex_literal::hex;
 use ring::aead::Aad;
 

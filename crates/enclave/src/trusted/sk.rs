@@ -11,9 +11,9 @@ use super::cbc_mode::{CbcDecryptor, CbcEncryptor, BLOCK};
 use super::ike_keys::IkeSa;
 use super::prf::{ct_eq, integ_alg, scrub_hmac_key};
 use super::seal::scrub_aead_key;
-use crate::api::alg::{Cipher, Suite};
-use crate::error::{Error, Result};
 use core::ops::Range;
+use enclave_api::alg::{Cipher, Suite};
+use enclave_api::error::{Error, Result};
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -157,10 +157,10 @@ pub(crate) fn decrypt(sa: &IkeSa, msg: &mut [u8], aad_len: usize) -> Result<Rang
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::alg::{Integ, Prf, Role};
-    use crate::api::ike::IkeSaParams;
     use crate::trusted::dh::SharedSecret;
     use crate::trusted::ike_keys::{derive_ike_sa, SkeyseedSource};
+    use enclave_api::alg::{Integ, Prf, Role};
+    use enclave_api::ike::IkeSaParams;
 
     fn pair(suite: Suite) -> (IkeSa, IkeSa) {
         let g = SharedSecret::from_slice(&[5; 32]).unwrap();

@@ -13,8 +13,8 @@ use wire::ike::{Message, Payload};
 
 use super::dh::SharedSecret;
 use super::ike_keys::{derive_child_keys, derive_ike_sa, SkeyseedSource};
-use crate::api::alg::{Cipher, Prf, Role, Suite};
-use crate::api::ike::{ChildSaParams, IkeSaParams};
+use enclave_api::alg::{Cipher, Prf, Role, Suite};
+use enclave_api::ike::{ChildSaParams, IkeSaParams};
 
 fn vectors() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../wire/tests/vectors"))

@@ -4,8 +4,8 @@
 //! (a moved-from copy of a key could not be zeroized). Freeing an entry drops its box,
 //! which runs the entry's zeroizing `Drop`.
 
-use crate::api::handle::HandleKind;
-use crate::error::{Error, Result};
+use enclave_api::error::{Error, Result};
+use enclave_api::handle::HandleKind;
 
 /// Most entries any table can index (16-bit slot index).
 pub(crate) const MAX_ENTRIES: usize = 0xFFFF;

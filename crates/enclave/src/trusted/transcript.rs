@@ -9,9 +9,9 @@
 //! under this SA's SPIs, with the other side's recorded nonce. The record goes at
 //! clear-and-seal, when AUTH is over.
 
-use crate::api::alg::Role;
-use crate::api::ike::AuthInput;
-use crate::error::{refusal, Error, Result};
+use enclave_api::alg::Role;
+use enclave_api::error::{refusal, Error, Result};
+use enclave_api::ike::AuthInput;
 
 /// IKE_SA_INIT's exchange type (RFC 7296 §3.1).
 const IKE_SA_INIT: u8 = 34;

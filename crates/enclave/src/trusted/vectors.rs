@@ -12,11 +12,11 @@ use super::keybuf::KeyBuf;
 use super::prf::{self, MAX_PRF_LEN};
 use super::sk::{self, aead_key, nonce};
 use super::table::Table;
-use crate::api::alg::{Cipher, DhGroup, Prf, Role, SignatureScheme, Suite};
-use crate::api::esp::{EspDescriptor, EspStatus};
-use crate::api::handle::{EspSaHandle, HandleKind};
-use crate::api::ike::PublicKey;
-use crate::api::report::InboundMode;
+use enclave_api::alg::{Cipher, DhGroup, Prf, Role, SignatureScheme, Suite};
+use enclave_api::esp::{EspDescriptor, EspStatus};
+use enclave_api::handle::{EspSaHandle, HandleKind};
+use enclave_api::ike::PublicKey;
+use enclave_api::report::InboundMode;
 use ring::aead::Aad;
 use std::collections::HashMap;
 

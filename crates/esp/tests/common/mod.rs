@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use cloister_esp::*;
-use enclave::attest::{CodeIdentity, SoftwareAttestation};
-use enclave::{Cipher, EnclaveConfig, InlineEnclave, Integ, Limits, ProvisioningKey, Suite, TenantId};
+use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+use enclave_core::{Cipher, EnclaveConfig, InlineEnclave, Integ, Limits, ProvisioningKey, Suite, TenantId};
 use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpPacket, UdpRepr};
 
 /// Every ESP transform the enclave implements.
@@ -38,7 +38,7 @@ pub fn start_enclave() -> InlineEnclave {
     let att = SoftwareAttestation::new(
         &platform,
         CodeIdentity::Bytes(b"esp-tests".to_vec()),
-        &config.measured_bytes(enclave::Backend::Inline),
+        &config.measured_bytes(enclave_core::Backend::Inline),
     )
     .unwrap();
     InlineEnclave::start(config, Box::new(att)).unwrap()

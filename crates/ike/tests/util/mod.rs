@@ -8,9 +8,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
 use cloister_ike::{ChildSa, Config, Endpoint, EndpointConfig, Event, SaId, Transmit};
-use enclave::attest::{CodeIdentity, SoftwareAttestation};
-use enclave::provision::wrap_secret;
-use enclave::{
+use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+use enclave_core::provision::wrap_secret;
+use enclave_core::{
     Enclave, EnclaveConfig, EspDescriptor, EspStatus, InlineEnclave, Limits, ProvisioningKey, SecretHandle,
     SecretKind, TenantId,
 };
@@ -51,7 +51,7 @@ pub fn start_enclave(tenant: u32) -> InlineEnclave {
     let attestation = SoftwareAttestation::new(
         &platform().0,
         CodeIdentity::Bytes(b"ike-tests".to_vec()),
-        &config.measured_bytes(enclave::Backend::Inline),
+        &config.measured_bytes(enclave_core::Backend::Inline),
     )
     .unwrap();
     InlineEnclave::start(config, Box::new(attestation)).unwrap()

@@ -8,8 +8,9 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use enclave::migration::{verify_destination, DestinationKey};
-use enclave::process::harden;
+use attest::migration::verify_destination;
+use enclave::migration::DestinationKey;
+use enclave::process as harden;
 use enclave::TenantId;
 use zeroize::Zeroizing;
 

@@ -1,13 +1,13 @@
-//! `cloister-migrate-enclave`: the enclave process's program for this crate's tests and
-//! benchmark, which cannot start the `cloister` binary. It runs exactly what
-//! `cloister enclave-process` runs, [`enclave::process::guest::main`], over its command
-//! line. Started only by `enclave::process::ProcessEnclave`.
+//! `cloister-migrate-enclave`: the enclave process's program for this crate's flow test,
+//! which cannot start the `cloister` binary (feature `test-enclave`). It runs exactly what
+//! `cloister enclave-process` runs, [`enclave_core::process::guest::main`], over its command
+//! line. Started only by `enclave_core::process::ProcessEnclave`.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match enclave::process::guest::main(std::env::args_os().skip(1)) {
+    match enclave_core::process::guest::main(std::env::args_os().skip(1)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Never key bytes: process errors carry numbers and reasons only.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cloister_migrate::{AuditLog, Hsm, HsmConfig, OaepHash, Pin, DEFAULT_MODULE_PATH};
-use enclave::{EnclaveConfig, Limits, ProvisioningKey, TenantId};
+use enclave_core::{EnclaveConfig, Limits, ProvisioningKey, TenantId};
 
 /// Set in a child: the test it is to run.
 const CHILD: &str = "CLOISTER_MIGRATE_TEST_CHILD";
@@ -27,7 +27,7 @@ pub(crate) const TENANT: TenantId = TenantId(11);
 pub(crate) fn cluster_key(host: usize) -> Vec<u8> {
     static KEYS: std::sync::OnceLock<[Vec<u8>; 2]> = std::sync::OnceLock::new();
     let keys = KEYS.get_or_init(|| {
-        let key = || enclave::attest::SoftwareAttestation::generate_platform_key().unwrap().to_vec();
+        let key = || enclave_core::attest::SoftwareAttestation::generate_platform_key().unwrap().to_vec();
         [key(), key()]
     });
     keys[host % 2].clone()
@@ -35,7 +35,7 @@ pub(crate) fn cluster_key(host: usize) -> Vec<u8> {
 
 /// The public key of a platform key.
 pub(crate) fn platform_public(platform_key: &[u8]) -> Vec<u8> {
-    use enclave::attest::{CodeIdentity, SoftwareAttestation};
+    use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
     SoftwareAttestation::new(platform_key, CodeIdentity::Bytes(vec![]), b"")
         .unwrap()
         .platform_public_key()

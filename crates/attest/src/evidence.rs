@@ -31,8 +31,9 @@
 //! 126 n       ECDSA P-256 SHA-256 signature (DER) over bytes 0..124, by the platform key
 //! ```
 
-use crate::api::handle::TenantId;
-use crate::error::{Error, Result};
+pub use enclave_api::attest::*;
+use enclave_api::error::{Error, Result};
+use enclave_api::handle::TenantId;
 use ring::digest;
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, KeyPair, UnparsedPublicKey};
@@ -41,59 +42,6 @@ use zeroize::Zeroizing;
 const MAGIC: &[u8; 4] = b"CLEV";
 const SIGNED_LEN: usize = 124;
 const VERSION: u8 = 2;
-
-/// Who vouches for the evidence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EvidenceKind {
-    /// Signed by a software platform key: no hardware root of trust.
-    SoftwareRooted,
-}
-
-/// What a piece of evidence is for: signed with it, checked by every verifier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EvidencePurpose {
-    /// "This enclave runs this measurement for this tenant", fresh for a verifier's
-    /// challenge ([`crate::Enclave::identity_evidence`], [`identity_report_data`]).
-    Identity,
-    /// An attested-provisioning offer's X25519 key ([`crate::provision::offer_report_data`]).
-    ProvisioningOffer,
-    /// A migration destination's RSA key ([`crate::migration::destination_report_data`]).
-    MigrationDestination,
-    /// A migration package this enclave exported, for one destination key
-    /// ([`crate::migration::export_report_data`]).
-    MigrationSource,
-    /// A backup package this enclave exported, for one backup key
-    /// ([`crate::migration::export_report_data`]).
-    Backup,
-}
-
-impl EvidencePurpose {
-    /// The code in the evidence.
-    pub fn code(self) -> u8 {
-        match self {
-            Self::Identity => 1,
-            Self::ProvisioningOffer => 2,
-            Self::MigrationDestination => 3,
-            Self::MigrationSource => 4,
-            Self::Backup => 5,
-        }
-    }
-
-    /// The purpose of a code, if it is one.
-    pub fn from_code(code: u8) -> Option<Self> {
-        [
-            Self::Identity,
-            Self::ProvisioningOffer,
-            Self::MigrationDestination,
-            Self::MigrationSource,
-            Self::Backup,
-        ]
-        .into_iter()
-        .find(|p| p.code() == code)
-    }
-}
 
 /// The report data of [`EvidencePurpose::Identity`] evidence for a verifier's `challenge`.
 pub fn identity_report_data(tenant: TenantId, challenge: &[u8; 32]) -> [u8; 64] {
@@ -104,48 +52,6 @@ pub fn identity_report_data(tenant: TenantId, challenge: &[u8; 32]) -> [u8; 64] 
     let mut rd = [0u8; 64];
     rd.copy_from_slice(ctx.finish().as_ref());
     rd
-}
-
-/// A measurement: SHA-384 of code and configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Measurement(pub [u8; 48]);
-
-impl Measurement {
-    /// Lower-case hex (96 digits), the form reference values are published and configured in.
-    pub fn to_hex(&self) -> String {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(96);
-        for b in self.0 {
-            s.push(char::from(DIGITS[usize::from(b >> 4)]));
-            s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-        }
-        s
-    }
-}
-
-/// Parses a measurement from 96 hex digits (either case; surrounding whitespace ignored).
-pub fn parse_measurement_hex(s: &str) -> Result<Measurement> {
-    let bad = Error::Attestation { why: "a measurement is 96 hex digits" };
-    let s = s.trim().as_bytes();
-    if s.len() != 96 {
-        return Err(bad);
-    }
-    let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
-    let mut m = [0u8; 48];
-    for (out, pair) in m.iter_mut().zip(s.chunks_exact(2)) {
-        let (hi, lo) = (digit(pair[0]).ok_or(bad.clone())?, digit(pair[1]).ok_or(bad.clone())?);
-        *out = (hi << 4) | lo;
-    }
-    Ok(Measurement(m))
-}
-
-/// Attestation evidence as produced by a provider.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Evidence {
-    /// The provider kind.
-    pub kind: EvidenceKind,
-    /// The encoded evidence (format per kind).
-    pub bytes: Vec<u8>,
 }
 
 /// What the enclave's code identity is measured from.
@@ -263,18 +169,10 @@ impl AttestationProvider for SoftwareAttestation {
 /// The tenant field of software-rooted evidence, **unverified**: only for choosing the
 /// report data to verify the evidence against (the signature covers the field, so
 /// verification with report data built from a forged tenant fails).
-pub(crate) fn software_evidence_tenant(evidence: &[u8]) -> Option<TenantId> {
+#[doc(hidden)]
+pub fn software_evidence_tenant(evidence: &[u8]) -> Option<TenantId> {
     let b = evidence.get(120..SIGNED_LEN)?;
     Some(TenantId(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
-}
-
-/// What verified software-rooted evidence says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VerifiedEvidence {
-    /// The measurement; compare it with the reference value you expect.
-    pub measurement: Measurement,
-    /// The tenant the enclave serves.
-    pub tenant: TenantId,
 }
 
 /// Verifies software-rooted evidence against the platform public key, the purpose it must

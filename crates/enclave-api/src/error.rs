@@ -1,8 +1,8 @@
 //! The one error type of the enclave. No variant carries key bytes or anything derived
 //! from them; context is handles, algorithms, lengths and reasons.
 
-use crate::api::alg::{DhGroup, SecretKind};
-use crate::api::handle::HandleKind;
+use crate::alg::{DhGroup, SecretKind};
+use crate::handle::HandleKind;
 
 /// Why an enclave call was refused. Every refusal is also counted ([`crate::Counters`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -237,7 +237,6 @@ pub enum Error {
 
 /// Why a sealed or provisioning blob was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum BlobRejection {
     /// Wrong magic, version, kind or length.
     Malformed,
@@ -266,7 +265,6 @@ impl core::fmt::Display for BlobRejection {
 /// A `Copy` summary of [`Error`] for counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
-#[non_exhaustive]
 pub enum ErrorKind {
     /// [`Error::UnknownHandle`].
     UnknownHandle,

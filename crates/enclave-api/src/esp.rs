@@ -149,7 +149,6 @@ impl EspDescriptor {
 /// The outcome for one packet. `Copy`, counted, never logged per packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
-#[non_exhaustive]
 pub enum EspStatus {
     /// Done: encrypted, or authenticated and decrypted (and forwarded).
     Ok = 0,

@@ -2,42 +2,42 @@
 //! and ECDSA-Sig-Value. Every read is bounds-checked; nothing here can panic on any input.
 
 /// DER tags this crate reads.
-pub(crate) mod tag {
-    pub(crate) const INTEGER: u8 = 0x02;
-    pub(crate) const BIT_STRING: u8 = 0x03;
-    pub(crate) const NULL: u8 = 0x05;
-    pub(crate) const OID: u8 = 0x06;
-    pub(crate) const SEQUENCE: u8 = 0x30;
+pub mod tag {
+    pub const INTEGER: u8 = 0x02;
+    pub const BIT_STRING: u8 = 0x03;
+    pub const NULL: u8 = 0x05;
+    pub const OID: u8 = 0x06;
+    pub const SEQUENCE: u8 = 0x30;
     /// `[0]` constructed, context-specific.
-    pub(crate) const CTX0: u8 = 0xa0;
+    pub const CTX0: u8 = 0xa0;
     /// `[1]` constructed.
-    pub(crate) const CTX1: u8 = 0xa1;
+    pub const CTX1: u8 = 0xa1;
     /// `[2]` constructed.
-    pub(crate) const CTX2: u8 = 0xa2;
+    pub const CTX2: u8 = 0xa2;
 }
 
 /// A cursor over DER bytes.
 #[derive(Clone, Copy)]
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     rest: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+    pub fn new(bytes: &'a [u8]) -> Self {
         Self { rest: bytes }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.rest.is_empty()
     }
 
     /// The next tag without consuming it.
-    pub(crate) fn peek_tag(&self) -> Option<u8> {
+    pub fn peek_tag(&self) -> Option<u8> {
         self.rest.first().copied()
     }
 
     /// Reads one TLV with the given tag; returns its contents. Only definite, minimal lengths.
-    pub(crate) fn read(&mut self, want: u8) -> Option<&'a [u8]> {
+    pub fn read(&mut self, want: u8) -> Option<&'a [u8]> {
         let (&t, rest) = self.rest.split_first()?;
         if t != want {
             return None;
@@ -65,13 +65,13 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a TLV and returns a reader over its contents.
-    pub(crate) fn nested(&mut self, want: u8) -> Option<Reader<'a>> {
+    pub fn nested(&mut self, want: u8) -> Option<Reader<'a>> {
         self.read(want).map(Reader::new)
     }
 }
 
 /// Reads an unsigned INTEGER into `out` right-aligned (big-endian, `out.len()` bytes).
-pub(crate) fn read_uint_fixed(r: &mut Reader<'_>, out: &mut [u8]) -> Option<()> {
+pub fn read_uint_fixed(r: &mut Reader<'_>, out: &mut [u8]) -> Option<()> {
     let v = r.read(tag::INTEGER)?;
     let (&first, _) = v.split_first()?;
     if first & 0x80 != 0 {

@@ -191,7 +191,6 @@ pub struct AuthVerified {
 
 /// The algorithm family of a [`PublicKey`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum PublicKeyKind {
     /// RSA; bytes are a DER RSAPublicKey (PKCS#1).
     Rsa,
@@ -255,7 +254,8 @@ impl PublicKey {
 }
 
 /// The DER AlgorithmIdentifier that RFC 7427 puts in front of a signature of `scheme`.
-pub(crate) fn algorithm_identifier(scheme: SignatureScheme) -> &'static [u8] {
+#[doc(hidden)]
+pub fn algorithm_identifier(scheme: SignatureScheme) -> &'static [u8] {
     use SignatureScheme as S;
     match scheme {
         // RFC 7427 Appendix A.
@@ -307,7 +307,8 @@ const OID_RSA_PSS: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0
 /// The fixed encodings are compared byte for byte; RSASSA-PSS is parsed because peers
 /// differ in whether the hash AlgorithmIdentifiers carry a NULL parameter. Only PSS with
 /// MGF1 over the same hash and salt length = hash length is accepted (what ring verifies).
-pub(crate) fn scheme_from_algorithm_identifier(alg: &[u8]) -> Option<SignatureScheme> {
+#[doc(hidden)]
+pub fn scheme_from_algorithm_identifier(alg: &[u8]) -> Option<SignatureScheme> {
     use SignatureScheme as S;
     for s in [
         S::RsaPkcs1Sha256,

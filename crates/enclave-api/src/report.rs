@@ -1,15 +1,15 @@
 //! Configuration, accounting and counters: what the untrusted side may know about the
 //! enclave's state (sizes and counts, never contents).
 
-use super::esp::EspStatus;
-use super::handle::TenantId;
 use crate::error::ErrorKind;
+use crate::esp::EspStatus;
+use crate::handle::TenantId;
 use zeroize::Zeroizing;
 
 /// The root secret an enclave instance starts with. It unwraps provisioning blobs
 /// ([`crate::provision`]) and derives the sealing key. Today whoever starts the enclave
 /// passes it in; attested provisioning will deliver it over an attested channel instead.
-pub struct ProvisioningKey(pub(crate) Zeroizing<[u8; 32]>);
+pub struct ProvisioningKey(Zeroizing<[u8; 32]>);
 
 impl ProvisioningKey {
     /// Wraps 32 key bytes (AES-256-GCM).
@@ -17,12 +17,21 @@ impl ProvisioningKey {
         Self(Zeroizing::new(bytes))
     }
 
-    /// Draws a fresh key from the system CSPRNG.
+    /// Draws a fresh key from the kernel's CSPRNG (`/dev/urandom`, which never blocks once
+    /// the pool is initialised).
     pub fn generate() -> crate::Result<Self> {
+        use std::io::Read as _;
         let mut k = Zeroizing::new([0u8; 32]);
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut k[..])
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut k[..]))
             .map_err(|_| crate::Error::Random)?;
         Ok(Self(k))
+    }
+
+    /// The key bytes, for the trusted core that derives its roots from them (and for the
+    /// tenant's wrapping tool, which holds the same key).
+    pub fn expose(&self) -> &[u8; 32] {
+        &self.0
     }
 }
 
@@ -297,14 +306,16 @@ impl Counters {
         self.errors.get(kind as usize).copied().unwrap_or(0)
     }
 
-    pub(crate) fn record_error(&mut self, kind: ErrorKind) {
+    #[doc(hidden)]
+    pub fn record_error(&mut self, kind: ErrorKind) {
         if let Some(c) = self.errors.get_mut(kind as usize) {
             *c = c.saturating_add(1);
         }
     }
 
     /// Adds `other`'s counts to these (a lane's into its instance's).
-    pub(crate) fn add(&mut self, other: &Counters) {
+    #[doc(hidden)]
+    pub fn add(&mut self, other: &Counters) {
         self.batches = self.batches.saturating_add(other.batches);
         for (a, b) in self.esp.iter_mut().zip(other.esp.iter()) {
             *a = a.saturating_add(*b);
@@ -314,7 +325,8 @@ impl Counters {
         }
     }
 
-    pub(crate) fn record_status(&mut self, status: EspStatus) {
+    #[doc(hidden)]
+    pub fn record_status(&mut self, status: EspStatus) {
         if let Some(c) = self.esp.get_mut(status.index()) {
             *c = c.saturating_add(1);
         }

@@ -6,7 +6,6 @@
 
 /// Diffie-Hellman groups (IKEv2 Transform Type 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum DhGroup {
     /// 2048-bit MODP group (RFC 3526 §3), ID 14.
     Modp2048,
@@ -69,7 +68,6 @@ impl DhGroup {
 
 /// Pseudorandom functions (IKEv2 Transform Type 2, RFC 4868).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Prf {
     /// PRF_HMAC_SHA2_256, ID 5.
     HmacSha256,
@@ -111,7 +109,6 @@ impl Prf {
 
 /// Integrity algorithms (IKEv2 Transform Type 3, RFC 4868), used with AES-CBC only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Integ {
     /// AUTH_HMAC_SHA2_256_128, ID 12.
     HmacSha256_128,
@@ -162,7 +159,6 @@ impl Integ {
 
 /// Encryption algorithms (IKEv2 Transform Type 1) for both IKE SK payloads and ESP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Cipher {
     /// ENCR_AES_CBC (ID 12), 128-bit key (RFC 3602); needs an [`Integ`].
     AesCbc128,
@@ -329,7 +325,6 @@ pub enum Role {
 
 /// The Auth Method field of an AUTH payload (RFC 7296 §3.8, RFC 4754, RFC 7427).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum AuthMethod {
     /// Shared Key Message Integrity Code, 2.
     SharedKey,
@@ -366,7 +361,6 @@ impl AuthMethod {
 
 /// Signature algorithms for RFC 7427 Digital Signature authentication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum SignatureScheme {
     /// RSASSA-PKCS1-v1_5 with SHA-256.
     RsaPkcs1Sha256,
@@ -418,7 +412,6 @@ impl SignatureScheme {
 
 /// What a provisioned secret is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum SecretKind {
     /// A pre-shared key for Shared Key MIC authentication.
     PreSharedKey,

@@ -122,14 +122,20 @@
 //! The enclave checks every field and both lengths against the transform of the SA asked
 //! for. ESN is not bound (the keys do not depend on it).
 
-use crate::api::alg::{Cipher, SecretKind, Suite};
-use crate::api::esp::EspSaParams;
-use crate::api::handle::TenantId;
-use crate::api::report::ProvisioningKey;
-use crate::attest::{self, Evidence, EvidenceKind, Measurement};
+use crate::attest::{Evidence, EvidenceKind};
 use crate::error::{Error, Result};
-use crate::trusted::provisioning::{self as trusted, CHALLENGE_LEN, PUBLIC_LEN};
-use zeroize::Zeroizing;
+
+/// The wrapped blob's magic (module docs, "Wrapped blobs").
+pub const WRAPPED_MAGIC: &[u8; 4] = b"CLPV";
+/// The wrapped blob format's version.
+pub const WRAPPED_VERSION: u8 = 1;
+/// Bytes of the wrapped blob's header: magic, version, kind, reserved (2), tenant (4).
+pub const WRAPPED_HEADER_LEN: usize = 12;
+
+/// Bytes of an offer's challenge.
+pub const CHALLENGE_LEN: usize = 16;
+/// Bytes of an offer's X25519 public key.
+pub const PUBLIC_LEN: usize = 32;
 
 /// How long the enclave keeps an offer, in seconds, measured inside the enclave.
 pub const OFFER_LIFETIME_SECS: u32 = 120;
@@ -232,192 +238,12 @@ impl ProvisioningOffer {
     }
 }
 
-/// The report data an offer's evidence carries: SHA-512("cloister-provision-offer-v1" ||
-/// tenant u32 || public key || challenge).
-pub fn offer_report_data(tenant: TenantId, public_key: &[u8; 32], challenge: &[u8; 16]) -> [u8; 64] {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA512);
-    ctx.update(b"cloister-provision-offer-v1");
-    ctx.update(&tenant.0.to_be_bytes());
-    ctx.update(public_key);
-    ctx.update(challenge);
-    let mut rd = [0u8; 64];
-    rd.copy_from_slice(ctx.finish().as_ref());
-    rd
-}
-
-/// A tenant's provisioning signer: the ECDSA P-256 key with which the tenant signs its
-/// envelopes, so that an enclave whose measured configuration names the public key
-/// ([`crate::EnclaveConfig::tenant_signers`]) takes secrets from the tenant only. The
-/// tenant's side; the private key never goes near the gateway.
-pub struct TenantSigner {
-    pair: ring::signature::EcdsaKeyPair,
-}
-
-impl TenantSigner {
-    /// A fresh signer's private key, PKCS#8 (store it 0600 where the tenant provisions).
-    pub fn generate() -> Result<Zeroizing<Vec<u8>>> {
-        let rng = ring::rand::SystemRandom::new();
-        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
-        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).map_err(|_| Error::Random)?;
-        Ok(Zeroizing::new(pkcs8.as_ref().to_vec()))
-    }
-
-    /// The signer of a PKCS#8 ECDSA P-256 private key ([`Self::generate`]'s).
-    pub fn from_pkcs8(pkcs8: &[u8]) -> Result<Self> {
-        let rng = ring::rand::SystemRandom::new();
-        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
-        let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8, &rng)
-            .map_err(|_| Error::BadPrivateKey { why: "not a PKCS#8 ECDSA P-256 private key" })?;
-        Ok(Self { pair })
-    }
-
-    /// Its public key as the enclave's configuration names it: uncompressed SEC1, 65 bytes.
-    pub fn public_key(&self) -> &[u8] {
-        ring::signature::KeyPair::public_key(&self.pair).as_ref()
-    }
-}
-
-impl core::fmt::Debug for TenantSigner {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("TenantSigner")
-            .field("public_key_len", &self.public_key().len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// Encrypts `secret` for `tenant`'s enclave to `offer` (the tenant's side): verifies the
-/// offer's evidence against `platform_public_key` and the offer's own fields, insists on
-/// the `expected` measurement and on `tenant`, then builds an envelope (module docs) with
-/// a fresh X25519 key, signed by `signer` if given (version 2: an enclave that names
-/// tenant signers takes only those). `issued_at_unix` is only recorded in it.
-#[allow(clippy::too_many_arguments)] // each is one fact the envelope binds
-pub fn seal_to_offer(
-    offer: &ProvisioningOffer,
-    platform_public_key: &[u8],
-    expected: &Measurement,
-    tenant: TenantId,
-    kind: SecretKind,
-    secret: &[u8],
-    issued_at_unix: u64,
-    signer: Option<&TenantSigner>,
-) -> Result<Vec<u8>> {
-    if kind == SecretKind::EspSaKeys {
-        return Err(Error::WrongBlobKind { got: kind, want: "a PSK or private key" });
-    }
-    verify_offer(offer, platform_public_key, expected, tenant)?;
-    let signer = signer.map(|s| &s.pair);
-    trusted::seal_envelope(&offer.public_key, &offer.challenge, tenant, kind, secret, issued_at_unix, signer)
-}
-
-/// Checks an offer's evidence without sealing anything to it: it verifies under
-/// `platform_public_key`, binds the offer's key and challenge, names `tenant` and carries
-/// the `expected` measurement. A configuration service uses it to release non-secret
-/// configuration only to a verified enclave.
-pub fn verify_offer(
-    offer: &ProvisioningOffer,
-    platform_public_key: &[u8],
-    expected: &Measurement,
-    tenant: TenantId,
-) -> Result<()> {
-    match offer.evidence.kind {
-        EvidenceKind::SoftwareRooted => {}
-    }
-    // The tenant field as claimed picks the report data; the signature covers both, so a
-    // forged field fails verification.
-    let claimed = attest::software_evidence_tenant(&offer.evidence.bytes)
-        .ok_or(Error::Attestation { why: "evidence too short" })?;
-    let rd = offer_report_data(claimed, &offer.public_key, &offer.challenge);
-    let purpose = attest::EvidencePurpose::ProvisioningOffer;
-    let verified =
-        attest::verify_software_evidence(&offer.evidence.bytes, platform_public_key, purpose, &rd)?;
-    if verified.tenant != tenant {
-        return Err(Error::Provisioning { why: why::WRONG_TENANT });
-    }
-    if verified.measurement != *expected {
-        return Err(Error::MeasurementMismatch {
-            expected: Box::new(*expected),
-            got: Box::new(verified.measurement),
-        });
-    }
-    Ok(())
-}
-
 /// Bytes of an ESP SA keys secret before the keys.
 pub const ESP_KEYS_HEADER_LEN: usize = 14;
 /// The direction octet of an inbound SA's keys.
 pub const ESP_KEYS_INBOUND: u8 = 1;
 /// The direction octet of an outbound SA's keys.
 pub const ESP_KEYS_OUTBOUND: u8 = 2;
-
-/// The key-length attribute (bits) of a cipher as the ESP keys header carries it.
-const fn key_bits(suite: &Suite) -> u16 {
-    match suite.cipher {
-        Cipher::AesCbc128 | Cipher::AesGcm16_128 => 128,
-        Cipher::AesCbc256 | Cipher::AesGcm16_256 => 256,
-        Cipher::ChaCha20Poly1305 => 0,
-    }
-}
-
-/// Encodes one direction of a static ESP SA's keys as the secret of kind 5 (above), after
-/// checking them against `params` (SPI not 0, a consistent suite, the suite's key lengths).
-/// `encryption` carries the 4-byte salt after the key for the AEADs (RFC 4106 §8.1);
-/// `integrity` is empty for them. `params.esn` is not part of it.
-pub fn esp_sa_keys(params: &EspSaParams, encryption: &[u8], integrity: &[u8]) -> Result<Zeroizing<Vec<u8>>> {
-    let suite = params.suite;
-    if params.spi == 0 {
-        return Err(Error::BadLength { what: "SPI", len: 0, why: "SPI 0 is reserved (RFC 4303 §2.1)" });
-    }
-    if !suite.is_consistent() {
-        let integ = suite.integ.map_or(0, |i| i.id());
-        return Err(Error::InconsistentSuite { cipher: suite.cipher.id(), integ });
-    }
-    let bad = |what, len, why| Error::BadLength { what, len, why };
-    if encryption.len() != suite.cipher.keymat_len() {
-        let why = "not the transform's key length (AEADs add a 4-byte salt)";
-        return Err(bad("ESP encryption key", encryption.len(), why));
-    }
-    if integrity.len() != suite.integ_key_len() {
-        return Err(bad("ESP integrity key", integrity.len(), "not the integrity transform's key length"));
-    }
-    let direction = if params.inbound { ESP_KEYS_INBOUND } else { ESP_KEYS_OUTBOUND };
-    let mut v = Zeroizing::new(Vec::with_capacity(ESP_KEYS_HEADER_LEN + encryption.len() + integrity.len()));
-    v.extend_from_slice(&[direction, 0]);
-    v.extend_from_slice(&params.spi.to_be_bytes());
-    v.extend_from_slice(&suite.cipher.id().to_be_bytes());
-    v.extend_from_slice(&key_bits(&suite).to_be_bytes());
-    v.extend_from_slice(&suite.integ.map_or(0, |i| i.id()).to_be_bytes());
-    // Both lengths are at most 64 (checked against the suite above).
-    let len8 = |n: usize| u8::try_from(n).map_err(|_| Error::Internal { what: "ESP keys encoding" });
-    v.push(len8(encryption.len())?);
-    v.push(len8(integrity.len())?);
-    v.extend_from_slice(encryption);
-    v.extend_from_slice(integrity);
-    Ok(v)
-}
-
-/// Wraps one direction of a static ESP SA's keys for `tenant`'s enclave: [`esp_sa_keys`]
-/// then [`wrap_secret`]. The tenant's side, like [`wrap_secret`].
-pub fn wrap_esp_sa_keys(
-    key: &ProvisioningKey,
-    tenant: TenantId,
-    params: &EspSaParams,
-    encryption: &[u8],
-    integrity: &[u8],
-) -> Result<Vec<u8>> {
-    let secret = esp_sa_keys(params, encryption, integrity)?;
-    wrap_secret(key, tenant, SecretKind::EspSaKeys, &secret)
-}
-
-/// Wraps `secret` for `tenant`'s enclave. This is the **tenant's** side (or its provisioning
-/// tool's): it runs where the provisioning key and the plaintext secret already are.
-pub fn wrap_secret(
-    key: &ProvisioningKey,
-    tenant: TenantId,
-    kind: SecretKind,
-    secret: &[u8],
-) -> Result<Vec<u8>> {
-    crate::trusted::seal::wrap_provisioning(&key.0, tenant, kind, secret)
-}
 
 /// Sealed blobs (clear-and-seal of SK_d, IKE SA state and attested tenant secrets, for
 /// restarts): their format, and what the counter protects.

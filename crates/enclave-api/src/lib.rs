@@ -1,27 +1,47 @@
-//! The call surface: the one [`Enclave`] trait and the plain types that cross the boundary.
+//! The enclave's call surface: the one [`Enclave`] trait and the plain types that cross the
+//! boundary (handles, algorithm names, lengths, descriptors, statuses, sizes, refusals, and
+//! the public formats of evidence, offers and migration packages).
 //!
-//! Everything in this module is public data (handles, algorithm names, lengths, descriptors,
-//! statuses, sizes). The IKE and ESP crates depend on this and on nothing in `trusted`.
+//! Nothing here holds or computes on a key: this crate has no cryptography. The untrusted
+//! crates (`ike`, `esp`, `store`, `migrate`, `dataplane`, `gateway`) depend on it alone;
+//! the trusted core that implements it is `cloister-enclave`, and the evidence and
+//! verification cryptography every verifier needs is `cloister-attest`.
+#![deny(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-pub(crate) mod alg;
-pub(crate) mod esp;
-pub(crate) mod handle;
-pub(crate) mod ike;
-pub(crate) mod report;
+pub mod alg;
+pub mod attest;
+#[doc(hidden)]
+pub mod der;
+pub mod error;
+pub mod esp;
+pub mod handle;
+pub mod ike;
+pub mod migration;
+pub mod process;
+pub mod provision;
+pub mod report;
 
-use crate::attest::Evidence;
-use crate::error::Result;
-use crate::migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
-use crate::provision::ProvisioningOffer;
-use alg::{AuthMethod, DhGroup, SecretKind};
-use core::ops::Range;
-use esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
-use handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
-use ike::{
+pub use alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, SkLayout, Suite};
+pub use error::{refusal, BlobRejection, Error, ErrorKind, Result};
+pub use esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus, ESP_DESCRIPTOR_LEN};
+pub use handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
+pub use ike::{
     AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
-    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
+    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
 };
-use report::{Counters, MemoryReport};
+pub use provision::{seal_format, ProvisioningOffer};
+pub use report::{
+    Backend, Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey,
+    MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
+};
+
+/// Bytes of one IKE nonce from [`Enclave::ike_nonces`].
+pub const IKE_NONCE_LEN: usize = 48;
+
+use attest::Evidence;
+use core::ops::Range;
+use migration::{DestinationKey, MigrationPackage, MigrationRestore, OaepHash};
 
 /// What the ESP data path needs of an enclave: one crossing per batch. Every [`Enclave`] is
 /// one; so is a lane ([`Enclave::esp_lane`]).
