@@ -19,8 +19,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use enclave::migration::{DestinationKey, MigrationPackage};
-use enclave::process::{ProcessEnclave, ProcessSpec};
 use enclave::{Enclave, InlineEnclave, SealedBlob};
+use enclave_host::{ProcessEnclave, ProcessSpec};
 use gateway::control::Request;
 use gateway::snapshot::Snapshot;
 use gateway::Gateway;

@@ -24,12 +24,12 @@
 #![allow(clippy::cast_possible_truncation)]
 
 use cloister_enclave::attest::{CodeIdentity, SoftwareAttestation};
-use cloister_enclave::process::{InFlight, PacketArea, ProcessEnclave, ProcessSpec};
 use cloister_enclave::{
     Backend, ChildSaPair, ChildSaParams, Cipher, DhExchange, DhGroup, Enclave, EnclaveConfig, EspDescriptor,
     EspSaHandle, EspStatus, IkeSaHandle, IkeSaParams, Limits, MemoryReport, Prf, ProvisioningKey, Role,
     Suite, TenantId, IKE_NONCE_LEN,
 };
+use enclave_host::{InFlight, PacketArea, ProcessEnclave, ProcessSpec};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 

@@ -6,9 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use cloister_enclave::attest::{CodeIdentity, SoftwareAttestation};
-use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
 use cloister_enclave::provision::{esp_sa_keys, wrap_esp_sa_keys, wrap_secret};
 use cloister_enclave::*;
+use enclave_host::{ProcessEnclave, ProcessSpec};
 
 const PROV_KEY: [u8; 32] = [0x37; 32];
 const TENANT: u32 = 9;

@@ -12,8 +12,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_truncation)]
 
 use cloister_enclave::attest::SoftwareAttestation;
-use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
 use cloister_enclave::*;
+use enclave_host::{ProcessEnclave, ProcessSpec};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;

@@ -15,9 +15,9 @@ use cloister_enclave::migration::{
 };
 use cloister_enclave::process::codec::{self, op, Writer, STAGED_HELD, STAGED_INLINE};
 use cloister_enclave::process::layout::MAX_CALL_AREA;
-use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
+use enclave_host::{ProcessEnclave, ProcessSpec};
 
 mod support;
 

@@ -11,9 +11,9 @@ use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareA
 use cloister_enclave::process::desc::{
     decode_status, encode_batch, encode_call, BatchDescriptor, CallDescriptor,
 };
-use cloister_enclave::process::{ExitReport, ProcessEnclave, ProcessError, ProcessSpec, RejectReason};
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
+use enclave_host::{ExitReport, ProcessEnclave, ProcessError, ProcessSpec, RejectReason};
 
 mod support;
 

@@ -16,9 +16,9 @@ use cloister_enclave::attest::{
     identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
 };
 use cloister_enclave::migration::{self, verify_destination, DestinationKey, OaepHash};
-use cloister_enclave::process::{ProcessEnclave, ProcessSpec};
 use cloister_enclave::provision::{offer_report_data, seal_to_offer, wrap_secret, TenantSigner};
 use cloister_enclave::*;
+use enclave_host::{ProcessEnclave, ProcessSpec};
 
 mod support;
 

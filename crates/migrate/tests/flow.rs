@@ -17,9 +17,9 @@ use enclave_core::attest::{
     identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
 };
 use enclave_core::migration::{why, MigrationRestore};
-use enclave_core::process::{ProcessEnclave, ProcessSpec};
 use enclave_core::provision::wrap_secret;
 use enclave_core::{Enclave, Error as EnclaveError, InlineEnclave, ProvisioningKey, SecretKind};
+use enclave_host::{ProcessEnclave, ProcessSpec};
 
 const CODE: &[u8] = b"cloister migrate flow test enclave";
 const PSK: &[u8] = b"flow test PSK, 32 bytes or so...";

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use dataplane::{Config, Dataplane, WorkerSnapshot};
 use enclave::attest::SoftwareAttestation;
-use enclave::process::{ProcessEnclave, ProcessSpec};
 use enclave::{Backend, Enclave, EnclaveConfig, Limits, ProvisioningKey, TenantId};
+use enclave_host::{ProcessEnclave, ProcessSpec};
 
 /// Arguments of `cloister dataplane`.
 #[derive(Debug, clap::Args)]

@@ -1,7 +1,7 @@
 //! `cloister enclave-process` (hidden): the life of one tenant's enclave process.
 //!
 //! Only the gateway starts it, as `/proc/self/exe enclave-process --shm-fd N ...`, through
-//! `cloister_enclave::process::ProcessEnclave`, which passes the shared memory, the two
+//! `cloister_enclave_host::ProcessEnclave`, which passes the shared memory, the two
 //! doorbells and the config pipe as inherited descriptors. Everything after argument
 //! parsing (hardening, seccomp, the ring loop) is `cloister_enclave::process::guest::main`.
 

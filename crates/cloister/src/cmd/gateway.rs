@@ -15,8 +15,8 @@ use std::time::Duration;
 use anyhow::Context;
 use dataplane::WorkerSnapshot;
 use enclave::attest::{CodeIdentity, SoftwareAttestation};
-use enclave::process::{ProcessEnclave, ProcessSpec};
 use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, TenantId};
+use enclave_host::{ProcessEnclave, ProcessSpec};
 use gateway::{config::read_provisioning_key, Backend, Gateway, GatewayConfig};
 
 /// Arguments of `cloister gateway`.

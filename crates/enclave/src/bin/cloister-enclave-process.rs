@@ -1,7 +1,7 @@
 //! `cloister-enclave-process`: the enclave process's program for this crate's integration
 //! tests, which cannot start the `cloister` binary. It runs exactly what
 //! `cloister enclave-process` runs: [`cloister_enclave::process::guest::main`] over its
-//! command line. Started only by [`cloister_enclave::process::ProcessEnclave`].
+//! command line. Started only by [`cloister_enclave_host::ProcessEnclave`].
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;

@@ -10,9 +10,9 @@
 use super::codec::{self, op, Reader, Writer};
 use super::desc::{self, BatchDescriptor, CallStatus, Completion, Request, KIND_BATCH, KIND_CALL};
 use super::doorbell::{self, Doorbell};
-use super::harden::{self, bits, LoopFds, SecretArena, SecretMemory};
+use super::harden::{self, LoopFds, SecretArena, SecretMemory};
 use super::layout::{
-    ctl, Geometry, Layout, COMPLETION_SLOT, DESCRIPTOR_BYTES, DESCRIPTOR_GRANULE, REQUEST_SLOT, STATE_READY,
+    ctl, Layout, COMPLETION_SLOT, DESCRIPTOR_BYTES, DESCRIPTOR_GRANULE, REQUEST_SLOT, STATE_READY,
     STATE_STOPPED, STATUS_BYTES,
 };
 use super::ring::{Consumer, Producer};
@@ -20,6 +20,7 @@ use super::shm::SharedMem;
 use super::staging::{self, Staging};
 use super::validate::{self, RejectCounters, RejectReason};
 use super::ProcessError;
+use super::{bits, config, GuestArgs};
 use enclave_api::esp::{EspDescriptor, EspStatus};
 use enclave_api::handle::{DhHandle, EspSaHandle, SecretHandle};
 use enclave_api::ike::{OurAuth, PeerAuthCheck, SealedBlob};
@@ -29,94 +30,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What the host passes on the child's command line (after the program's own arguments).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuestArgs {
-    /// The shared memfd.
-    pub shm_fd: RawFd,
-    /// The request doorbell (host rings, guest waits).
-    pub request_fd: RawFd,
-    /// The completion doorbell (guest rings, host waits).
-    pub completion_fd: RawFd,
-    /// The read end of the config pipe (root secret and limits; read once, then closed).
-    pub config_fd: RawFd,
-    /// The ring geometry; the guest derives the layout from it, never from shared memory.
-    pub geometry: Geometry,
-    /// How long the guest busy-polls after its last request before sleeping.
-    pub spin: Duration,
-    /// The gateway's process ID: the guest checks that this is its parent before it
-    /// trusts the parent's pidfd to tell it when the gateway is gone.
-    pub parent_pid: u32,
-}
-
-impl GuestArgs {
-    /// The arguments, as the host passes them.
-    pub fn to_args(&self) -> Vec<String> {
-        let g = self.geometry;
-        [
-            ("--shm-fd", self.shm_fd.to_string()),
-            ("--request-fd", self.request_fd.to_string()),
-            ("--completion-fd", self.completion_fd.to_string()),
-            ("--config-fd", self.config_fd.to_string()),
-            ("--slots", g.slots.to_string()),
-            ("--descriptors", g.descriptors.to_string()),
-            ("--packet-len", g.packet_len.to_string()),
-            ("--call-len", g.call_len.to_string()),
-            ("--spin-us", self.spin.as_micros().to_string()),
-            ("--parent-pid", self.parent_pid.to_string()),
-        ]
-        .into_iter()
-        .flat_map(|(k, v)| [k.to_owned(), v])
-        .collect()
-    }
-
-    /// Parses [`Self::to_args`]'s output; every flag is required exactly once.
-    pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Self, ProcessError> {
-        let bad = |why| ProcessError::Args { why };
-        let mut v: [Option<u64>; 10] = [None; 10];
-        let names = [
-            "--shm-fd",
-            "--request-fd",
-            "--completion-fd",
-            "--config-fd",
-            "--slots",
-            "--packet-len",
-            "--call-len",
-            "--spin-us",
-            "--parent-pid",
-            "--descriptors",
-        ];
-        let mut it = args.into_iter();
-        while let Some(k) = it.next() {
-            let k = k.into_string().map_err(|_| bad("non-UTF-8 argument"))?;
-            let i = names.iter().position(|n| *n == k).ok_or(bad("unknown flag"))?;
-            let val = it.next().ok_or(bad("flag without a value"))?;
-            let val = val.to_str().and_then(|s| s.parse::<u64>().ok()).ok_or(bad("not a number"))?;
-            let slot = v.get_mut(i).ok_or(bad("unknown flag"))?;
-            if slot.replace(val).is_some() {
-                return Err(bad("flag given twice"));
-            }
-        }
-        let get = |i: usize| v.get(i).copied().flatten().ok_or(bad("missing flag"));
-        let fd = |i: usize| get(i).and_then(|x| RawFd::try_from(x).map_err(|_| bad("bad descriptor")));
-        let u32_of = |i: usize| get(i).and_then(|x| u32::try_from(x).map_err(|_| bad("value too large")));
-        Ok(Self {
-            shm_fd: fd(0)?,
-            request_fd: fd(1)?,
-            completion_fd: fd(2)?,
-            config_fd: fd(3)?,
-            geometry: Geometry {
-                slots: u32_of(4)?,
-                descriptors: u32_of(9)?,
-                packet_len: u32_of(5)?,
-                call_len: u32_of(6)?,
-            },
-            spin: Duration::from_micros(get(7)?.min(1_000_000)),
-            parent_pid: u32_of(8)?,
-        })
-    }
-}
 
 /// The ring loop's body: validates and dispatches whatever the gateway queued.
 #[derive(Debug)]
@@ -743,106 +656,6 @@ pub fn dispatch<E: Enclave + ?Sized>(
 
 // ---- the enclave process -----------------------------------------------------------------
 
-/// The root secret and limits, as they cross the config pipe (never argv or the
-/// environment, which other processes of the same user can read).
-pub mod config {
-    use enclave_api::handle::TenantId;
-    use enclave_api::report::{
-        EnclaveConfig, InboundMode, Limits, ProvisioningKey, MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
-    };
-
-    /// Bytes of the encoding: tenant, key, counter, five limits, inbound mode, platform key
-    /// length.
-    pub const FIXED_LEN: usize = 4 + 32 + 8 + 5 * 8 + 1 + 4;
-    /// Longest platform key (PKCS#8) accepted.
-    pub const MAX_PLATFORM_KEY: usize = 1024;
-    /// Longest encoding: the fixed part, the platform key, the three measured key sets
-    /// (trusted platforms, backup roots, tenant signers).
-    pub const MAX_LEN: usize =
-        FIXED_LEN + MAX_PLATFORM_KEY + 3 * (4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY));
-
-    /// Encodes `config` and the attestation platform key (PKCS#8 P-256).
-    pub fn encode(config: &EnclaveConfig, platform_key: &[u8]) -> zeroize::Zeroizing<Vec<u8>> {
-        let mut v = zeroize::Zeroizing::new(Vec::with_capacity(FIXED_LEN + platform_key.len()));
-        v.extend_from_slice(&config.tenant.0.to_le_bytes());
-        v.extend_from_slice(&config.provisioning_key.expose()[..]);
-        v.extend_from_slice(&config.trusted_min_seal_counter.to_le_bytes());
-        let l = config.limits;
-        for n in [l.max_ike_sas, l.max_esp_sas, l.max_dh, l.max_secrets, l.max_batch] {
-            v.extend_from_slice(&(n as u64).to_le_bytes());
-        }
-        v.push(l.inbound.code());
-        v.extend_from_slice(&u32::try_from(platform_key.len()).unwrap_or(u32::MAX).to_le_bytes());
-        v.extend_from_slice(platform_key);
-        for set in [config.platform_set(), config.backup_root_set(), config.tenant_signer_set()] {
-            v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_le_bytes());
-            for key in set {
-                v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
-                v.extend_from_slice(key);
-            }
-        }
-        v
-    }
-
-    /// Decodes [`encode`]'s output: the config and where the platform key lies in `b`.
-    pub fn decode(b: &[u8]) -> Option<(EnclaveConfig, core::ops::Range<usize>)> {
-        let u64_at =
-            |i: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?)) };
-        let u32_at =
-            |i: usize| -> Option<u32> { Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
-        let tenant = TenantId(u32_at(0)?);
-        let key: [u8; 32] = b.get(4..36)?.try_into().ok()?;
-        let min = u64_at(36)?;
-        let lim = |k: usize| u64_at(44 + 8 * k).and_then(|x| usize::try_from(x).ok());
-        let limits = Limits {
-            max_ike_sas: lim(0)?,
-            max_esp_sas: lim(1)?,
-            max_dh: lim(2)?,
-            max_secrets: lim(3)?,
-            max_batch: lim(4)?,
-            inbound: InboundMode::from_code(*b.get(84)?)?,
-        };
-        let pk_len = u32_at(85)? as usize;
-        if pk_len > MAX_PLATFORM_KEY {
-            return None;
-        }
-        let mut at = FIXED_LEN.checked_add(pk_len)?;
-        let mut set = || -> Option<Vec<Vec<u8>>> {
-            let count = u32_at(at)? as usize;
-            if count > MAX_TRUSTED_PLATFORMS {
-                return None;
-            }
-            at += 4;
-            let mut keys = Vec::with_capacity(count);
-            for _ in 0..count {
-                let n = u32_at(at)? as usize;
-                if n > MAX_PLATFORM_PUBLIC_KEY {
-                    return None;
-                }
-                keys.push(b.get(at + 4..at + 4 + n)?.to_vec());
-                at += 4 + n;
-            }
-            Some(keys)
-        };
-        let trusted_platforms = set()?;
-        let backup_roots = set()?;
-        let tenant_signers = set()?;
-        if b.len() != at {
-            return None;
-        }
-        let cfg = EnclaveConfig {
-            tenant,
-            provisioning_key: ProvisioningKey::from_bytes(key),
-            trusted_min_seal_counter: min,
-            limits,
-            trusted_platforms,
-            backup_roots,
-            tenant_signers,
-        };
-        Some((cfg, FIXED_LEN..FIXED_LEN + pk_len))
-    }
-}
-
 fn take_fd(fd: RawFd) -> Result<OwnedFd, ProcessError> {
     // SAFETY: F_GETFD only inspects the descriptor number.
     if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
@@ -1057,16 +870,11 @@ fn wake_host(shm: &SharedMem, completions: &Doorbell) {
     }
 }
 
-impl From<codec::Malformed> for RejectReason {
-    fn from(_: codec::Malformed) -> Self {
-        RejectReason::BadArguments
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::process::desc::{encode_batch, encode_call, CallDescriptor};
+    use crate::process::layout::Geometry;
     use crate::process::mock::MockEnclave;
     use crate::process::ring;
     use enclave_api::alg::{Cipher, Role, Suite};

@@ -20,26 +20,6 @@ use std::collections::BTreeMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
-/// Hardening step bits, as the guest reports them in the control block.
-pub mod bits {
-    /// `PR_SET_DUMPABLE` 0 is in force.
-    pub const NON_DUMPABLE: u32 = 1 << 0;
-    /// The process is in a fresh, empty network namespace.
-    pub const EMPTY_NETNS: u32 = 1 << 1;
-    /// That namespace needed a user namespace too (not root, or no `CAP_SYS_ADMIN`).
-    pub const NETNS_VIA_USERNS: u32 = 1 << 2;
-    /// `mlockall(MCL_CURRENT | MCL_FUTURE)` is in force.
-    pub const MEMORY_LOCKED: u32 = 1 << 3;
-    /// The root secret arrived in `memfd_secret` memory.
-    pub const MEMFD_SECRET: u32 = 1 << 4;
-    /// The root secret arrived in `mlock`ed anonymous memory (no `memfd_secret`).
-    pub const MLOCK_ARENA: u32 = 1 << 5;
-    /// The seccomp allow-list is installed (with `PR_SET_NO_NEW_PRIVS`).
-    pub const SECCOMP: u32 = 1 << 6;
-    /// Inherited descriptors other than the rings' were closed.
-    pub const FDS_CLOSED: u32 = 1 << 7;
-}
-
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -14,7 +14,8 @@
 //!
 //! ```text
 //!  gateway (untrusted)                         enclave process (trusted, one per tenant)
-//!  host::ProcessEnclave ── impl Enclave        guest::run ── owns an InlineEnclave
+//!  cloister_enclave_host::ProcessEnclave       guest::run ── owns an InlineEnclave
+//!     (impl Enclave)
 //!     │  writes a batch's descriptors into         │  copies the slot, then the batch's
 //!     │  the descriptor table, one request         │  descriptors, out once (TOCTOU),
 //!     │  slot per batch, head++                    │  validates every copy, runs the valid
@@ -63,7 +64,7 @@
 //! each batch before sleeping, yielding its core every few microseconds so that a gateway or
 //! peer sharing it can run, so under load a batch costs no system call on either side and
 //! no copy: packets are transformed in the shared packet area, where the gateway put them
-//! ([`host::PacketArea`]).
+//! (`cloister_enclave_host::PacketArea`).
 //!
 //! What is left per batch is kept off the enclave core's critical path: while a batch's
 //! crypto runs, the enclave prefetches the next request slot and the descriptor run the
@@ -100,30 +101,21 @@
 //!
 //! # The child program
 //!
-//! [`host::ProcessSpec`] names the program and arguments that start the guest: the gateway
+//! `cloister_enclave_host::ProcessSpec` names the program and arguments that start the guest: the gateway
 //! passes `/proc/self/exe enclave-process` (the `cloister` binary's hidden subcommand), tests
 //! pass this crate's small `cloister-enclave-process` binary. Both call [`guest::main`].
 
-pub mod codec;
-pub mod desc;
-pub mod doorbell;
+// The boundary both sides share (layout, rings, descriptors, codec, doorbells, the guest's
+// arguments and config pipe) is the call surface's: `cloister_enclave_api::process`. The
+// host side, `ProcessEnclave`, is `cloister-enclave-host`; this module is the enclave side.
+pub use enclave_api::process::*;
+
 pub mod guest;
 pub mod harden;
-pub mod host;
-pub mod layout;
-pub mod ring;
-pub mod shm;
 pub mod staging;
-pub mod validate;
 
 #[cfg(any(test, fuzzing))]
 pub mod mock;
 
 #[cfg(fuzzing)]
 pub mod fuzzing;
-
-pub use host::{HardeningReport, InFlight, PacketArea, ProcessEnclave, ProcessSpec};
-pub use layout::Geometry;
-pub use validate::{RejectCounters, RejectReason};
-
-pub use enclave_api::process::{ExitReport, ProcessError};

@@ -1,7 +1,7 @@
 //! `cloister-migrate-enclave`: the enclave process's program for this crate's flow test,
 //! which cannot start the `cloister` binary (feature `test-enclave`). It runs exactly what
 //! `cloister enclave-process` runs, [`enclave_core::process::guest::main`], over its command
-//! line. Started only by `enclave_core::process::ProcessEnclave`.
+//! line. Started only by `cloister_enclave_host::ProcessEnclave`.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;

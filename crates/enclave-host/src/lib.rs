@@ -1,5 +1,7 @@
-//! The gateway side: starts the enclave process, implements [`Enclave`] over the rings,
-//! notices the child's death and restarts it.
+//! The untrusted side of the process backend (`cloister_enclave::process` is the enclave
+//! side, `cloister_enclave_api::process` the boundary both share): starts the enclave
+//! process, implements [`Enclave`] over the rings, notices the child's death and restarts
+//! it. It links no trusted code: what it knows of the enclave is the call surface.
 //!
 //! Each [`ProcessEnclave`] owns one child and one shared memory. Nothing is global: no
 //! signal handler, no `waitpid(-1)`, so one tenant's enclave dying touches no other tenant.
@@ -7,25 +9,15 @@
 //! polls next to the completion doorbell; from then on every call fails with
 //! [`ProcessError::Died`] until [`ProcessEnclave::restart`].
 #![allow(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-use super::codec::{self, op, Malformed, Reader, Writer, STAGED_HELD, STAGED_INLINE};
-use super::desc::{self, BatchDescriptor, CallDescriptor, CallStatus, Completion, KIND_BATCH, KIND_CALL};
-use super::doorbell::{self, Doorbell};
-use super::guest::{config, GuestArgs};
-use super::harden::bits;
-use super::layout::{
-    ctl, Geometry, Layout, COMPLETION_SLOT, DESCRIPTOR_BYTES, DESCRIPTOR_GRANULE, MAGIC, REQUEST_SLOT,
-    STATE_READY, STATUS_BYTES, VERSION,
-};
-use super::ring::{self, Consumer, Producer};
-use super::shm::SharedMem;
-use super::validate::{RejectCounters, RejectReason};
-use super::{ExitReport, ProcessError};
-use crate::attest::Evidence;
-use crate::migration::{why, DestinationKey, MigrationPackage, MigrationRestore, OaepHash, MAX_PACKAGE_LEN};
-use crate::provision::ProvisioningOffer;
+pub use enclave_api::process::layout::Geometry;
+pub use enclave_api::process::validate::{RejectCounters, RejectReason};
+pub use enclave_api::process::{ExitReport, ProcessError};
+
 use core::ops::Range;
 use enclave_api::alg::{AuthMethod, DhGroup, SecretKind};
+use enclave_api::attest::Evidence;
 use enclave_api::error::{Error, Result};
 use enclave_api::esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus};
 use enclave_api::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle, TenantId};
@@ -33,6 +25,23 @@ use enclave_api::ike::{
     AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
     IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
 };
+use enclave_api::migration::{
+    why, DestinationKey, MigrationPackage, MigrationRestore, OaepHash, MAX_PACKAGE_LEN,
+};
+use enclave_api::process::bits;
+use enclave_api::process::codec::{self, op, Malformed, Reader, Writer, STAGED_HELD, STAGED_INLINE};
+use enclave_api::process::desc::{
+    self, BatchDescriptor, CallDescriptor, CallStatus, Completion, KIND_BATCH, KIND_CALL,
+};
+use enclave_api::process::doorbell::{self, Doorbell};
+use enclave_api::process::layout::{
+    ctl, Layout, COMPLETION_SLOT, DESCRIPTOR_BYTES, DESCRIPTOR_GRANULE, MAGIC, REQUEST_SLOT, STATE_READY,
+    STATUS_BYTES, VERSION,
+};
+use enclave_api::process::ring::{self, Consumer, Producer};
+use enclave_api::process::shm::SharedMem;
+use enclave_api::process::{config, GuestArgs};
+use enclave_api::provision::ProvisioningOffer;
 use enclave_api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use enclave_api::Enclave;
 use std::ffi::OsString;

@@ -6,18 +6,18 @@
 //! buffer can make the enclave read past it. Results and errors travel the other way in
 //! the same format; errors carry handles, lengths and reasons only, never key bytes.
 
+use crate::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, Suite};
 use crate::attest::{Evidence, EvidenceKind, Measurement};
-use crate::migration::{DestinationKey, MigrationRestore};
-use crate::provision::ProvisioningOffer;
-use enclave_api::alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, Suite};
-use enclave_api::error::{BlobRejection, Error, ErrorKind};
-use enclave_api::esp::{EspSaParams, EspStatus};
-use enclave_api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle};
-use enclave_api::ike::{
+use crate::error::{BlobRejection, Error, ErrorKind};
+use crate::esp::{EspSaParams, EspStatus};
+use crate::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle};
+use crate::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaParams, DhExchange, IkeSaParams, PeerCredential, PublicKey,
     PublicKeyKind,
 };
-use enclave_api::report::{Counters, MemoryReport};
+use crate::migration::{DestinationKey, MigrationRestore};
+use crate::provision::ProvisioningOffer;
+use crate::report::{Counters, MemoryReport};
 
 /// Call opcodes: one per [`crate::Enclave`] method that is not the ESP batch.
 pub mod op {
@@ -115,6 +115,12 @@ pub mod op {
 pub const STAGED_INLINE: u8 = 0;
 /// See [`STAGED_INLINE`].
 pub const STAGED_HELD: u8 = 1;
+
+impl From<Malformed> for super::validate::RejectReason {
+    fn from(_: Malformed) -> Self {
+        Self::BadArguments
+    }
+}
 
 /// A buffer does not decode: too short, a bad tag, or bytes left over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,7 +33,7 @@ pub const REQUEST_SLOT: usize = 64;
 /// reads the previous one.
 pub const COMPLETION_SLOT: usize = 64;
 /// Bytes of one entry of the descriptor table (the [`crate::EspDescriptor`] encoding).
-pub const DESCRIPTOR_BYTES: usize = enclave_api::esp::ESP_DESCRIPTOR_LEN;
+pub const DESCRIPTOR_BYTES: usize = crate::esp::ESP_DESCRIPTOR_LEN;
 /// Bytes of one entry of the status table: [`crate::EspStatus`] code, reject reason code.
 pub const STATUS_BYTES: usize = 2;
 /// Descriptor table entries come in runs of this many: 32 statuses fill one cache line, so
@@ -73,7 +73,7 @@ pub mod ctl {
     pub const STATE: usize = 24;
     /// `u32` guest's process ID as it sees itself, guest-written at ready.
     pub const GUEST_PID: usize = 28;
-    /// `u32` hardening bits ([`crate::process::host::HardeningReport`]), guest-written at ready.
+    /// `u32` hardening bits (`cloister_enclave_host::HardeningReport`), guest-written at ready.
     pub const HARDENING: usize = 32;
     /// `u32` entries of the descriptor table.
     pub const DESCRIPTORS: usize = 36;

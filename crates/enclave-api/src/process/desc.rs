@@ -38,7 +38,7 @@
 
 use super::layout::{COMPLETION_SLOT, REQUEST_SLOT, STATUS_BYTES};
 use super::validate::RejectReason;
-use enclave_api::esp::EspStatus;
+use crate::esp::EspStatus;
 
 /// Slot kind: one call (an IKE step or a query), arguments in the call area.
 pub const KIND_CALL: u8 = 2;

@@ -14,8 +14,8 @@
 //! (the above, and that no two regions of the batch share a byte, [`overlaps_any`]).
 
 use super::desc::{BatchDescriptor, CallDescriptor};
-use enclave_api::esp::{EspDescriptor, EspOpcode, EspStatus, ESP_DESCRIPTOR_LEN};
-use enclave_api::handle::EspSaHandle;
+use crate::esp::{EspDescriptor, EspOpcode, EspStatus, ESP_DESCRIPTOR_LEN};
+use crate::handle::EspSaHandle;
 
 /// Shortest ESP packet any suite accepts: header (8) + IV (8) + the smallest
 /// payload holding Pad Length and Next Header (2) + ICV (16); the trusted code checks
