@@ -164,6 +164,9 @@ struct Bed {
     /// Tenant B's provisioning signer (its key file on the site, its public key), where the
     /// service's file names it (`provisioning_signers`): B's enclave takes only what it signed.
     b_signer: Option<(std::path::PathBuf, String)>,
+    /// Tenant A's provisioning signer's public key where A comes from the CAS, which holds
+    /// the key (`signer_key`) and lists the signer, so A's enclave takes only what it signed.
+    a_signer: Option<String>,
 }
 
 /// Where the service's tenants come from.
@@ -191,10 +194,22 @@ impl Bed {
         let svc = Netns::new("svc").unwrap();
         let sites: Vec<Site> = [&A, &B].iter().map(|t| Site::start(t, &svc)).collect();
         let mut b_signer = None;
+        let mut a_signer = None;
         let mut text =
             "[service]\nstate = \"state.redb\"\napi = \"127.0.0.1:9440\"\napi_token = \"api.token\"\n"
                 .to_owned();
         if source == Source::Cas {
+            let key = sites[0].ns.dir().join("cas/acme.signer");
+            std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+            let out = sites[0]
+                .ns
+                .exec(
+                    &[CLOISTER, "tenant", "signer-key", "--out", key.to_str().unwrap()],
+                    Duration::from_secs(30),
+                )
+                .unwrap();
+            assert!(out.success, "tenant signer-key: {}", out.stderr);
+            a_signer = Some(out.stdout.trim().to_owned());
             let token = sites[0].ns.dir().join("cas/gw1.token");
             text.push_str(&format!("cas = \"{CAS}\"\ncas_token = \"{}\"\n", token.display()));
         } else {
@@ -216,7 +231,7 @@ impl Bed {
             b_signer = Some((key, public));
         }
         let conf = svc.write_file("service.toml", &text).unwrap();
-        let mut bed = Self { svc_process: None, cas_process: None, sites, svc, conf, b_signer };
+        let mut bed = Self { svc_process: None, cas_process: None, sites, svc, conf, b_signer, a_signer };
         if source == Source::Cas {
             let platform =
                 bed.cli_ok(&["platform-key", "--config", bed.conf.to_str().unwrap()]).trim().to_owned();
@@ -242,10 +257,17 @@ impl Bed {
         for (t, m) in tenants {
             ns.write_file(&format!("cas/{}.psk", t.name), &format!("{}\n", t.psk)).unwrap();
             let site = &self.sites[usize::try_from(t.id - 1).unwrap()];
+            // A signs its secrets: the CAS holds its signer and lists the public key.
+            let signing = match (&self.a_signer, t.id == A.id) {
+                (Some(public), true) => {
+                    format!("signer_key = \"{}.signer\"\nprovisioning_signers = [\"{public}\"]\n", t.name)
+                }
+                _ => String::new(),
+            };
             let table = tenant_conf(t, &site.cloud)
                 .replace(
                     &format!("[tenants.{}]\n", t.name),
-                    &format!("[tenants.{}]\nmeasurement = \"{m}\"\n", t.name),
+                    &format!("[tenants.{}]\nmeasurement = \"{m}\"\n{signing}", t.name),
                 )
                 .replace(
                     &format!("[tenants.{}.secrets.psk]\n", t.name),
@@ -319,6 +341,9 @@ impl Bed {
         let id = id.to_string();
         let mut argv = vec![CLOISTER, "measure", "--tenant-id", &id];
         if let (Some((_, public)), true) = (&self.b_signer, id == B.id.to_string()) {
+            argv.extend_from_slice(&["--tenant-signer", public]);
+        }
+        if let (Some(public), true) = (&self.a_signer, id == A.id.to_string()) {
             argv.extend_from_slice(&["--tenant-signer", public]);
         }
         let out = self.svc.exec(&argv, Duration::from_secs(30)).unwrap();
@@ -567,7 +592,10 @@ fn a_killed_enclave_recovers_the_other_tenant_loses_nothing_and_a_restart_restor
 #[test]
 fn a_gateway_starts_its_tenants_from_the_cas_only_for_verified_enclaves() {
     let Some(mut bed) = Bed::start_from(Source::Cas) else { return };
-    // A: released to its verified enclave (configuration and PSK), no `tenant provision`.
+    // A: released to its verified enclave (configuration and PSK), no `tenant provision`. A
+    // signs its secrets: the gateway started A's enclave with the signer the CAS listed (or
+    // the measurement would not match) and the CAS signed the envelope (or the enclave would
+    // have refused it).
     let up_a = bed.wait_tunnel(&bed.sites[0], Duration::from_secs(40));
     assert!(bed.log().contains("tenant acme: released by the CAS"), "{}", bed.logs());
     // B: the CAS expects another measurement, so it releases nothing and B does not start.
