@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 bad=0
-for c in ike esp store migrate dataplane gateway enclave-host; do
+for c in ike esp store migrate dataplane gateway enclave-host control; do
   deps=$(cargo tree --locked -e normal -p "cloister-$c" --prefix none | awk '/^cloister-(enclave|attest)/ {print $1}' | sort -u | tr '\n' ' ')
   echo "cloister-$c: ${deps:-none}"
   if grep -qE '(^| )cloister-enclave( |$)' <<<"$deps"; then echo "  ! cloister-$c links the trusted core"; bad=1; fi

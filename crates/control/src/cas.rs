@@ -42,8 +42,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use enclave::attest::{parse_measurement_hex, Measurement};
-use enclave::provision::{seal_to_offer, verify_offer, ProvisioningOffer, TenantSigner};
+use attest::evidence::{parse_measurement_hex, Measurement};
+use attest::provision::{seal_to_offer, verify_offer, ProvisioningOffer, TenantSigner};
 use enclave::{SecretKind, TenantId};
 use gateway::config::{redacted, resolve};
 use gateway::Backend;

@@ -35,10 +35,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use enclave::attest::{
+use attest::evidence::{
     identity_report_data, verify_software_evidence, Evidence, EvidenceKind, EvidencePurpose, Measurement,
 };
-use enclave::migration::{verify_destination, verify_source, DestinationKey, MigrationPackage, OaepHash};
+use attest::migration::{verify_destination, verify_source, DestinationKey, MigrationPackage, OaepHash};
 use enclave::TenantId;
 use migrate::{AgentSettings, HsmAgent, HsmKeys, KeyLabel};
 use serde::Deserialize;
@@ -486,7 +486,7 @@ pub(crate) fn restore(inner: &Inner, body: &[u8]) -> Result<Json> {
     }
     let package =
         MigrationPackage::from_bytes(bytes).map_err(|e| Error::Migration(format!("package: {e}")))?;
-    if package.kind() != enclave::migration::PackageKind::Backup {
+    if package.kind() != attest::migration::PackageKind::Backup {
         return Err(Error::Migration("the package is a move's, not a backup".into()));
     }
     let verified =

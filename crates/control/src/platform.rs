@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use enclave::attest::{CodeIdentity, SoftwareAttestation};
+use attest::evidence::{CodeIdentity, SoftwareAttestation};
 use enclave::{EnclaveConfig, Limits, ProvisioningKey, TenantId};
 use zeroize::Zeroizing;
 
@@ -229,7 +229,7 @@ pub fn expected_measurement(
     trusted: &[Vec<u8>],
     backup_roots: &[Vec<u8>],
     signers: &[Vec<u8>],
-) -> enclave::attest::Measurement {
+) -> attest::evidence::Measurement {
     let cfg = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes([0; 32]),
@@ -239,7 +239,7 @@ pub fn expected_measurement(
         backup_roots: backup_roots.to_vec(),
         limits: Limits::default(),
     };
-    enclave::attest::software_measurement(code, &cfg.measured_bytes(backend))
+    attest::evidence::software_measurement(code, &cfg.measured_bytes(backend))
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 use crate::moving::Agent;
 use crate::platform::{hex, load_or_create_token, Platform};
 use crate::released::{self, CasSource, Listed, NotReleased};
-use crate::tenant::{InlineLauncher, Launcher, Log, ProcessLauncher, TenantHandle};
-use enclave::migration::DestinationKey;
+use crate::tenant::{InlineLauncher, InlineStart, Launcher, Log, ProcessLauncher, TenantHandle};
+use attest::migration::DestinationKey;
 
 /// The store record of a tenant added through the API.
 const TENANT_RECORD: &str = "tenant";
@@ -112,8 +112,15 @@ fn tenant_starters<L: Launcher>(
 impl Service {
     /// Opens the store and the platform, starts every tenant (each in its own thread with
     /// its own enclave) and the API. `program` is the binary whose `enclave-process`
-    /// subcommand runs a tenant's enclave. Call it in the namespace the service serves.
-    pub fn start(config: ServiceConfig, dir: &Path, program: PathBuf, log: Log) -> Result<Self> {
+    /// subcommand runs a tenant's enclave; `inline` starts one in this process where the
+    /// configuration says `enclave = "inline"`. Call it in the namespace the service serves.
+    pub fn start<E: enclave::Enclave + 'static>(
+        config: ServiceConfig,
+        dir: &Path,
+        program: PathBuf,
+        log: Log,
+        inline: InlineStart<E>,
+    ) -> Result<Self> {
         let settings = config.settings.clone();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&settings.state)?);
         let mut platform = Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?;
@@ -135,7 +142,7 @@ impl Service {
                 tenant_starters(l, &store, &log, dir, settings.enclave)
             }
             Backend::Inline => {
-                let l = Arc::new(InlineLauncher::new(Arc::clone(&platform)));
+                let l = Arc::new(InlineLauncher::new(Arc::clone(&platform), inline));
                 tenant_starters(l, &store, &log, dir, settings.enclave)
             }
         };

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use enclave::migration::{DestinationKey, MigrationPackage};
-use enclave::{Enclave, InlineEnclave, SealedBlob};
+use attest::migration::{DestinationKey, MigrationPackage};
+use enclave::{Enclave, EnclaveConfig, SealedBlob};
 use enclave_host::{ProcessEnclave, ProcessSpec};
 use gateway::control::Request;
 use gateway::snapshot::Snapshot;
@@ -72,7 +72,7 @@ pub(crate) enum Command {
     MoveOut {
         destination: DestinationKey,
         hsm_spki: Option<Vec<u8>>,
-        oaep: enclave::migration::OaepHash,
+        oaep: attest::migration::OaepHash,
         reply: Sender<Result<Vec<u8>>>,
     },
     /// The move did not happen: take up IKE again.
@@ -84,7 +84,7 @@ pub(crate) enum Command {
         wrap_spki: Vec<u8>,
         /// The HSM backup root's certificate of `wrap_spki` (the enclave checks it).
         certificate: Vec<u8>,
-        oaep: enclave::migration::OaepHash,
+        oaep: attest::migration::OaepHash,
         label: String,
         reply: Sender<Result<Vec<u8>>>,
     },
@@ -180,36 +180,36 @@ impl Launcher for ProcessLauncher {
     }
 }
 
+/// Starts an enclave in the service's own process from its configuration and the platform's
+/// attestation key (PKCS#8): the binary supplies it, since only the binary links the
+/// trusted core.
+pub type InlineStart<E> = fn(EnclaveConfig, &[u8]) -> enclave::Result<E>;
+
 /// Enclaves in this process (tests; a service that itself runs in a confidential VM).
 #[derive(Debug)]
-pub struct InlineLauncher {
+pub struct InlineLauncher<E> {
     platform: Arc<Platform>,
+    start: InlineStart<E>,
 }
 
-impl InlineLauncher {
-    /// Inline enclaves attested by `platform`'s key.
-    pub fn new(platform: Arc<Platform>) -> Self {
-        Self { platform }
+impl<E> InlineLauncher<E> {
+    /// Inline enclaves, started by `start`, attested by `platform`'s key.
+    pub fn new(platform: Arc<Platform>, start: InlineStart<E>) -> Self {
+        Self { platform, start }
     }
 }
 
-impl Launcher for InlineLauncher {
-    type E = InlineEnclave;
-    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<InlineEnclave> {
+impl<E: Enclave + 'static> Launcher for InlineLauncher<E> {
+    type E = E;
+    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<E> {
         let cfg = self.platform.enclave_config(tenant, signers, trusted_min);
-        let err = |e: enclave::Error| Error::Tenant { tenant: tenant.to_string(), why: e.to_string() };
-        let att = enclave::attest::SoftwareAttestation::new(
-            self.platform.attestation_key(),
-            enclave::attest::CodeIdentity::CurrentExecutable,
-            &cfg.measured_bytes(enclave::Backend::Inline),
-        )
-        .map_err(err)?;
-        InlineEnclave::start(cfg, Box::new(att)).map_err(err)
+        (self.start)(cfg, self.platform.attestation_key())
+            .map_err(|e| Error::Tenant { tenant: tenant.to_string(), why: e.to_string() })
     }
-    fn health(_: &mut InlineEnclave) -> core::result::Result<(), String> {
+    fn health(_: &mut E) -> core::result::Result<(), String> {
         Ok(())
     }
-    fn pid(_: &InlineEnclave) -> Option<u32> {
+    fn pid(_: &E) -> Option<u32> {
         None
     }
 }
@@ -511,7 +511,7 @@ impl<L: Launcher> Runner<L> {
         gw: &mut Gateway<L::E>,
         destination: &DestinationKey,
         hsm_spki: Option<&[u8]>,
-        oaep: enclave::migration::OaepHash,
+        oaep: attest::migration::OaepHash,
     ) -> Result<Vec<u8>> {
         let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };
         let deadline = Instant::now() + QUIET_WAIT;
@@ -542,7 +542,7 @@ impl<L: Launcher> Runner<L> {
         gw: &Gateway<L::E>,
         wrap_spki: &[u8],
         certificate: &[u8],
-        oaep: enclave::migration::OaepHash,
+        oaep: attest::migration::OaepHash,
         label: &str,
     ) -> Result<Vec<u8>> {
         let failed = |why: String| Error::Tenant { tenant: self.config.name.clone(), why };

@@ -17,8 +17,8 @@
 //! only through shared-memory rings carrying exactly those [`EspDescriptor`]s, each
 //! validated on arrival. See `docs/threat-model.md`.
 //!
-//! Only the binary (and the service built into it) links this crate: the untrusted crates
-//! depend on the call surface alone, and on `cloister-attest` where they verify evidence.
+//! Only the binary links this crate: the untrusted crates, the service among them, depend on
+//! the call surface alone, and on `cloister-attest` where they verify evidence.
 #![deny(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

@@ -61,6 +61,20 @@ impl ApiArgs {
     }
 }
 
+/// The service's `enclave = "inline"`: the trusted core in this process, attested by the
+/// platform's key over this executable and the tenant's configuration.
+fn start_inline(
+    config: enclave::EnclaveConfig,
+    platform_key: &[u8],
+) -> enclave::Result<enclave::InlineEnclave> {
+    let attestation = enclave::attest::SoftwareAttestation::new(
+        platform_key,
+        enclave::attest::CodeIdentity::CurrentExecutable,
+        &config.measured_bytes(enclave::Backend::Inline),
+    )?;
+    enclave::InlineEnclave::start(config, Box::new(attestation))
+}
+
 /// Runs `cloister serve`.
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServiceConfig::load(&args.config).with_context(|| format!("{}", args.config.display()))?;
@@ -69,7 +83,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let signals = cio::signal::Signals::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
     let program = std::env::current_exe().context("finding this binary for the enclave processes")?;
     let log = args.log.install();
-    let service = Service::start(config, &dir, program, Arc::clone(&log))?;
+    let service = Service::start(config, &dir, program, Arc::clone(&log), start_inline)?;
     let signal = loop {
         match signals.wait(Duration::from_millis(500))? {
             Some(libc::SIGHUP) => match ServiceConfig::load(&args.config) {
