@@ -1,9 +1,10 @@
 //! Provisioning tenant secrets: attested (an envelope only the attested enclave can open)
 //! or wrapped (a blob under the symmetric provisioning key the host also holds).
 //!
-//! Every function here that takes a plaintext secret is the **tenant's** side (or its
-//! provisioning tool's); the enclave's side is behind [`crate::Enclave`]. The untrusted
-//! gateway carries offers, envelopes, blobs and sealed blobs, and never sees a secret.
+//! This module has the formats; the tenant's tools that make them (every function that
+//! takes a plaintext secret) are `cloister_attest::provision`, the enclave's side is behind
+//! [`crate::Enclave`]. The untrusted gateway carries offers, envelopes, blobs and sealed
+//! blobs, and never sees a secret.
 //!
 //! # Attested provisioning (EnclaveVPN §4.2)
 //!
@@ -11,10 +12,10 @@
 //!    the enclave generates an X25519 key pair and a 16-byte challenge, keeps the private
 //!    key (at most 16 offers outstanding, the oldest evicted; each lives
 //!    [`OFFER_LIFETIME_SECS`], timed inside the enclave) and returns a
-//!    [`ProvisioningOffer`] whose evidence's report data is [`offer_report_data`].
+//!    [`ProvisioningOffer`] whose evidence's report data is `offer_report_data`.
 //! 2. The tenant verifies the evidence against the platform key it trusts and the
 //!    measurement it expects, and encrypts the secret to the offer's key
-//!    ([`seal_to_offer`]), producing an *envelope*.
+//!    (`seal_to_offer`), producing an *envelope*.
 //! 3. The gateway hands the envelope in ([`crate::Enclave::provision_attested`]). The
 //!    enclave opens it with the offer it names, which is consumed by that first attempt
 //!    (refused later as "offer already used"), checks the secret as for wrapped blobs, keeps
@@ -24,7 +25,7 @@
 //!
 //! What it protects: the secret in transit. Only an enclave whose evidence verifies holds
 //! the offer's private key; the gateway sees offer, envelope and sealed blob only. Where the
-//! tenant signs ([`TenantSigner`], its public keys measured as
+//! tenant signs (`TenantSigner`, its public keys measured as
 //! [`crate::EnclaveConfig::tenant_signers`]), only envelopes it signed go in (version 2,
 //! below), and no wrapped blob does. What it does not: without a signer, the gateway can
 //! provision secrets of its own choosing (as it can with the wrapping key); the sealed blob
@@ -145,7 +146,7 @@ pub const MAX_PROVISIONED_SECRET: usize = 16 * 1024;
 pub const ENVELOPE_MAGIC: &[u8; 4] = b"CLPE";
 /// The envelope format's version, unsigned.
 pub const ENVELOPE_VERSION: u8 = 1;
-/// The version of an envelope the tenant signed ([`TenantSigner`]).
+/// The version of an envelope the tenant signed (`TenantSigner`).
 pub const SIGNED_ENVELOPE_VERSION: u8 = 2;
 /// Bytes of a signed envelope's signature: ECDSA P-256, r ‖ s.
 pub const ENVELOPE_SIGNATURE_LEN: usize = 64;
@@ -186,7 +187,7 @@ pub struct ProvisioningOffer {
     pub challenge: [u8; 16],
     /// The enclave's X25519 public key for this offer.
     pub public_key: [u8; 32],
-    /// Evidence whose report data is [`offer_report_data`] of this offer.
+    /// Evidence whose report data is `offer_report_data` of this offer.
     pub evidence: Evidence,
     /// How long the enclave keeps the offer, in seconds.
     pub lifetime_secs: u32,
