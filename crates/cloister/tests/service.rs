@@ -154,6 +154,16 @@ fn who_answers(cloud: &Netns) -> String {
     out.stdout.trim().to_owned()
 }
 
+/// The tenant's side: makes a provisioning signer at `key` (`cloister tenant signer-key`)
+/// and returns its public key.
+fn signer_key(ns: &Netns, key: &Path) -> String {
+    let out = ns
+        .exec(&[CLOISTER, "tenant", "signer-key", "--out", key.to_str().unwrap()], Duration::from_secs(30))
+        .unwrap();
+    assert!(out.success, "tenant signer-key: {}", out.stderr);
+    out.stdout.trim().to_owned()
+}
+
 /// The service namespace, the service process and both sites.
 struct Bed {
     svc_process: Option<Process>,
@@ -201,28 +211,12 @@ impl Bed {
         if source == Source::Cas {
             let key = sites[0].ns.dir().join("cas/acme.signer");
             std::fs::create_dir_all(key.parent().unwrap()).unwrap();
-            let out = sites[0]
-                .ns
-                .exec(
-                    &[CLOISTER, "tenant", "signer-key", "--out", key.to_str().unwrap()],
-                    Duration::from_secs(30),
-                )
-                .unwrap();
-            assert!(out.success, "tenant signer-key: {}", out.stderr);
-            a_signer = Some(out.stdout.trim().to_owned());
+            a_signer = Some(signer_key(&sites[0].ns, &key));
             let token = sites[0].ns.dir().join("cas/gw1.token");
             text.push_str(&format!("cas = \"{CAS}\"\ncas_token = \"{}\"\n", token.display()));
         } else {
             let key = sites[1].ns.dir().join("signer.key");
-            let out = sites[1]
-                .ns
-                .exec(
-                    &[CLOISTER, "tenant", "signer-key", "--out", key.to_str().unwrap()],
-                    Duration::from_secs(30),
-                )
-                .unwrap();
-            assert!(out.success, "tenant signer-key: {}", out.stderr);
-            let public = out.stdout.trim().to_owned();
+            let public = signer_key(&sites[1].ns, &key);
             text.push_str(&tenant_conf(&A, &sites[0].cloud));
             text.push_str(&tenant_conf(&B, &sites[1].cloud).replace(
                 "initiate = [\"site\"]\n",

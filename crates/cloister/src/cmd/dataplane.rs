@@ -68,11 +68,10 @@ fn install_inline(
     }
 }
 
-/// Starts an in-process enclave for `tenant` holding `provisioning_key` (which opens the
-/// blobs the tenant wrapped under it), with software attestation (see `enclave::attest` for
-/// what that does and does not prove).
-fn inline_enclave(tenant: u32, provisioning_key: ProvisioningKey) -> anyhow::Result<enclave::InlineEnclave> {
-    let config = EnclaveConfig {
+/// A static data plane's enclave configuration: `tenant`, holding `provisioning_key` (which
+/// opens the blobs the tenant wrapped under it); it moves no state and takes wrapped blobs.
+fn enclave_config(tenant: u32, provisioning_key: ProvisioningKey) -> EnclaveConfig {
+    EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key,
         trusted_min_seal_counter: 0,
@@ -80,7 +79,13 @@ fn inline_enclave(tenant: u32, provisioning_key: ProvisioningKey) -> anyhow::Res
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
         limits: Limits::default(),
-    };
+    }
+}
+
+/// Starts an in-process enclave for `tenant` holding `provisioning_key`, with software
+/// attestation (see `enclave::attest` for what that does and does not prove).
+fn inline_enclave(tenant: u32, provisioning_key: ProvisioningKey) -> anyhow::Result<enclave::InlineEnclave> {
+    let config = enclave_config(tenant, provisioning_key);
     let platform = SoftwareAttestation::generate_platform_key()?;
     let attestation = SoftwareAttestation::new(
         &platform,
@@ -133,15 +138,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             serve(dp, &signals, "inline", args.stats_every)
         }
         Backend::Process => {
-            let enclave_config = EnclaveConfig {
-                tenant: TenantId(args.tenant),
-                provisioning_key,
-                trusted_min_seal_counter: 0,
-                trusted_platforms: Vec::new(),
-                backup_roots: Vec::new(),
-                tenant_signers: Vec::new(),
-                limits: Limits::default(),
-            };
+            let enclave_config = enclave_config(args.tenant, provisioning_key);
             let platform_key = SoftwareAttestation::generate_platform_key()?;
             let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
             let enclave = ProcessEnclave::start(spec, enclave_config, &platform_key)
