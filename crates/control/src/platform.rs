@@ -13,7 +13,9 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use attest::evidence::{CodeIdentity, SoftwareAttestation};
+use enclave::ledger::FileLedger;
 use enclave::{EnclaveConfig, Limits, ProvisioningKey, TenantId};
+use enclave_host::SharedLedger;
 use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
@@ -29,6 +31,10 @@ pub struct Platform {
     trusted: Vec<Vec<u8>>,
     /// The HSM backup roots whose certified keys this host's enclaves back up to.
     backup_roots: Vec<Vec<u8>>,
+    /// Where each tenant's ledger file lies, and the ledgers opened so far (one per
+    /// tenant, shared by its enclaves one after another).
+    ledger_dir: std::path::PathBuf,
+    ledgers: std::sync::Mutex<std::collections::HashMap<u32, SharedLedger>>,
 }
 
 impl core::fmt::Debug for Platform {
@@ -133,7 +139,16 @@ impl Platform {
         let probe = SoftwareAttestation::new(&key, CodeIdentity::Bytes(Vec::new()), &[])
             .map_err(|e| Error::Io { what: format!("{}", attestation_key.display()), why: e.to_string() })?;
         let public_key = probe.platform_public_key().to_vec();
-        Ok(Self { attestation_key: key, root, public_key, trusted: Vec::new(), backup_roots: Vec::new() })
+        let ledger_dir = sealing_root.parent().unwrap_or(Path::new(".")).join("ledger");
+        Ok(Self {
+            attestation_key: key,
+            root,
+            public_key,
+            trusted: Vec::new(),
+            backup_roots: Vec::new(),
+            ledger_dir,
+            ledgers: Default::default(),
+        })
     }
 
     /// Makes this host's enclaves trust `peers` (platform public keys) and this platform
@@ -170,14 +185,24 @@ impl Platform {
         &self.public_key
     }
 
+    /// `tenant`'s ledger on this platform (`ledger/<tenant>` beside the sealing root): its
+    /// seal counters, live sealed secrets and static keys installed, across enclave and
+    /// service restarts.
+    pub fn ledger(&self, tenant: u32) -> Result<SharedLedger> {
+        let mut all = self.ledgers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(l) = all.get(&tenant) {
+            return Ok(l.clone());
+        }
+        let path = self.ledger_dir.join(tenant.to_string());
+        let l = FileLedger::open(&path).map_err(io(format!("opening the ledger {}", path.display())))?;
+        let l: SharedLedger = std::sync::Arc::new(std::sync::Mutex::new(l));
+        all.insert(tenant, l.clone());
+        Ok(l)
+    }
+
     /// The enclave configuration of `tenant`, with its own root, taking only secrets
     /// `signers` signed where there are any.
-    pub fn enclave_config(
-        &self,
-        tenant: u32,
-        signers: &[Vec<u8>],
-        trusted_min_seal_counter: u64,
-    ) -> EnclaveConfig {
+    pub fn enclave_config(&self, tenant: u32, signers: &[Vec<u8>]) -> EnclaveConfig {
         let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.root.as_ref());
         let mut ctx = ring::hmac::Context::with_key(&key);
         ctx.update(ROOT_LABEL);
@@ -188,7 +213,6 @@ impl Platform {
         EnclaveConfig {
             tenant: TenantId(tenant),
             provisioning_key: ProvisioningKey::from_bytes(*bytes),
-            trusted_min_seal_counter,
             trusted_platforms: self.trusted.clone(),
             backup_roots: self.backup_roots.clone(),
             tenant_signers: signers.to_vec(),
@@ -233,7 +257,6 @@ pub fn expected_measurement(
     let cfg = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes([0; 32]),
-        trusted_min_seal_counter: 0,
         trusted_platforms: trusted.to_vec(),
         tenant_signers: signers.to_vec(),
         backup_roots: backup_roots.to_vec(),
@@ -258,8 +281,8 @@ mod tests {
             assert_eq!(std::fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
         }
         assert_eq!(
-            a.enclave_config(1, &[], 0).measured_bytes(enclave::Backend::Process),
-            b.enclave_config(1, &[], 0).measured_bytes(enclave::Backend::Process)
+            a.enclave_config(1, &[]).measured_bytes(enclave::Backend::Process),
+            b.enclave_config(1, &[]).measured_bytes(enclave::Backend::Process)
         );
         // Roots are not observable (ProvisioningKey has no accessor); sealing across
         // tenants is refused in the enclave's own tests. Here: a loose file is refused.

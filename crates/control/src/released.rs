@@ -19,7 +19,7 @@ use crate::client::Client;
 use crate::config::TenantConfig;
 use crate::error::{Error, Result};
 use crate::platform::{hex, unhex};
-use crate::tenant::{sealed_secrets, secret_record, Launcher};
+use crate::tenant::{secret_record, Launcher};
 
 /// The store record of a tenant released by the CAS (its configuration).
 pub(crate) const CAS_RECORD: &str = "cas-tenant";
@@ -83,7 +83,6 @@ impl CasSource {
         backend: Backend,
     ) -> core::result::Result<TenantConfig, NotReleased> {
         use NotReleased::{Refused, Unavailable};
-        let (_, trusted_min) = sealed_secrets(store, t.id).map_err(Unavailable)?;
         let signers = t
             .signers
             .iter()
@@ -93,7 +92,7 @@ impl CasSource {
                 })
             })
             .collect::<core::result::Result<Vec<_>, _>>()?;
-        let mut enclave = launcher.start(t.id, &signers, trusted_min).map_err(Unavailable)?;
+        let mut enclave = launcher.start(t.id, &signers).map_err(Unavailable)?;
         let offer = |e: &mut L::E| {
             e.provisioning_offer()
                 .map(|o| hex(&o.to_bytes()))

@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use attest::migration::{DestinationKey, MigrationPackage};
+use enclave::ledger::Ledger;
 use enclave::{Enclave, EnclaveConfig, SealedBlob};
 use enclave_host::{ProcessEnclave, ProcessSpec};
 use gateway::control::Request;
@@ -135,9 +136,9 @@ impl core::fmt::Debug for TenantHandle {
 pub trait Launcher: Send + Sync + 'static {
     /// The enclave type.
     type E: Enclave + 'static;
-    /// Starts `tenant`'s enclave, its seal counter starting at `trusted_min`, taking only
+    /// Starts `tenant`'s enclave on the tenant's ledger of this platform, taking only
     /// secrets `signers` signed where there are any.
-    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<Self::E>;
+    fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<Self::E>;
     /// `Ok` while the enclave can serve; why not otherwise.
     fn health(enclave: &mut Self::E) -> core::result::Result<(), String>;
     /// The enclave's process, if it has one.
@@ -160,12 +161,13 @@ impl ProcessLauncher {
 
 impl Launcher for ProcessLauncher {
     type E = ProcessEnclave;
-    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<ProcessEnclave> {
+    fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<ProcessEnclave> {
         let spec = ProcessSpec::new(&self.program, ["enclave-process"]);
-        ProcessEnclave::start(
+        ProcessEnclave::start_with_ledger(
             spec,
-            self.platform.enclave_config(tenant, signers, trusted_min),
+            self.platform.enclave_config(tenant, signers),
             self.platform.attestation_key(),
+            self.platform.ledger(tenant)?,
         )
         .map_err(|e| Error::Tenant {
             tenant: tenant.to_string(),
@@ -183,7 +185,7 @@ impl Launcher for ProcessLauncher {
 /// Starts an enclave in the service's own process from its configuration and the platform's
 /// attestation key (PKCS#8): the binary supplies it, since only the binary links the
 /// trusted core.
-pub type InlineStart<E> = fn(EnclaveConfig, &[u8]) -> enclave::Result<E>;
+pub type InlineStart<E> = fn(EnclaveConfig, &[u8], Box<dyn Ledger>) -> enclave::Result<E>;
 
 /// Enclaves in this process (tests; a service that itself runs in a confidential VM).
 #[derive(Debug)]
@@ -201,9 +203,9 @@ impl<E> InlineLauncher<E> {
 
 impl<E: Enclave + 'static> Launcher for InlineLauncher<E> {
     type E = E;
-    fn start(&self, tenant: u32, signers: &[Vec<u8>], trusted_min: u64) -> Result<E> {
-        let cfg = self.platform.enclave_config(tenant, signers, trusted_min);
-        (self.start)(cfg, self.platform.attestation_key())
+    fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<E> {
+        let cfg = self.platform.enclave_config(tenant, signers);
+        (self.start)(cfg, self.platform.attestation_key(), Box::new(self.platform.ledger(tenant)?))
             .map_err(|e| Error::Tenant { tenant: tenant.to_string(), why: e.to_string() })
     }
     fn health(_: &mut E) -> core::result::Result<(), String> {
@@ -309,10 +311,9 @@ pub(crate) fn secret_record(name: &str) -> String {
     format!("{SECRET_PREFIX}{name}")
 }
 
-/// A tenant's sealed secrets in the store, and the seal counter its next enclave must
-/// accept: blobs below the minimum are refused by the enclave, so the oldest blob kept is
-/// the lowest generation still wanted.
-pub(crate) fn sealed_secrets(store: &dyn Store, tenant: u32) -> Result<(Vec<(String, SealedBlob)>, u64)> {
+/// A tenant's sealed secrets in the store (which of them still open is the enclave's and
+/// its platform ledger's to say).
+pub(crate) fn sealed_secrets(store: &dyn Store, tenant: u32) -> Result<Vec<(String, SealedBlob)>> {
     let secrets: Vec<(String, SealedBlob)> = store
         .list(Some(tenant), Kind::Sealed)?
         .into_iter()
@@ -321,8 +322,7 @@ pub(crate) fn sealed_secrets(store: &dyn Store, tenant: u32) -> Result<(Vec<(Str
             _ => None,
         })
         .collect();
-    let trusted_min = secrets.iter().filter_map(|(_, b)| b.counter()).min().unwrap_or(0);
-    Ok((secrets, trusted_min))
+    Ok(secrets)
 }
 
 struct Runner<L: Launcher> {
@@ -352,8 +352,8 @@ impl<L: Launcher> Runner<L> {
 
     /// Starts the enclave and the gateway; secrets come back from their sealed blobs.
     fn start(&self) -> Result<Gateway<L::E>> {
-        let (secrets, trusted_min) = sealed_secrets(self.store.as_ref(), self.config.id)?;
-        let mut enclave = self.launcher.start(self.config.id, &self.config.signers, trusted_min)?;
+        let secrets = sealed_secrets(self.store.as_ref(), self.config.id)?;
+        let mut enclave = self.launcher.start(self.config.id, &self.config.signers)?;
         let mut given = BTreeMap::new();
         for (name, blob) in &secrets {
             match enclave.unseal_secret(blob) {
@@ -416,7 +416,7 @@ impl<L: Launcher> Runner<L> {
     /// tenant with what it brings.
     fn arrive(mut self, rx: &Receiver<Command>, key_tx: &Sender<Result<DestinationKey>>) {
         self.set(|s| s.state = "arriving");
-        let made = self.launcher.start(self.config.id, &self.config.signers, 0).and_then(|mut e| {
+        let made = self.launcher.start(self.config.id, &self.config.signers).and_then(|mut e| {
             let key = e
                 .migration_destination_key(DESTINATION_KEY_BITS)
                 .map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() })?;

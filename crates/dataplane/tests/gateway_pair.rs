@@ -208,7 +208,6 @@ fn inline_enclave(tenant: u32) -> InlineEnclave {
     let config = enclave_core::EnclaveConfig {
         tenant: enclave_core::TenantId(tenant),
         provisioning_key: enclave_core::ProvisioningKey::generate().unwrap(),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

@@ -17,6 +17,7 @@ pub mod error;
 pub mod esp;
 pub mod handle;
 pub mod ike;
+pub mod ledger;
 pub mod migration;
 pub mod process;
 pub mod provision;

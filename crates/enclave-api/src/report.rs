@@ -159,9 +159,6 @@ pub struct EnclaveConfig {
     pub tenant: TenantId,
     /// Its root secret.
     pub provisioning_key: ProvisioningKey,
-    /// Sealed blobs with a lower counter are refused; new seals count up from here. Give it
-    /// the highest counter the trusted side (tenant, control node, HSM) has recorded.
-    pub trusted_min_seal_counter: u64,
     /// Table and batch bounds.
     pub limits: Limits,
     /// The platforms whose enclaves this one moves state to and from: their evidence
@@ -208,7 +205,7 @@ impl EnclaveConfig {
 
     /// The configuration's public part, as measured into attestation evidence when run by
     /// `backend`: the backend, tenant, limits, inbound mode, trusted platforms, backup roots
-    /// and tenant signers, never the key or the counter (which changes from start to start).
+    /// and tenant signers, never the key.
     pub fn measured_bytes(&self, backend: Backend) -> Vec<u8> {
         let mut v = Vec::with_capacity(80 + 66 * self.trusted_platforms.len());
         v.extend_from_slice(b"cloister-enclave-config-v5");

@@ -25,6 +25,7 @@ use enclave_api::ike::{
     AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
     IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
 };
+use enclave_api::ledger::{Ledger, MemoryLedger};
 use enclave_api::migration::{
     why, DestinationKey, MigrationPackage, MigrationRestore, OaepHash, MAX_PACKAGE_LEN,
 };
@@ -177,6 +178,23 @@ fn cpu_set(cpus: &[usize]) -> std::result::Result<libc::cpu_set_t, ProcessError>
     Ok(set)
 }
 
+/// A tenant's ledger, shared by the enclaves started for it one after another.
+pub type SharedLedger = Arc<Mutex<dyn Ledger>>;
+
+/// A connected `SOCK_SEQPACKET` pair, close-on-exec: ours, and the child's.
+fn seqpacket_pair() -> std::result::Result<(OwnedFd, OwnedFd), ProcessError> {
+    let mut fds = [-1 as RawFd; 2];
+    // SAFETY: `fds` is a writable array of two descriptors.
+    let r = unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    };
+    if r != 0 {
+        return Err(ProcessError::last_os("socketpair(ledger)"));
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -203,6 +221,8 @@ struct Host {
     requests: Producer<REQUEST_SLOT>,
     completions: Consumer<COMPLETION_SLOT>,
     running: Option<Running>,
+    /// The tenant's ledger on this platform, answered to each child in turn.
+    ledger: SharedLedger,
     /// Set once the child is found dead; repeated to every call until a restart.
     dead: Option<ProcessError>,
     limits: Limits,
@@ -224,7 +244,7 @@ struct Host {
 }
 
 impl Host {
-    fn new(spec: ProcessSpec) -> std::result::Result<Self, ProcessError> {
+    fn new(spec: ProcessSpec, ledger: SharedLedger) -> std::result::Result<Self, ProcessError> {
         let layout = Layout::new(spec.geometry)?;
         let shm = Arc::new(SharedMem::create(layout.total)?);
         Ok(Self {
@@ -236,6 +256,7 @@ impl Host {
             request_bell: Doorbell::new()?,
             completion_bell: Doorbell::new()?,
             running: None,
+            ledger,
             dead: Some(ProcessError::Protocol { why: "not started" }),
             limits: Limits::default(),
             next_cookie: 1,
@@ -297,16 +318,18 @@ impl Host {
         // SAFETY: both descriptors were just created and are owned by nobody else.
         let (config_rd, config_wr) =
             unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+        let (ledger_ours, ledger_theirs) = seqpacket_pair()?;
         let args = GuestArgs {
             shm_fd: self.shm.fd().as_raw_fd(),
             request_fd: self.request_bell.fd().as_raw_fd(),
             completion_fd: self.completion_bell.fd().as_raw_fd(),
             config_fd: config_rd.as_raw_fd(),
+            ledger_fd: ledger_theirs.as_raw_fd(),
             geometry: self.layout.geometry,
             spin: self.spec.guest_spin,
             parent_pid: std::process::id(),
         };
-        let pass = [args.shm_fd, args.request_fd, args.completion_fd, args.config_fd];
+        let pass = [args.shm_fd, args.request_fd, args.completion_fd, args.config_fd, args.ledger_fd];
         let cpus = match &self.spec.cpus {
             Some(list) => Some(cpu_set(list)?),
             None => None,
@@ -320,7 +343,7 @@ impl Host {
             .stderr(Stdio::inherit());
         // SAFETY: the closure runs in the forked child before exec and calls only fcntl and
         // sched_setaffinity, which are async-signal-safe system calls (the CPU set was built
-        // before the fork); it clears close-on-exec on exactly the four descriptors this
+        // before the fork); it clears close-on-exec on exactly the five descriptors this
         // child must inherit (all others stay close-on-exec).
         unsafe {
             cmd.pre_exec(move || {
@@ -341,7 +364,17 @@ impl Host {
             what: "spawn(enclave process)",
             errno: e.raw_os_error().unwrap_or(0),
         })?;
-        drop(config_rd);
+        drop((config_rd, ledger_theirs));
+        // Answers this child until its end of the channel closes (it exited).
+        let ledger = self.ledger.clone();
+        let socket = std::os::unix::net::UnixDatagram::from(ledger_ours);
+        std::thread::Builder::new()
+            .name("enclave-ledger".into())
+            .spawn(move || enclave_api::ledger::serve(&socket, &ledger))
+            .map_err(|e| ProcessError::Os {
+                what: "spawn(ledger thread)",
+                errno: e.raw_os_error().unwrap_or(0),
+            })?;
         let pid = child.id();
         // SAFETY: pidfd_open on our own unreaped child (it cannot be recycled before we
         // wait for it) returns a new descriptor or -1.
@@ -901,9 +934,25 @@ impl ProcessEnclave {
     /// ready. `platform_key` is the software attestation key (PKCS#8 P-256,
     /// [`crate::attest::SoftwareAttestation::generate_platform_key`]). The root secret in
     /// `config` goes to the child through a pipe; this process keeps no copy.
+    ///
+    /// Its seal counters and static-key record last as long as this value (across
+    /// [`Self::restart`]), not longer: a host that outlives it gives the tenant's lasting
+    /// ledger to [`Self::start_with_ledger`].
     pub fn start(spec: ProcessSpec, config: EnclaveConfig, platform_key: &[u8]) -> Result<Self> {
+        Self::start_with_ledger(spec, config, platform_key, Arc::new(Mutex::new(MemoryLedger::new())))
+    }
+
+    /// [`Self::start`] on the tenant's `ledger` on this platform: a thread of this process
+    /// answers the enclave's requests to it (seal counters, live sealed secrets, static
+    /// keys installed).
+    pub fn start_with_ledger(
+        spec: ProcessSpec,
+        config: EnclaveConfig,
+        platform_key: &[u8],
+        ledger: SharedLedger,
+    ) -> Result<Self> {
         let tenant = config.tenant;
-        let mut host = Host::new(spec)?;
+        let mut host = Host::new(spec, ledger)?;
         host.launch(&config, platform_key)?;
         Ok(Self { tenant, host: Mutex::new(host) })
     }

@@ -52,7 +52,6 @@ fn config(tenant: u32) -> EnclaveConfig {
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

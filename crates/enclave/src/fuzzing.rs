@@ -42,7 +42,6 @@ fn config() -> EnclaveConfig {
     EnclaveConfig {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
@@ -66,7 +65,9 @@ fn attestation() -> Option<Box<SoftwareAttestation>> {
 fn harness() -> Option<Harness> {
     let mut e = InlineEnclave::start(config(), attestation()?).ok()?;
     let mut peer = InlineEnclave::start(config(), attestation()?).ok()?;
-    let core = TrustedCore::start(config(), attestation()?).ok()?;
+    let core =
+        TrustedCore::start(config(), attestation()?, Box::new(enclave_api::ledger::MemoryLedger::new()))
+            .ok()?;
     let signer =
         crate::provision::TenantSigner::from_pkcs8(&crate::provision::TenantSigner::generate().ok()?).ok()?;
     let signing_config = EnclaveConfig { tenant_signers: vec![signer.public_key().to_vec()], ..config() };

@@ -20,6 +20,7 @@ use enclave_api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
     PeerCredential, SealedBlob,
 };
+use enclave_api::ledger::{Ledger, MemoryLedger};
 use enclave_api::report::{Counters, EnclaveConfig, MemoryReport};
 use enclave_api::{Enclave, EspCrossing};
 
@@ -30,9 +31,23 @@ pub struct InlineEnclave {
 }
 
 impl InlineEnclave {
-    /// Runs the start-up self-tests and starts an instance for `config.tenant`.
+    /// Runs the start-up self-tests and starts an instance for `config.tenant` whose seal
+    /// counters and static-key record last as long as the instance (a [`MemoryLedger`]):
+    /// nothing it sealed opens in a later instance, and static keys it installed go in
+    /// again there. A host that restarts enclaves gives each one the tenant's lasting ledger
+    /// with [`Self::start_with_ledger`].
     pub fn start(config: EnclaveConfig, attestation: Box<dyn AttestationProvider>) -> Result<Self> {
-        Ok(Self { core: TrustedCore::start(config, attestation)? })
+        Self::start_with_ledger(config, attestation, Box::new(MemoryLedger::new()))
+    }
+
+    /// Starts an instance on its platform's `ledger` (seal counters, live sealed secrets,
+    /// static keys installed), which outlives it.
+    pub fn start_with_ledger(
+        config: EnclaveConfig,
+        attestation: Box<dyn AttestationProvider>,
+        ledger: Box<dyn Ledger>,
+    ) -> Result<Self> {
+        Ok(Self { core: TrustedCore::start(config, attestation, ledger)? })
     }
 }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, SoftwareAttestation};
+use cloister_enclave::ledger::{Ledger as _, MemoryLedger};
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
 
@@ -11,18 +12,17 @@ mod support;
 const PROV_KEY: [u8; 32] = [0x42; 32];
 
 fn start(tenant: u32) -> InlineEnclave {
-    start_with(tenant, PROV_KEY, 0)
+    start_with(tenant, PROV_KEY, MemoryLedger::new())
 }
 
-fn start_with(tenant: u32, key: [u8; 32], min: u64) -> InlineEnclave {
-    start_limits(tenant, key, min, Limits::default())
+fn start_with(tenant: u32, key: [u8; 32], ledger: MemoryLedger) -> InlineEnclave {
+    start_limits(tenant, key, ledger, Limits::default())
 }
 
-fn start_limits(tenant: u32, key: [u8; 32], min: u64, limits: Limits) -> InlineEnclave {
+fn start_limits(tenant: u32, key: [u8; 32], ledger: MemoryLedger, limits: Limits) -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(key),
-        trusted_min_seal_counter: min,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
@@ -35,7 +35,7 @@ fn start_limits(tenant: u32, key: [u8; 32], min: u64, limits: Limits) -> InlineE
         &config.measured_bytes(Backend::Inline),
     )
     .unwrap();
-    InlineEnclave::start(config, Box::new(att)).unwrap()
+    InlineEnclave::start_with_ledger(config, Box::new(att), Box::new(ledger)).unwrap()
 }
 
 fn provision(e: &mut InlineEnclave, kind: SecretKind, secret: &[u8]) -> SecretHandle {
@@ -63,7 +63,7 @@ fn ike_sa_init(group: DhGroup, prf: Prf, suite: Suite) -> Pair {
 /// As [`ike_sa_init`], the responder's inbound SAs bound to `r_inbound`.
 fn ike_sa_init_with(group: DhGroup, prf: Prf, suite: Suite, r_inbound: InboundMode) -> Pair {
     let r_limits = Limits { inbound: r_inbound, ..Limits::default() };
-    let (mut i, mut r) = (start(1), start_limits(1, PROV_KEY, 0, r_limits));
+    let (mut i, mut r) = (start(1), start_limits(1, PROV_KEY, MemoryLedger::new(), r_limits));
     let (ni, nr) = (support::nonce(&mut i), support::nonce(&mut r));
     let (mut ke_i, mut ke_r) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
     let dh_i = i.dh_generate(group, &mut ke_i).unwrap();
@@ -500,7 +500,6 @@ fn inbound_sas_do_only_the_operation_the_measured_config_allows() {
     let cfg = |inbound| EnclaveConfig {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         tenant_signers: Vec::new(),
         backup_roots: Vec::new(),
@@ -755,13 +754,17 @@ fn clear_and_seal_then_rekey_with_the_blob() {
 }
 
 #[test]
-fn sealed_blobs_below_the_trusted_minimum_are_refused() {
+fn a_later_instance_seals_above_its_platforms_counter_and_refuses_older_blobs() {
     let suite = Suite::aead(Cipher::AesGcm16_128);
     let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
     let blob = p.i.clear_and_seal(p.ike_i).unwrap();
     assert_eq!(blob.counter(), Some(1));
-    // A later instance told that counters up to 100 were issued seals from 101 on.
-    let mut later = start_with(1, PROV_KEY, 100);
+    // A later instance on a platform whose ledger issued counters up to 100 seals from 101.
+    let mut ledger = MemoryLedger::new();
+    for _ in 0..100 {
+        ledger.issue(false).unwrap();
+    }
+    let mut later = start_with(1, PROV_KEY, ledger);
     let mut ke = [0u8; 32];
     let mut ke2 = [0u8; 32];
     let dh = later.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
@@ -872,7 +875,6 @@ fn attestation_evidence_verifies_with_the_platform_key() {
     let config = EnclaveConfig {
         tenant: TenantId(9),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         tenant_signers: Vec::new(),
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),

@@ -194,7 +194,6 @@ fn no_key_byte_is_in_the_gateway_and_the_enclave_holds_them() {
     let config = EnclaveConfig {
         tenant: TenantId(TENANT),
         provisioning_key: ProvisioningKey::from_bytes(prov),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

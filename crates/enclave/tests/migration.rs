@@ -9,6 +9,7 @@
 #![allow(clippy::cast_possible_truncation)]
 
 use cloister_enclave::attest::{verify_software_evidence, CodeIdentity, Measurement, SoftwareAttestation};
+use cloister_enclave::ledger::MemoryLedger;
 use cloister_enclave::migration::{
     verify_destination, verify_source, why, MigrationPackage, OaepHash, PackageKind, MAX_PACKAGE_LEN,
     MAX_UNTRUSTED_STATE, PACKAGE_HEADER_LEN, SEQ_MARGIN,
@@ -17,7 +18,10 @@ use cloister_enclave::process::codec::{self, op, Writer, STAGED_HELD, STAGED_INL
 use cloister_enclave::process::layout::MAX_CALL_AREA;
 use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::*;
+use enclave_host::SharedLedger;
 use enclave_host::{ProcessEnclave, ProcessSpec};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 mod support;
 
@@ -37,7 +41,6 @@ fn config(tenant: u32) -> EnclaveConfig {
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform().1.clone()],
         backup_roots: vec![backup_root_public()],
         tenant_signers: Vec::new(),
@@ -49,6 +52,14 @@ fn platform_key() -> Vec<u8> {
     platform().0.clone()
 }
 
+/// The ledger of `tenant` on the one platform every enclave here runs on: each instance
+/// is a later one of the same host's, whose seals the next opens.
+fn ledger(tenant: u32) -> SharedLedger {
+    static LEDGERS: std::sync::OnceLock<Mutex<HashMap<u32, SharedLedger>>> = std::sync::OnceLock::new();
+    let mut all = LEDGERS.get_or_init(Default::default).lock().unwrap();
+    all.entry(tenant).or_insert_with(|| Arc::new(Mutex::new(MemoryLedger::new()))).clone()
+}
+
 /// An inline enclave running "code" `code`, and its platform's public key.
 fn inline(tenant: u32, code: &[u8]) -> (InlineEnclave, Vec<u8>) {
     let c = config(tenant);
@@ -57,14 +68,14 @@ fn inline(tenant: u32, code: &[u8]) -> (InlineEnclave, Vec<u8>) {
         SoftwareAttestation::new(&pk, CodeIdentity::Bytes(code.to_vec()), &c.measured_bytes(Backend::Inline))
             .unwrap();
     let public = att.platform_public_key().to_vec();
-    (InlineEnclave::start(c, Box::new(att)).unwrap(), public)
+    (InlineEnclave::start_with_ledger(c, Box::new(att), Box::new(ledger(tenant))).unwrap(), public)
 }
 
 /// A process enclave (this crate's child binary) and its platform's public key.
 fn process(tenant: u32) -> (ProcessEnclave, Vec<u8>) {
     let pk = platform_key();
     let spec = ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new());
-    let e = ProcessEnclave::start(spec, config(tenant), &pk).unwrap();
+    let e = ProcessEnclave::start_with_ledger(spec, config(tenant), &pk, ledger(tenant)).unwrap();
     let public = SoftwareAttestation::new(&pk, CodeIdentity::Bytes(vec![]), b"")
         .unwrap()
         .platform_public_key()

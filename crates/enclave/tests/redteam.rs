@@ -15,10 +15,12 @@
 use cloister_enclave::attest::{
     identity_report_data, verify_software_evidence, CodeIdentity, EvidencePurpose, SoftwareAttestation,
 };
+use cloister_enclave::ledger::MemoryLedger;
 use cloister_enclave::migration::{self, verify_destination, DestinationKey, OaepHash};
 use cloister_enclave::provision::{offer_report_data, seal_to_offer, wrap_secret, TenantSigner};
 use cloister_enclave::*;
-use enclave_host::{ProcessEnclave, ProcessSpec};
+use enclave_host::{ProcessEnclave, ProcessSpec, SharedLedger};
+use std::sync::{Arc, Mutex};
 
 mod support;
 
@@ -36,7 +38,6 @@ fn config(tenant: u32, inbound: InboundMode) -> EnclaveConfig {
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: vec![cluster().1.clone()],
         backup_roots: vec![backup_root_public()],
         tenant_signers: Vec::new(),
@@ -49,32 +50,48 @@ struct Target {
     e: Box<dyn Enclave>,
     platform_public: Vec<u8>,
     name: &'static str,
+    /// The tenant's ledger on the platform, which outlives the instance (a restart).
+    ledger: SharedLedger,
+    /// Its configuration, made again for a restart (a configuration holds a root key and
+    /// is not copied).
+    config: Remake,
 }
+
+type Remake = Arc<dyn Fn() -> EnclaveConfig + Send + Sync>;
 
 fn process(tenant: u32, inbound: InboundMode) -> Target {
-    process_with(config(tenant, inbound))
+    process_with(Arc::new(move || config(tenant, inbound)))
 }
 
-fn process_with(c: EnclaveConfig) -> Target {
+fn process_with(config: Remake) -> Target {
+    process_on(config, Arc::new(Mutex::new(MemoryLedger::new())))
+}
+
+fn process_on(config: Remake, ledger: SharedLedger) -> Target {
     let pk = &cluster().0;
     let spec = ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new());
-    let e = ProcessEnclave::start(spec, c, pk).unwrap();
-    Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "process" }
+    let e = ProcessEnclave::start_with_ledger(spec, config(), pk, ledger.clone()).unwrap();
+    Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "process", ledger, config }
 }
 
 fn inline(tenant: u32, inbound: InboundMode) -> Target {
-    inline_with(config(tenant, inbound))
+    inline_with(Arc::new(move || config(tenant, inbound)))
 }
 
-fn inline_with(c: EnclaveConfig) -> Target {
+fn inline_with(config: Remake) -> Target {
+    inline_on(config, Arc::new(Mutex::new(MemoryLedger::new())))
+}
+
+fn inline_on(config: Remake, ledger: SharedLedger) -> Target {
+    let c = config();
     let att = SoftwareAttestation::new(
         &cluster().0,
         CodeIdentity::Bytes(b"redteam".to_vec()),
         &c.measured_bytes(Backend::Inline),
     )
     .unwrap();
-    let e = InlineEnclave::start(c, Box::new(att)).unwrap();
-    Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "inline" }
+    let e = InlineEnclave::start_with_ledger(c, Box::new(att), Box::new(ledger.clone())).unwrap();
+    Target { e: Box::new(e), platform_public: cluster().1.clone(), name: "inline", ledger, config }
 }
 
 /// The tenant's provisioning signer (its private key stays with the tenant).
@@ -94,7 +111,7 @@ fn signing_config() -> EnclaveConfig {
 /// Runs `attack` against a process and an inline enclave of tenant 1 whose measured
 /// configuration names the tenant's signer.
 fn on_both_signing(attack: impl Fn(&mut Target)) {
-    for mut t in [process_with(signing_config()), inline_with(signing_config())] {
+    for mut t in [process_with(Arc::new(signing_config)), inline_with(Arc::new(signing_config))] {
         attack(&mut t);
         let mut n = [0u8; IKE_NONCE_LEN];
         t.e.ike_nonces(&mut n).unwrap_or_else(|e| panic!("{}: unusable after the attack: {e}", t.name));
@@ -106,6 +123,15 @@ fn twin(t: &Target, tenant: u32) -> Target {
     match t.name {
         "process" => process(tenant, InboundMode::Decrypt),
         _ => inline(tenant, InboundMode::Decrypt),
+    }
+}
+
+/// `t`'s tenant on the same platform after a restart: a new instance of the same
+/// backend and configuration on the tenant's ledger.
+fn restarted(t: &Target) -> Target {
+    match t.name {
+        "process" => process_on(t.config.clone(), t.ledger.clone()),
+        _ => inline_on(t.config.clone(), t.ledger.clone()),
     }
 }
 
@@ -403,6 +429,8 @@ fn attack_inline_enclave_passes_as_a_process_enclave() {
         e: Box::new(InlineEnclave::start(c, Box::new(att)).unwrap()),
         platform_public: platform_public(&pk),
         name: "inline",
+        ledger: Arc::new(Mutex::new(MemoryLedger::new())),
+        config: Arc::new(|| config(1, InboundMode::Decrypt)),
     };
     assert_ne!(measurement(&mut i), process_measurement);
     // The process child's is exactly the process backend's measurement of that code.
@@ -739,48 +767,64 @@ fn attack_replayed_reordered_or_cross_tenant_migration_package() {
     });
 }
 
-/// Attack 5: a sealed secret rolled back after a later seal: the floor of accepted counters
-/// is the caller's (`trusted_min_seal_counter`, kept in the untrusted store).
+/// Attack 5: a sealed secret rolled back after a later seal: the older blob must not open
+/// in a later instance, whatever the store keeps. The platform's ledger (not the caller)
+/// says which of a secret's blobs is live.
 #[test]
-#[ignore = "open: the seal counter lives outside the service (platform process or HSM) (issue 40)"]
 fn attack_sealed_secret_rolled_back_after_a_later_seal() {
-    let mut a = inline(1, InboundMode::Decrypt);
-    let wrapped = wrap_secret(
-        &ProvisioningKey::from_bytes(PROV_KEY),
-        TenantId(1),
-        SecretKind::PreSharedKey,
-        b"old psk",
-    )
-    .unwrap();
-    let old = a.e.provision_secret(&wrapped).unwrap();
-    let old_blob = a.e.seal_secret(old).unwrap();
-    let newer = a.e.seal_secret(old).unwrap();
-    assert!(newer.counter() > old_blob.counter());
-    // A restarted instance, given the floor the store chose (0), opens the older blob.
-    let mut restarted = inline(1, InboundMode::Decrypt);
-    let r = restarted.e.unseal_secret(&old_blob);
-    assert!(matches!(r, Err(Error::SealedBlob { .. })), "rolled back");
+    on_both(|t| {
+        let wrapped = wrap_secret(
+            &ProvisioningKey::from_bytes(PROV_KEY),
+            TenantId(1),
+            SecretKind::PreSharedKey,
+            b"old psk",
+        )
+        .unwrap();
+        let old = t.e.provision_secret(&wrapped).unwrap();
+        let old_blob = t.e.seal_secret(old).unwrap();
+        let newer = t.e.seal_secret(old).unwrap();
+        assert!(newer.counter() > old_blob.counter(), "{}", t.name);
+        let mut later = restarted(t);
+        let r = later.e.unseal_secret(&old_blob);
+        assert_eq!(
+            r.map(|_| ()),
+            Err(Error::SealedBlob { reason: BlobRejection::Rollback }),
+            "{}: rolled back",
+            t.name
+        );
+        assert_eq!(later.e.counters().error(ErrorKind::BlobRejected), 1, "{}", t.name);
+        // The newer blob opens, once sealed again there the one before it stops opening.
+        let back = later.e.unseal_secret(&newer).unwrap();
+        let newest = later.e.seal_secret(back).unwrap();
+        let mut third = restarted(t);
+        assert!(third.e.unseal_secret(&newer).is_err(), "{}", t.name);
+        third.e.unseal_secret(&newest).unwrap();
+    });
 }
 
-/// Attack 5: static outbound ESP keys installed again in a restarted instance start their
-/// sequence numbers (AEAD IVs) at 1 again.
+/// Attack 5: static outbound ESP keys installed again in a restarted instance would start
+/// their sequence numbers (AEAD IVs) at 1 again: the platform's ledger remembers them.
 #[test]
-#[ignore = "open: a trusted record of installed static keys across restarts (issue 40)"]
 fn attack_static_esp_keys_installed_again_after_a_restart() {
-    let params = EspSaParams { spi: 0x5151, inbound: false, esn: false, suite: SUITE };
-    let blob = cloister_enclave::provision::wrap_esp_sa_keys(
-        &ProvisioningKey::from_bytes(PROV_KEY),
-        TenantId(1),
-        &params,
-        &[0x42; 36],
-        &[],
-    )
-    .unwrap();
-    let mut first = inline(1, InboundMode::Decrypt);
-    first.e.esp_sa_install_wrapped(&blob, &params).unwrap();
-    let mut restarted = inline(1, InboundMode::Decrypt);
-    let r = restarted.e.esp_sa_install_wrapped(&blob, &params);
-    assert!(matches!(r, Err(Error::KeyReuse { .. })), "installed again with a fresh sequence space");
+    on_both(|t| {
+        let params = EspSaParams { spi: 0x5151, inbound: false, esn: false, suite: SUITE };
+        let blob = cloister_enclave::provision::wrap_esp_sa_keys(
+            &ProvisioningKey::from_bytes(PROV_KEY),
+            TenantId(1),
+            &params,
+            &[0x42; 36],
+            &[],
+        )
+        .unwrap();
+        t.e.esp_sa_install_wrapped(&blob, &params).unwrap();
+        let mut later = restarted(t);
+        let r = later.e.esp_sa_install_wrapped(&blob, &params);
+        assert!(matches!(r, Err(Error::KeyReuse { .. })), "{}: a fresh sequence space: {r:?}", t.name);
+        assert_eq!(later.e.counters().error(ErrorKind::KeyState), 1, "{}", t.name);
+        // The same keys as the inbound SA of the peer's direction are refused too.
+        let inbound = EspSaParams { inbound: true, ..params };
+        assert!(later.e.esp_sa_install_wrapped(&blob, &inbound).is_err(), "{}", t.name);
+    });
 }
 
 // ---- positive controls ----------------------------------------------------------------------

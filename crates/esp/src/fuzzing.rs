@@ -61,7 +61,6 @@ fn start() -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes([7; 32]),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

@@ -258,7 +258,6 @@ mod tests {
             let config = EnclaveConfig {
                 tenant: TenantId(4),
                 provisioning_key: ProvisioningKey::from_bytes([3; 32]),
-                trusted_min_seal_counter: 0,
                 trusted_platforms: vec![public.clone()],
                 backup_roots: Vec::new(),
                 tenant_signers: Vec::new(),

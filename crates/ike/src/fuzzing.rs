@@ -35,7 +35,6 @@ fn enclave() -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes(KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

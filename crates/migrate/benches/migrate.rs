@@ -47,7 +47,6 @@ fn inline(pk: &[u8]) -> (InlineEnclave, Vec<u8>, Measurement) {
     let c = EnclaveConfig {
         tenant: TENANT,
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: vec![own.platform_public_key().to_vec()],
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

@@ -74,7 +74,6 @@ fn enclave_config(tenant: u32, provisioning_key: ProvisioningKey) -> EnclaveConf
     EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key,
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

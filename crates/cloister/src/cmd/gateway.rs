@@ -38,7 +38,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let enclave_config = EnclaveConfig {
         tenant: TenantId(config.settings.tenant),
         provisioning_key: ProvisioningKey::from_bytes(*key),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

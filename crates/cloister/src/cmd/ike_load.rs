@@ -254,7 +254,6 @@ fn enclave_with_psk(psk: &[u8], tunnels: usize) -> anyhow::Result<(InlineEnclave
     let config = EnclaveConfig {
         tenant: TenantId(1),
         provisioning_key: ProvisioningKey::from_bytes(*key),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

@@ -66,13 +66,14 @@ impl ApiArgs {
 fn start_inline(
     config: enclave::EnclaveConfig,
     platform_key: &[u8],
+    ledger: Box<dyn enclave::ledger::Ledger>,
 ) -> enclave::Result<enclave::InlineEnclave> {
     let attestation = enclave::attest::SoftwareAttestation::new(
         platform_key,
         enclave::attest::CodeIdentity::CurrentExecutable,
         &config.measured_bytes(enclave::Backend::Inline),
     )?;
-    enclave::InlineEnclave::start(config, Box::new(attestation))
+    enclave::InlineEnclave::start_with_ledger(config, Box::new(attestation), ledger)
 }
 
 /// Runs `cloister serve`.

@@ -179,6 +179,8 @@ pub struct GuestArgs {
     pub completion_fd: RawFd,
     /// The read end of the config pipe (root secret and limits; read once, then closed).
     pub config_fd: RawFd,
+    /// The enclave's end of the channel to its platform's ledger ([`crate::ledger`]).
+    pub ledger_fd: RawFd,
     /// The ring geometry; the guest derives the layout from it, never from shared memory.
     pub geometry: Geometry,
     /// How long the guest busy-polls after its last request before sleeping.
@@ -197,6 +199,7 @@ impl GuestArgs {
             ("--request-fd", self.request_fd.to_string()),
             ("--completion-fd", self.completion_fd.to_string()),
             ("--config-fd", self.config_fd.to_string()),
+            ("--ledger-fd", self.ledger_fd.to_string()),
             ("--slots", g.slots.to_string()),
             ("--descriptors", g.descriptors.to_string()),
             ("--packet-len", g.packet_len.to_string()),
@@ -212,7 +215,7 @@ impl GuestArgs {
     /// Parses [`Self::to_args`]'s output; every flag is required exactly once.
     pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Self, ProcessError> {
         let bad = |why| ProcessError::Args { why };
-        let mut v: [Option<u64>; 10] = [None; 10];
+        let mut v: [Option<u64>; 11] = [None; 11];
         let names = [
             "--shm-fd",
             "--request-fd",
@@ -224,6 +227,7 @@ impl GuestArgs {
             "--spin-us",
             "--parent-pid",
             "--descriptors",
+            "--ledger-fd",
         ];
         let mut it = args.into_iter();
         while let Some(k) = it.next() {
@@ -244,6 +248,7 @@ impl GuestArgs {
             request_fd: fd(1)?,
             completion_fd: fd(2)?,
             config_fd: fd(3)?,
+            ledger_fd: fd(10)?,
             geometry: Geometry {
                 slots: u32_of(4)?,
                 descriptors: u32_of(9)?,
@@ -264,9 +269,8 @@ pub mod config {
         EnclaveConfig, InboundMode, Limits, ProvisioningKey, MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
     };
 
-    /// Bytes of the encoding: tenant, key, counter, five limits, inbound mode, platform key
-    /// length.
-    pub const FIXED_LEN: usize = 4 + 32 + 8 + 5 * 8 + 1 + 4;
+    /// Bytes of the encoding: tenant, key, five limits, inbound mode, platform key length.
+    pub const FIXED_LEN: usize = 4 + 32 + 5 * 8 + 1 + 4;
     /// Longest platform key (PKCS#8) accepted.
     pub const MAX_PLATFORM_KEY: usize = 1024;
     /// Longest encoding: the fixed part, the platform key, the three measured key sets
@@ -279,7 +283,6 @@ pub mod config {
         let mut v = zeroize::Zeroizing::new(Vec::with_capacity(FIXED_LEN + platform_key.len()));
         v.extend_from_slice(&config.tenant.0.to_le_bytes());
         v.extend_from_slice(&config.provisioning_key.expose()[..]);
-        v.extend_from_slice(&config.trusted_min_seal_counter.to_le_bytes());
         let l = config.limits;
         for n in [l.max_ike_sas, l.max_esp_sas, l.max_dh, l.max_secrets, l.max_batch] {
             v.extend_from_slice(&(n as u64).to_le_bytes());
@@ -305,17 +308,16 @@ pub mod config {
             |i: usize| -> Option<u32> { Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
         let tenant = TenantId(u32_at(0)?);
         let key: [u8; 32] = b.get(4..36)?.try_into().ok()?;
-        let min = u64_at(36)?;
-        let lim = |k: usize| u64_at(44 + 8 * k).and_then(|x| usize::try_from(x).ok());
+        let lim = |k: usize| u64_at(36 + 8 * k).and_then(|x| usize::try_from(x).ok());
         let limits = Limits {
             max_ike_sas: lim(0)?,
             max_esp_sas: lim(1)?,
             max_dh: lim(2)?,
             max_secrets: lim(3)?,
             max_batch: lim(4)?,
-            inbound: InboundMode::from_code(*b.get(84)?)?,
+            inbound: InboundMode::from_code(*b.get(76)?)?,
         };
-        let pk_len = u32_at(85)? as usize;
+        let pk_len = u32_at(77)? as usize;
         if pk_len > MAX_PLATFORM_KEY {
             return None;
         }
@@ -346,7 +348,6 @@ pub mod config {
         let cfg = EnclaveConfig {
             tenant,
             provisioning_key: ProvisioningKey::from_bytes(key),
-            trusted_min_seal_counter: min,
             limits,
             trusted_platforms,
             backup_roots,

@@ -692,7 +692,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> Result<(), ProcessErro
     harden::non_dumpable()?;
     let mut hardening = bits::NON_DUMPABLE;
     let a = GuestArgs::parse(args)?;
-    let fds = [a.shm_fd, a.request_fd, a.completion_fd, a.config_fd];
+    let fds = [a.shm_fd, a.request_fd, a.completion_fd, a.config_fd, a.ledger_fd];
     if (1..fds.len()).any(|i| fds[..i].contains(&fds[i])) {
         return Err(ProcessError::Args { why: "descriptors must be distinct" });
     }
@@ -731,7 +731,11 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> Result<(), ProcessErro
         &measured,
     )
     .map_err(|_| ProcessError::Args { why: "attestation platform key refused" })?;
-    let mut enclave = crate::InlineEnclave::start(cfg, Box::new(attestation))
+    let ledger_fd = take_fd(a.ledger_fd)?;
+    let ledger_raw = ledger_fd.as_raw_fd();
+    let ledger = enclave_api::ledger::LedgerClient::new(ledger_fd)
+        .map_err(|_| ProcessError::Args { why: "ledger descriptor is not a socket" })?;
+    let mut enclave = crate::InlineEnclave::start_with_ledger(cfg, Box::new(attestation), Box::new(ledger))
         .map_err(|_| ProcessError::Args { why: "trusted core failed to start (self-test)" })?;
     drop(arena);
 
@@ -741,6 +745,7 @@ pub fn main<I: IntoIterator<Item = OsString>>(args: I) -> Result<(), ProcessErro
     harden::install_seccomp(LoopFds {
         requests: requests.fd().as_raw_fd(),
         completions: completions.fd().as_raw_fd(),
+        ledger: ledger_raw,
     })?;
     hardening |= bits::SECCOMP;
 
@@ -1427,6 +1432,7 @@ mod tests {
             request_fd: 4,
             completion_fd: 5,
             config_fd: 6,
+            ledger_fd: 7,
             geometry: G,
             spin: Duration::from_micros(20),
             parent_pid: 77,
@@ -1447,7 +1453,6 @@ mod tests {
         let cfg = EnclaveConfig {
             tenant: TenantId(7),
             provisioning_key: ProvisioningKey::from_bytes([9; 32]),
-            trusted_min_seal_counter: 11,
             trusted_platforms: vec![vec![4; 65], vec![3; 65], vec![4; 65]],
             backup_roots: vec![vec![4; 65]],
             tenant_signers: vec![vec![4; 65], vec![5; 65]],
@@ -1455,7 +1460,7 @@ mod tests {
         };
         let b = config::encode(&cfg, b"pk");
         let (back, pk) = config::decode(&b).unwrap();
-        assert_eq!((back.tenant, back.trusted_min_seal_counter, back.limits), (cfg.tenant, 11, cfg.limits));
+        assert_eq!((back.tenant, back.limits), (cfg.tenant, cfg.limits));
         assert_eq!(back.trusted_platforms, [vec![3; 65], vec![4; 65]], "the measured set, sorted once");
         assert_eq!(back.backup_roots, [vec![4; 65]]);
         assert_eq!(back.tenant_signers, [vec![4; 65], vec![5; 65]]);
@@ -1464,7 +1469,7 @@ mod tests {
         assert!(config::decode(&[]).is_none());
         for mode in [0u8, 3, 0xff] {
             let mut bad = b.to_vec();
-            bad[84] = mode;
+            bad[76] = mode;
             assert!(config::decode(&bad).is_none(), "inbound mode {mode}");
         }
     }

@@ -214,6 +214,8 @@ pub struct LoopFds {
     pub requests: RawFd,
     /// Completion doorbell: written to wake the gateway.
     pub completions: RawFd,
+    /// The platform ledger's channel: the only socket the loop sends and receives on.
+    pub ledger: RawFd,
 }
 
 fn rule_arg0_is(fd: RawFd) -> Result<SeccompRule, ProcessError> {
@@ -230,8 +232,9 @@ fn rule_arg0_is(fd: RawFd) -> Result<SeccompRule, ProcessError> {
 ///
 /// | system call | why the loop needs it |
 /// |---|---|
-/// | `read` (request doorbell only) | clear the doorbell after a wake-up |
-/// | `write` (completion doorbell, fd 2) | wake the sleeping gateway; a last error line |
+/// | `read` (request doorbell, ledger channel) | clear the doorbell after a wake-up; ledger answers |
+/// | `write` (completion doorbell, fd 2, ledger channel) | wake the sleeping gateway; a last error line; ledger requests |
+/// | `sendto`/`recvfrom` (ledger channel only) | the same ledger traffic, as the C library may issue it |
 /// | `poll`/`ppoll` | sleep on the doorbell and the gateway's pidfd |
 /// | `futex` | std's one-time initialization and glibc's internal locks |
 /// | `mmap` (never `PROT_EXEC`), `munmap`, `mremap`, `brk`, `madvise` | the heap allocator |
@@ -248,8 +251,13 @@ fn rule_arg0_is(fd: RawFd) -> Result<SeccompRule, ProcessError> {
 pub fn seccomp_program(fds: LoopFds) -> Result<BpfProgram, ProcessError> {
     let bad = |_| ProcessError::Os { what: "seccomp filter", errno: 0 };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    rules.insert(libc::SYS_read, vec![rule_arg0_is(fds.requests)?]);
-    rules.insert(libc::SYS_write, vec![rule_arg0_is(fds.completions)?, rule_arg0_is(2)?]);
+    rules.insert(libc::SYS_read, vec![rule_arg0_is(fds.requests)?, rule_arg0_is(fds.ledger)?]);
+    rules.insert(
+        libc::SYS_write,
+        vec![rule_arg0_is(fds.completions)?, rule_arg0_is(2)?, rule_arg0_is(fds.ledger)?],
+    );
+    rules.insert(libc::SYS_sendto, vec![rule_arg0_is(fds.ledger)?]);
+    rules.insert(libc::SYS_recvfrom, vec![rule_arg0_is(fds.ledger)?]);
     #[cfg(target_arch = "x86_64")]
     rules.insert(libc::SYS_poll, vec![]);
     rules.insert(libc::SYS_ppoll, vec![]);
@@ -308,7 +316,7 @@ mod tests {
 
     #[test]
     fn seccomp_program_builds() {
-        let prog = seccomp_program(LoopFds { requests: 4, completions: 5 }).unwrap();
+        let prog = seccomp_program(LoopFds { requests: 4, completions: 5, ledger: 6 }).unwrap();
         assert!(prog.len() > 20);
     }
 

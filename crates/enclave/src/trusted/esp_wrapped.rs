@@ -7,9 +7,11 @@
 //! untrusted side could install the same outbound keys twice (delete, install again), or an
 //! inbound SA's keys as an outbound SA (the peer already sent with them from 1 up), a
 //! (key, IV) pair would repeat; the per-SA rule that sequence numbers only increase cannot
-//! see across SAs. So the instance remembers a digest of every wrapped key it installed and
-//! refuses an outbound key it has seen before, and a key in the direction it was not first
-//! seen in. What it cannot see is across restarts: wrap fresh outbound keys for every start.
+//! see across SAs, nor across restarts of the enclave. So the platform's ledger (which
+//! outlives the instance) keeps a digest of every wrapped key installed, and the enclave
+//! refuses an outbound key seen before and a key in the direction it was not first seen in:
+//! static outbound keys are good for one install per platform; wrap fresh ones to start
+//! again.
 
 use super::ike_keys::EspKeys;
 use super::keybuf::KeyBuf;
@@ -17,10 +19,7 @@ use crate::provision::{ESP_KEYS_HEADER_LEN, ESP_KEYS_INBOUND, ESP_KEYS_OUTBOUND}
 use enclave_api::alg::{Cipher, Integ, Suite};
 use enclave_api::error::{Error, Result};
 use enclave_api::esp::EspSaParams;
-
-/// Most keys one instance remembers (16 + 1 bytes each, about 1.1 MB when full); beyond that
-/// wrapped installs are refused until the instance restarts.
-pub(crate) const MAX_REMEMBERED: usize = 65_536;
+use enclave_api::ledger::{Ledger, LedgerError, StaticUse};
 
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b.get(at).copied().unwrap_or(0), b.get(at + 1).copied().unwrap_or(0)])
@@ -78,40 +77,20 @@ pub(crate) fn open(secret: &[u8], params: &EspSaParams) -> Result<EspKeys> {
     Ok(EspKeys { enc: KeyBuf::from_slice(enc)?, integ: KeyBuf::from_slice(integ)? })
 }
 
-/// Digests of the encryption keys (salt included) installed from wrapped blobs, with the
-/// direction each was first installed in. A digest, not the key: nothing here can be
-/// turned back into a key, and it outlives the SA on purpose.
-#[derive(Default)]
-pub(crate) struct KeyRecord {
-    seen: Vec<([u8; 16], bool)>,
-}
-
-impl KeyRecord {
-    /// Admits `enc` for an SA of this direction, or refuses it (see the module docs); an
-    /// admitted key is remembered.
-    pub(crate) fn admit(&mut self, enc: &[u8], outbound: bool) -> Result<()> {
-        let d = digest(enc);
-        match self.seen.iter().find(|(s, _)| *s == d) {
-            Some((_, true)) if outbound => {
-                Err(Error::KeyReuse { why: "already installed for an outbound SA of this instance" })
-            }
-            Some((_, first_out)) if *first_out != outbound => {
-                Err(Error::KeyReuse { why: "already used by this instance in the other direction" })
-            }
-            Some(_) => Ok(()),
-            None if self.seen.len() >= MAX_REMEMBERED => {
-                Err(Error::Exhausted { what: "record of wrapped ESP keys (restart the enclave)" })
-            }
-            None => {
-                self.seen.push((d, outbound));
-                Ok(())
-            }
+/// Admits `enc` for an SA of this direction, or refuses it (see the module docs): the
+/// platform's ledger records a digest of each key installed (nothing there turns back into
+/// a key) with the direction it was first installed in, across restarts of the enclave.
+pub(crate) fn admit(ledger: &mut dyn Ledger, enc: &[u8], outbound: bool) -> Result<()> {
+    match ledger.admit_static(digest(enc), outbound) {
+        Ok(StaticUse::Admitted) => Ok(()),
+        Ok(StaticUse::OutboundAgain) => {
+            Err(Error::KeyReuse { why: "already installed for an outbound SA on this platform" })
         }
-    }
-
-    /// Bytes held.
-    pub(crate) fn bytes(&self) -> usize {
-        self.seen.capacity() * core::mem::size_of::<([u8; 16], bool)>()
+        Ok(StaticUse::OtherDirection) => {
+            Err(Error::KeyReuse { why: "already used on this platform in the other direction" })
+        }
+        Err(LedgerError::Full) => Err(Error::Exhausted { what: "record of wrapped ESP keys" }),
+        Err(LedgerError::Unavailable) => Err(Error::Internal { what: "platform ledger unavailable" }),
     }
 }
 
@@ -189,16 +168,14 @@ mod tests {
 
     #[test]
     fn the_record_refuses_repeated_outbound_keys_and_crossed_directions() {
-        let mut r = KeyRecord::default();
-        r.admit(b"inbound key", false).unwrap();
-        let mut r2 = KeyRecord::default();
-        r2.admit(&[1; 20], true).unwrap();
-        assert!(matches!(r2.admit(&[1; 20], true), Err(Error::KeyReuse { .. })));
-        assert!(matches!(r2.admit(&[1; 20], false), Err(Error::KeyReuse { .. })));
-        r2.admit(&[2; 20], false).unwrap();
-        r2.admit(&[2; 20], false).unwrap();
-        assert!(matches!(r2.admit(&[2; 20], true), Err(Error::KeyReuse { .. })));
-        assert!(r.bytes() > 0 && r2.bytes() >= 2 * 17);
+        let mut r = enclave_api::ledger::MemoryLedger::new();
+        admit(&mut r, b"inbound key", false).unwrap();
+        admit(&mut r, &[1; 20], true).unwrap();
+        assert!(matches!(admit(&mut r, &[1; 20], true), Err(Error::KeyReuse { .. })));
+        assert!(matches!(admit(&mut r, &[1; 20], false), Err(Error::KeyReuse { .. })));
+        admit(&mut r, &[2; 20], false).unwrap();
+        admit(&mut r, &[2; 20], false).unwrap();
+        assert!(matches!(admit(&mut r, &[2; 20], true), Err(Error::KeyReuse { .. })));
     }
 
     // ---- through the trusted core: install, encrypt, decrypt with an SA made another way ----
@@ -221,7 +198,6 @@ mod tests {
         let config = EnclaveConfig {
             tenant: TenantId(tenant),
             provisioning_key: ProvisioningKey::from_bytes(PROV),
-            trusted_min_seal_counter: 0,
             trusted_platforms: Vec::new(),
             backup_roots: Vec::new(),
             tenant_signers: Vec::new(),
@@ -234,7 +210,7 @@ mod tests {
             &config.measured_bytes(crate::Backend::Inline),
         )
         .unwrap();
-        TrustedCore::start(config, Box::new(att)).unwrap()
+        TrustedCore::start(config, Box::new(att), Box::new(enclave_api::ledger::MemoryLedger::new())).unwrap()
     }
 
     fn wrap(tenant: u32, p: &EspSaParams, enc: &[u8], integ: &[u8]) -> Vec<u8> {

@@ -47,6 +47,7 @@ use enclave_api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
     PeerCredential, SealedBlob,
 };
+use enclave_api::ledger::{Ledger, LedgerError};
 use enclave_api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
 use esp::{Direction, EspSa};
 use ike_keys::{IkeSa, SkeyseedSource};
@@ -62,6 +63,14 @@ use zeroize::Zeroizing;
 
 /// Bytes of stack [`scrub_stack`] overwrites.
 const STACK_SCRUB: usize = 64 * 1024;
+
+/// A ledger that failed: the seal or install it was for does not happen.
+fn ledger_error(e: LedgerError) -> Error {
+    match e {
+        LedgerError::Full => Error::Exhausted { what: "platform ledger (seal counters or static keys)" },
+        LedgerError::Unavailable => Error::Internal { what: "platform ledger unavailable" },
+    }
+}
 
 /// Overwrites the stack below the caller with zeros. Crypto libraries (ring's AES-GCM among
 /// them) leave copies of key schedules in the stack frames of their per-packet calls, which
@@ -86,10 +95,12 @@ pub(crate) struct TrustedCore {
     tenant: TenantId,
     rng: SystemRandom,
     root: RootKeys,
-    /// Sealed blobs below this counter are refused.
-    trusted_min: u64,
-    /// The highest seal counter issued or accepted as a floor.
-    seal_counter: u64,
+    /// The platform's record of seal counters and static keys, which outlives this
+    /// instance (see `enclave_api::ledger`).
+    ledger: Box<dyn Ledger>,
+    /// The live seal counter of each secret sealed or unsealed here: sealing it again
+    /// retires the older blob.
+    sealed_as: std::collections::HashMap<u32, u64>,
     limits: Limits,
     secrets: Table<Secret>,
     /// DH private values, each with the digest of its public value (for the transcript).
@@ -104,8 +115,6 @@ pub(crate) struct TrustedCore {
     lanes: Vec<Arc<Mutex<Lane>>>,
     /// ESP SA deletions so far: a lane that sees it move scrubs its thread's stack.
     esp_deletes: Arc<AtomicU64>,
-    /// Digests of the static ESP keys installed from wrapped blobs (see `esp_wrapped`).
-    wrapped_keys: esp_wrapped::KeyRecord,
     /// Outstanding attested-provisioning offers (their X25519 private keys).
     offers: provisioning::Offers,
     /// The migration destination key pair, until an import consumes it.
@@ -150,7 +159,11 @@ impl Drop for TrustedCore {
 
 impl TrustedCore {
     /// Runs the known-answer self-tests, then builds the instance.
-    pub(crate) fn start(config: EnclaveConfig, attestation: Box<dyn AttestationProvider>) -> Result<Self> {
+    pub(crate) fn start(
+        config: EnclaveConfig,
+        attestation: Box<dyn AttestationProvider>,
+        ledger: Box<dyn Ledger>,
+    ) -> Result<Self> {
         selftest::run().map_err(|test| Error::SelfTestFailed { test })?;
         let rng = SystemRandom::new();
         let mut tag = [0u8; 1];
@@ -164,8 +177,8 @@ impl TrustedCore {
             tenant: config.tenant,
             root: RootKeys::new(config.provisioning_key.expose(), config.tenant)?,
             rng,
-            trusted_min: config.trusted_min_seal_counter,
-            seal_counter: config.trusted_min_seal_counter,
+            ledger,
+            sealed_as: std::collections::HashMap::new(),
             limits: l,
             secrets: Table::new(HandleKind::Secret, tag, l.max_secrets),
             dh: Table::new(HandleKind::Dh, tag, l.max_dh),
@@ -174,7 +187,6 @@ impl TrustedCore {
             lane: Lane::new(esp_keys::MAX_CACHED),
             lanes: Vec::new(),
             esp_deletes: Arc::new(AtomicU64::new(0)),
-            wrapped_keys: esp_wrapped::KeyRecord::default(),
             offers: provisioning::Offers::default(),
             destination: None,
             nonces,
@@ -269,7 +281,7 @@ impl TrustedCore {
             secret_bytes: self.secrets.entries().map(Secret::footprint).sum(),
             fixed_bytes: core::mem::size_of::<Self>()
                 + lane_fixed
-                + self.wrapped_keys.bytes()
+                + self.sealed_as.capacity() * 16
                 + self.offers.bytes()
                 + self.nonces.bytes()
                 + self.platforms.bytes()
@@ -321,9 +333,15 @@ impl TrustedCore {
         if self.secrets.live() >= self.limits.max_secrets.min(table::MAX_ENTRIES) {
             return Err(Error::TableFull { kind: HandleKind::Secret, max: self.limits.max_secrets });
         }
-        let counter = self.next_seal_counter()?;
-        let (kind, bytes) =
-            provisioning::open_envelope(&mut self.offers, &self.signers, self.tenant, envelope, now)?;
+        let counter = self.next_seal_counter(true)?;
+        let opened = provisioning::open_envelope(&mut self.offers, &self.signers, self.tenant, envelope, now);
+        let (kind, bytes) = match opened {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = self.ledger.retire(counter);
+                return Err(e);
+            }
+        };
         let secret = Secret::load(kind, &bytes, &self.rng)?;
         let mut body = Zeroizing::new(Vec::with_capacity(1 + bytes.len()));
         body.push(kind.code());
@@ -332,40 +350,52 @@ impl TrustedCore {
         let blob = seal::seal_tenant_secret(&self.root, &self.rng, self.tenant, counter, &body)?;
         drop(body);
         let handle = self.secrets.insert(secret)?;
-        self.seal_counter = counter;
+        self.sealed_as.insert(handle, counter);
         Ok((SecretHandle(handle), SealedBlob(blob)))
     }
 
     pub(crate) fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
-        let (counter, body) = seal::open_tenant_secret(&self.root, self.tenant, self.trusted_min, &sealed.0)?;
+        let (counter, body) = seal::open_tenant_secret(&self.root, self.tenant, 0, &sealed.0)?;
+        // Superseded by a later seal of the same secret (or never issued live here).
+        if !self.ledger.is_live(counter).map_err(ledger_error)? {
+            return Err(Error::SealedBlob { reason: enclave_api::error::BlobRejection::Rollback });
+        }
         let malformed = Error::SealedBlob { reason: enclave_api::error::BlobRejection::Malformed };
         let (&code, bytes) = body.split_first().ok_or(malformed.clone())?;
         let kind = SecretKind::from_code(code).filter(|k| *k != SecretKind::EspSaKeys).ok_or(malformed)?;
         let secret = Secret::load(kind, bytes, &self.rng)?;
         drop(body);
         let handle = self.secrets.insert(secret)?;
-        // Blobs sealed from now on must never reuse a counter an earlier instance issued.
-        self.seal_counter = self.seal_counter.max(counter);
+        self.sealed_as.insert(handle, counter);
         Ok(SecretHandle(handle))
     }
 
     /// Seals a secret held here as a tenant secret, as [`Self::provision_attested_at`] seals
     /// a new one, so that [`Self::unseal_secret`] of a later instance brings it back.
     pub(crate) fn seal_secret(&mut self, h: SecretHandle) -> Result<SealedBlob> {
-        let secret = self.secrets.get(h.0)?;
-        let kind = secret.kind();
+        let kind = self.secrets.get(h.0)?.kind();
         // `unseal_secret` refuses this kind: a blob of it would never open again.
         if kind == SecretKind::EspSaKeys {
             return Err(Error::WrongSecretKind { handle: h.0, what: "sealing as a tenant secret" });
         }
-        let counter = self.next_seal_counter()?;
-        let encoding = secret.encoding();
+        let counter = self.next_seal_counter(true)?;
+        let encoding = self.secrets.get(h.0)?.encoding();
         let mut body = Zeroizing::new(Vec::with_capacity(1 + encoding.len()));
         body.push(kind.code());
         body.extend_from_slice(encoding);
-        let blob = seal::seal_tenant_secret(&self.root, &self.rng, self.tenant, counter, &body)?;
+        let blob = seal::seal_tenant_secret(&self.root, &self.rng, self.tenant, counter, &body);
         drop(body);
-        self.seal_counter = counter;
+        let blob = match blob {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = self.ledger.retire(counter);
+                return Err(e);
+            }
+        };
+        // The newer blob supersedes the older: only one opens after a restart.
+        if let Some(old) = self.sealed_as.insert(h.0, counter) {
+            self.ledger.retire(old).map_err(ledger_error)?;
+        }
         Ok(SealedBlob(blob))
     }
 
@@ -381,6 +411,8 @@ impl TrustedCore {
 
     pub(crate) fn delete_secret(&mut self, h: SecretHandle) -> Result<()> {
         self.secrets.remove(h.0).map(drop)?;
+        // Its blob stays live: a handle is this instance's, the blob the store's.
+        self.sealed_as.remove(&h.0);
         scrub_stack();
         Ok(())
     }
@@ -441,7 +473,7 @@ impl TrustedCore {
         let blob = sealed.ok_or(Error::KeyCleared { what: "SK_d (sealed: pass the blob)" })?;
         let expected = sa.sealed_counter.ok_or(Error::KeyCleared { what: "SK_d" })?;
         let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
-        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, self.trusted_min, &blob.0)?;
+        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, 0, &blob.0)?;
         f(sa, sk_d.as_slice())
     }
 
@@ -455,7 +487,7 @@ impl TrustedCore {
         }
         let expected = sa.sealed_counter.ok_or(Error::KeyCleared { what: "SK_d" })?;
         let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
-        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, self.trusted_min, &sealed.0)?;
+        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, 0, &sealed.0)?;
         let sa = self.ike.get_mut(ike.0)?;
         sa.sk_d = Some(Box::new(sk_d));
         // Resident now: the blob is no longer what this SA's SK_d is, and a package
@@ -599,7 +631,7 @@ impl TrustedCore {
     }
 
     pub(crate) fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
-        let counter = self.next_seal_counter()?;
+        let counter = self.next_seal_counter(false)?;
         let tenant = self.tenant;
         let sa = self.ike.get_mut(ike.0)?;
         let sk_d = sa.sk_d.as_ref().ok_or(Error::AlreadySealed)?;
@@ -612,7 +644,6 @@ impl TrustedCore {
         sa.first_child = None;
         sa.transcript = None;
         sa.sealed_counter = Some(counter);
-        self.seal_counter = counter;
         Ok(SealedBlob(blob))
     }
 
@@ -627,23 +658,24 @@ impl TrustedCore {
         Ok(EstablishSeal { sk_d, state, ike_sa_bytes_before, ike_sa_bytes_after })
     }
 
-    fn next_seal_counter(&self) -> Result<u64> {
-        self.seal_counter.checked_add(1).ok_or(Error::Exhausted { what: "seal counter" })
+    /// A counter no blob of this tenant on this platform has had; `live`: a tenant secret's,
+    /// which opens until it is superseded.
+    fn next_seal_counter(&mut self, live: bool) -> Result<u64> {
+        self.ledger.issue(live).map_err(ledger_error)
     }
 
     pub(crate) fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
-        let counter = self.next_seal_counter()?;
+        let counter = self.next_seal_counter(false)?;
         let sa = self.ike.get(ike.0)?;
         let body = sa.state_body()?;
         let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
         let blob =
             seal::seal_blob(&self.root, &self.rng, seal::SEAL_KIND_IKE_STATE, &binding, counter, &body)?;
-        self.seal_counter = counter;
         Ok(SealedBlob(blob))
     }
 
     pub(crate) fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
-        let (h, body) = seal::open_ike_state(&self.root, self.tenant, self.trusted_min, &state.0)?;
+        let (h, body) = seal::open_ike_state(&self.root, self.tenant, 0, &state.0)?;
         let mut iv = [0u8; 8];
         self.rng.fill(&mut iv).map_err(|_| Error::Random)?;
         let b = h.binding;
@@ -651,9 +683,6 @@ impl TrustedCore {
             return Err(Error::ProtocolRefused { why: enclave_api::error::refusal::IKE_SA_LIVE });
         }
         let sa = IkeSa::from_state(b.prf, b.spi_i, b.spi_r, &body, u64::from_be_bytes(iv))?;
-        // Blobs sealed from now on must never reuse a counter an earlier instance issued.
-        let sk_d_counter = sa.sealed_counter.unwrap_or(0);
-        self.seal_counter = self.seal_counter.max(h.counter).max(sk_d_counter);
         self.ike.insert(sa).map(IkeSaHandle)
     }
 
@@ -703,7 +732,7 @@ impl TrustedCore {
         }
         let keys = esp_wrapped::open(&secret, p)?;
         drop(secret);
-        self.wrapped_keys.admit(keys.enc.as_slice(), !p.inbound)?;
+        esp_wrapped::admit(self.ledger.as_mut(), keys.enc.as_slice(), !p.inbound)?;
         let dir = if p.inbound { Direction::Inbound(self.limits.inbound) } else { Direction::Outbound };
         let sa = EspSa::new(p.spi, dir, p.esn, p.suite, keys)?;
         self.esp_write().insert(sa).map(EspSaHandle)
@@ -769,7 +798,8 @@ impl TrustedCore {
         let (mut package, data_key) =
             PackageWriter::new(&self.rng, self.tenant, &measurement, kind, hash, to, hint)?;
         let mut w = StateWriter(package.state());
-        w.u64(self.seal_counter);
+        // Once the source's seal counter; each platform's ledger issues its own now.
+        w.u64(0);
         w.count(self.secrets.live())?;
         for (h, secret) in self.secrets.iter() {
             w.u32(h).u8(secret.kind().code()).blob16(secret.encoding())?;
@@ -878,7 +908,7 @@ impl TrustedCore {
     /// the tables have room for all of it, installs it: an import is all or nothing.
     pub(crate) fn restore(&mut self, state: Zeroizing<Vec<u8>>) -> Result<MigrationRestore> {
         let mut r = StateReader(&state);
-        let seal_counter = r.u64()?;
+        let _unused_seal_counter = r.u64()?;
         let malformed = || Error::Migration { why: mwhy::STATE_MALFORMED };
         let mut secrets = Vec::new();
         for _ in 0..r.u32()? {
@@ -937,16 +967,11 @@ impl TrustedCore {
             out.secrets.push((SecretHandle(old), SecretHandle(self.secrets.insert(s)?)));
         }
         for (old, sa) in ikes {
-            let sealed = sa.sealed_counter.unwrap_or(0);
             out.ike_sas.push((IkeSaHandle(old), IkeSaHandle(self.ike.insert(sa)?)));
-            // The SA's SK_d blob must open here: its counter is above no floor of ours.
-            self.seal_counter = self.seal_counter.max(sealed);
         }
         for (old, sa) in esps {
             out.esp_sas.push((EspSaHandle(old), EspSaHandle(self.esp_write().insert(sa)?)));
         }
-        // Blobs sealed from now on must never reuse a counter the source issued.
-        self.seal_counter = self.seal_counter.max(seal_counter);
         Ok(out)
     }
 

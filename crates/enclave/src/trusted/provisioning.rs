@@ -226,6 +226,8 @@ mod tests {
     struct Platform {
         key: Zeroizing<Vec<u8>>,
         public: Vec<u8>,
+        /// The tenant's ledger, which outlives each instance.
+        ledger: std::sync::Arc<std::sync::Mutex<enclave_api::ledger::MemoryLedger>>,
     }
 
     fn platform() -> Platform {
@@ -234,14 +236,13 @@ mod tests {
             .unwrap()
             .platform_public_key()
             .to_vec();
-        Platform { key, public }
+        Platform { key, public, ledger: Default::default() }
     }
 
     fn config(tenant: u32) -> EnclaveConfig {
         EnclaveConfig {
             tenant: TenantId(tenant),
             provisioning_key: ProvisioningKey::from_bytes(ROOT),
-            trusted_min_seal_counter: 0,
             trusted_platforms: Vec::new(),
             backup_roots: Vec::new(),
             tenant_signers: Vec::new(),
@@ -257,7 +258,7 @@ mod tests {
             &c.measured_bytes(crate::Backend::Inline),
         )
         .unwrap();
-        TrustedCore::start(c, Box::new(att)).unwrap()
+        TrustedCore::start(c, Box::new(att), Box::new(p.ledger.clone())).unwrap()
     }
 
     /// `secret` wrapped the old way (under the provisioning root) for tenant 7.
@@ -347,19 +348,18 @@ mod tests {
         assert_eq!(auths[0], auths[1]);
         // Any number of times (restarts), with no per-SA latest counter.
         later.unseal_secret(&blob).unwrap();
-        // Another tenant's instance cannot open it; nor can one below its counter.
+        // Another tenant's instance cannot open it; nor can one once it is sealed anew.
         assert_eq!(
             refusal(core(&p, 8).unseal_secret(&blob)),
             Error::SealedBlob { reason: BlobRejection::Forged }
         );
-        let mut floor = config(7);
-        floor.trusted_min_seal_counter = blob.counter().unwrap() + 1;
-        let att = SoftwareAttestation::new(&p.key, CodeIdentity::Bytes(CODE.to_vec()), b"").unwrap();
-        let mut raised = TrustedCore::start(floor, Box::new(att)).unwrap();
+        let newer = later.seal_secret(back).unwrap();
+        assert!(newer.counter() > blob.counter());
         assert_eq!(
-            refusal(raised.unseal_secret(&blob)),
+            refusal(core(&p, 7).unseal_secret(&blob)),
             Error::SealedBlob { reason: BlobRejection::Rollback }
         );
+        core(&p, 7).unseal_secret(&newer).unwrap();
         Ok(())
     }
 
@@ -409,7 +409,11 @@ mod tests {
         let never = SecretHandle(k.0 ^ 0x0100);
         assert!(matches!(refusal(c.seal_secret(never)), Error::UnknownHandle { .. }));
         let next = c.seal_secret(k).unwrap();
-        assert_eq!(next.counter(), key_blob.counter().map(|n| n + 1));
+        assert_eq!(
+            next.counter(),
+            again.counter().map(|n| n + 1),
+            "one ledger: no counter spent by the refusals"
+        );
         let text = format!("{e:?} {e} {c:?} {later:?} {blob:?}");
         assert!(!text.contains("TOPSECRET"), "{text}");
         Ok(())
@@ -579,7 +583,10 @@ mod tests {
         c.tenant_signers = signers.iter().map(|s| s.public_key().to_vec()).collect();
         let measured = c.measured_bytes(crate::Backend::Inline);
         let att = SoftwareAttestation::new(&p.key, CodeIdentity::Bytes(CODE.to_vec()), &measured).unwrap();
-        (TrustedCore::start(c, Box::new(att)).unwrap(), software_measurement(CODE, &measured))
+        (
+            TrustedCore::start(c, Box::new(att), Box::new(p.ledger.clone())).unwrap(),
+            software_measurement(CODE, &measured),
+        )
     }
 
     fn signer() -> TenantSigner {

@@ -28,7 +28,6 @@ pub fn start_enclave() -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(7),
         provisioning_key: ProvisioningKey::from_bytes([0x42; 32]),
-        trusted_min_seal_counter: 0,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

@@ -42,7 +42,6 @@ pub fn start_enclave(tenant: u32) -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROVISIONING_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform().1.clone()],
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),

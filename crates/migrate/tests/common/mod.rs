@@ -48,7 +48,6 @@ pub(crate) fn config() -> EnclaveConfig {
     EnclaveConfig {
         tenant: TENANT,
         provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
-        trusted_min_seal_counter: 0,
         trusted_platforms: vec![platform_public(&cluster_key(0)), platform_public(&cluster_key(1))],
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
