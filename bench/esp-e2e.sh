@@ -199,9 +199,13 @@ setup_cloister() {
       out_spi=$((base + 2)) in_spi=$((base + 1)) k_out=$k_down k_in=$k_up ns=$CG
     fi
     local d spi k
+    # Each side is a host of its own: its own copy of the tenant's key, and beside it its
+    # own ledger (a ledger records the keys installed, one direction each).
+    mkdir -p "$dir/$side"
+    cp "$PK" "$dir/$side/provisioning.key"
     for d in out in; do
       if [ $d = out ]; then spi=$out_spi k=$k_out; else spi=$in_spi k=$k_in; fi
-      printf '%s\n' "$k" | "$CLOISTER" secret wrap --kind esp --provisioning-key "$PK" --tenant 1 \
+      printf '%s\n' "$k" | "$CLOISTER" secret wrap --kind esp --provisioning-key "$dir/$side/provisioning.key" --tenant 1 \
         --direction $d --spi "$spi" --encryption aes-gcm-16-256 --out "$dir/$side-$d.blob" >/dev/null
     done
     cat >"$dir/$side.toml" <<EOF
@@ -245,7 +249,7 @@ action = "protect"
 sa = "out"
 EOF
     start "$ns" "$dir/$side.log" "$CLOISTER" dataplane --config "$dir/$side.toml" \
-      --provisioning-key "$PK" --tenant 1 --enclave "$enclave"
+      --provisioning-key "$dir/$side/provisioning.key" --tenant 1 --enclave "$enclave"
   done
   k_up='' k_down=''
   wait_for "$name site-gw" 20 grep -q "offloads:" "$dir/site.log"

@@ -30,6 +30,10 @@ enum Command {
     /// Run one tenant's hardened enclave process (started by the gateway, not by hand).
     #[command(hide = true)]
     EnclaveProcess(cmd::enclave_process::Args),
+    /// Run the software platform of `serve`: the one process that holds the attestation key,
+    /// the sealing root and the ledgers, and starts the enclave processes (started by `serve`).
+    #[command(hide = true)]
+    PlatformProcess(cmd::platform_process::Args),
     /// Run the HSM agent, the one process that holds the HSM PIN (started by `serve`).
     #[command(hide = true)]
     HsmAgent(cmd::hsm_agent::Args),
@@ -65,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Command::Decode(args) => cmd::decode::run(args),
         Command::EnclaveProcess(args) => cmd::enclave_process::run(args),
         Command::HsmAgent(args) => cmd::hsm_agent::run(args),
+        Command::PlatformProcess(args) => cmd::platform_process::run(args),
         Command::Gateway(args) => cmd::gateway::run(args),
         Command::IkeLoad(args) => cmd::ike_load::run(args),
         Command::Sa(args) => cmd::sa::run(args),

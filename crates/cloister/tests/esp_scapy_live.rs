@@ -585,7 +585,12 @@ fn scapy_and_tshark_interoperate_with_wrapped_static_sas_on_both_backends() {
         }
         let config = net.gw.write_file(&format!("{tun}.toml"), &text).unwrap();
         let label = if process { "gw-process" } else { "gw-inline" };
-        gateways.push(start_gateway(&net.gw, label, &config, &pk, process));
+        // Each gateway is a platform of its own: its own copy of the tenant's key, and
+        // beside it its own ledger (one holder at a time).
+        let own = dir.join(label).join("provisioning.key");
+        std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+        std::fs::copy(&pk, &own).unwrap();
+        gateways.push(start_gateway(&net.gw, label, &config, &own, process));
     }
     assert!(gateways[1].log().contains("enclave process pid"), "{}", gateways[1].log());
     let capture = start_capture(&net.site);

@@ -10,6 +10,7 @@
 //! api = "127.0.0.1:9440"          # the operator API (HTTP, bearer token)
 //! api_token = "api.token"         # the token's file, mode 0600 (made if missing)
 //! enclave = "process"             # or "inline" (tests)
+//! enclave_uid_base = 2000000000   # tenant T's enclave runs as user base + T (0: the service's)
 //! cas = "http://198.18.0.9:9450"   # optional: tenants from a `cloister cas` as well
 //! cas_token = "cas.token"         # this gateway's token there
 //!
@@ -39,6 +40,11 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
+/// Where tenants' enclave users start when the service starts as root and the file says
+/// nothing: tenant T's enclave process runs as user and group 2,000,000,000 + T, a range
+/// no distribution hands out.
+pub const DEFAULT_ENCLAVE_UID_BASE: u32 = 2_000_000_000;
+
 /// The default API address (loopback only).
 pub const DEFAULT_API: &str = "127.0.0.1:9440";
 
@@ -54,6 +60,7 @@ struct RawService {
     enclave: Option<Backend>,
     cas: Option<String>,
     cas_token: Option<String>,
+    enclave_uid_base: Option<u32>,
 }
 
 /// `[service]`, checked.
@@ -76,6 +83,10 @@ pub struct ServiceSettings {
     pub cas: Option<(String, PathBuf)>,
     /// `[migrate]`: live moves of tenants to and from other hosts.
     pub migrate: Option<crate::moving::MigrateSettings>,
+    /// `enclave_uid_base` as written: tenant T's enclave process runs as user and group
+    /// base + T; 0 runs them as the service's own user; unset, [`DEFAULT_ENCLAVE_UID_BASE`]
+    /// where the service starts as root.
+    pub enclave_uid_base: Option<u32>,
 }
 
 /// One tenant, checked.
@@ -130,6 +141,7 @@ impl ServiceConfig {
                 enclave: None,
                 cas: None,
                 cas_token: None,
+                enclave_uid_base: None,
             },
         };
         let api = raw.api.as_deref().unwrap_or(DEFAULT_API);
@@ -150,6 +162,16 @@ impl ServiceConfig {
             api,
             api_token: resolve(dir, raw.api_token.as_deref().unwrap_or("api.token")),
             enclave: raw.enclave.unwrap_or_default(),
+            enclave_uid_base: match raw.enclave_uid_base {
+                Some(b) if b != 0 && b < 1000 => {
+                    return Err(Error::Config {
+                        line: line_of(text, &["service", "enclave_uid_base"]),
+                        field: "service.enclave_uid_base".into(),
+                        why: "0 (the service's own user) or a user ID of at least 1000".into(),
+                    })
+                }
+                b => b,
+            },
             cas: match (raw.cas, raw.cas_token) {
                 (None, None) => None,
                 (Some(url), Some(token)) => {

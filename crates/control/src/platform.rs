@@ -1,40 +1,38 @@
-//! The software platform: what a TEE's hardware would provide to each tenant's enclave —
-//! an attestation key that signs evidence, and a root from which each tenant's enclave
-//! derives its sealing key. Both live in files on this host (mode 0600, made on first
-//! start). Honest limits (docs/threat-model.md): whoever can read these files (root) can
-//! forge evidence and unseal blobs; the process backend keeps keys from a compromised
-//! *gateway process* that runs without them, and hardware backends replace this module.
-//!
-//! Each tenant's enclave gets its own root, HMAC-SHA-256(platform root, label || tenant),
-//! so one tenant's enclave, compromised, learns nothing that opens another's sealed blobs.
+//! The platform as the service sees it: the key that verifies its evidence, the platforms
+//! and backup roots this host's enclaves trust (measured into their configuration), and how
+//! an enclave gets the secrets it starts with. With the process backend those stay in the
+//! platform process (`cloister-platform`), which starts every enclave process; the service
+//! only names the public configuration. With the inline backend the enclave runs in the
+//! service, so the service holds them too (a reference configuration for a service that
+//! itself runs in a TEE, docs/threat-model.md).
 
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use attest::evidence::{CodeIdentity, SoftwareAttestation};
-use enclave::ledger::FileLedger;
-use enclave::{EnclaveConfig, Limits, ProvisioningKey, TenantId};
+use enclave::{EnclaveConfig, Limits, PublicConfig, TenantId};
 use enclave_host::SharedLedger;
+use platform::{PlatformClient, Secrets};
 use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
 
-const ROOT_LABEL: &[u8] = b"cloister-tenant-root-v1";
+pub use platform::files::hex;
 
-/// The platform's secrets, loaded once.
+/// The platform of this host, as the service uses it.
 pub struct Platform {
-    attestation_key: Zeroizing<Vec<u8>>,
-    root: Zeroizing<[u8; 32]>,
     public_key: Vec<u8>,
     /// The platforms whose enclaves this host's enclaves move state to and from.
     trusted: Vec<Vec<u8>>,
     /// The HSM backup roots whose certified keys this host's enclaves back up to.
     backup_roots: Vec<Vec<u8>>,
-    /// Where each tenant's ledger file lies, and the ledgers opened so far (one per
-    /// tenant, shared by its enclaves one after another).
-    ledger_dir: std::path::PathBuf,
-    ledgers: std::sync::Mutex<std::collections::HashMap<u32, SharedLedger>>,
+    source: Source,
+}
+
+/// Who holds the platform's secrets.
+pub enum Source {
+    /// The platform process: enclave processes start there.
+    Process(PlatformClient),
+    /// This process (the inline backend, and the command-line tools).
+    Local(Secrets),
 }
 
 impl core::fmt::Debug for Platform {
@@ -43,42 +41,18 @@ impl core::fmt::Debug for Platform {
     }
 }
 
-fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
-    move |e| Error::Io { what, why: e.to_string() }
+fn file(e: platform::FileError) -> Error {
+    Error::Io { what: e.what, why: e.why }
 }
 
 /// Reads a private file, refusing one that others can read.
 pub(crate) fn read_private(path: &Path) -> Result<Option<Zeroizing<Vec<u8>>>> {
-    match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io(format!("reading {}", path.display()))(e)),
-        Ok(m) if m.permissions().mode() & 0o077 != 0 => Err(Error::Io {
-            what: format!("{}", path.display()),
-            why: "readable by others: chmod 600 it".into(),
-        }),
-        Ok(_) => {
-            Ok(Some(Zeroizing::new(std::fs::read(path).map_err(io(format!("reading {}", path.display())))?)))
-        }
-    }
+    platform::files::read_private(path).map_err(file)
 }
 
 /// Writes a new private file (never over an existing one).
 pub(crate) fn create_private(path: &Path, bytes: &[u8]) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io(format!("creating {}", path.display())))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(io(format!("writing {}", path.display())))
-}
-
-/// Lower-case hex of public bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    platform::files::create_private(path, bytes).map_err(file)
 }
 
 /// Bytes from hex (surrounding whitespace ignored); `None` if it is not hex.
@@ -111,44 +85,25 @@ pub fn load_or_create_token(path: &Path) -> Result<Zeroizing<String>> {
 }
 
 impl Platform {
-    /// Loads the attestation key and the sealing root, making each on first use.
+    /// Loads the attestation key and the sealing root into this process, making each on
+    /// first use.
     pub fn load_or_create(attestation_key: &Path, sealing_root: &Path) -> Result<Self> {
-        let key = match read_private(attestation_key)? {
-            Some(k) => k,
-            None => {
-                let k = SoftwareAttestation::generate_platform_key()
-                    .map_err(|e| Error::Internal { what: e.to_string() })?;
-                create_private(attestation_key, &k)?;
-                k
-            }
-        };
-        let root = match read_private(sealing_root)? {
-            Some(text) => parse_root(&text).ok_or_else(|| Error::Io {
-                what: format!("{}", sealing_root.display()),
-                why: "not 64 hex digits".into(),
-            })?,
-            None => {
-                let mut r = Zeroizing::new([0u8; 32]);
-                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), r.as_mut())
-                    .map_err(|_| Error::Internal { what: "no randomness".into() })?;
-                let text = Zeroizing::new(format!("{}\n", hex(r.as_ref())));
-                create_private(sealing_root, text.as_bytes())?;
-                r
-            }
-        };
-        let probe = SoftwareAttestation::new(&key, CodeIdentity::Bytes(Vec::new()), &[])
-            .map_err(|e| Error::Io { what: format!("{}", attestation_key.display()), why: e.to_string() })?;
-        let public_key = probe.platform_public_key().to_vec();
-        let ledger_dir = sealing_root.parent().unwrap_or(Path::new(".")).join("ledger");
-        Ok(Self {
-            attestation_key: key,
-            root,
-            public_key,
-            trusted: Vec::new(),
-            backup_roots: Vec::new(),
-            ledger_dir,
-            ledgers: Default::default(),
-        })
+        let secrets = Secrets::load_or_create(attestation_key, sealing_root).map_err(file)?;
+        Ok(Self::new(secrets.public_key().to_vec(), Source::Local(secrets)))
+    }
+
+    /// The platform behind `client`, whose process holds the secrets.
+    pub fn process(client: PlatformClient) -> Self {
+        Self::new(client.public_key().to_vec(), Source::Process(client))
+    }
+
+    fn new(public_key: Vec<u8>, source: Source) -> Self {
+        Self { public_key, trusted: Vec::new(), backup_roots: Vec::new(), source }
+    }
+
+    /// Who holds the secrets.
+    pub fn source(&self) -> &Source {
+        &self.source
     }
 
     /// Makes this host's enclaves trust `peers` (platform public keys) and this platform
@@ -175,49 +130,39 @@ impl Platform {
         &self.backup_roots
     }
 
-    /// The attestation key (PKCS#8), for starting enclaves.
-    pub fn attestation_key(&self) -> &[u8] {
-        &self.attestation_key
-    }
-
     /// The public key that verifies this platform's evidence (uncompressed SEC1).
     pub fn public_key(&self) -> &[u8] {
         &self.public_key
     }
 
-    /// `tenant`'s ledger on this platform (`ledger/<tenant>` beside the sealing root): its
-    /// seal counters, live sealed secrets and static keys installed, across enclave and
-    /// service restarts.
-    pub fn ledger(&self, tenant: u32) -> Result<SharedLedger> {
-        let mut all = self.ledgers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(l) = all.get(&tenant) {
-            return Ok(l.clone());
-        }
-        let path = self.ledger_dir.join(tenant.to_string());
-        let l = FileLedger::open(&path).map_err(io(format!("opening the ledger {}", path.display())))?;
-        let l: SharedLedger = std::sync::Arc::new(std::sync::Mutex::new(l));
-        all.insert(tenant, l.clone());
-        Ok(l)
-    }
-
-    /// The enclave configuration of `tenant`, with its own root, taking only secrets
-    /// `signers` signed where there are any.
-    pub fn enclave_config(&self, tenant: u32, signers: &[Vec<u8>]) -> EnclaveConfig {
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.root.as_ref());
-        let mut ctx = ring::hmac::Context::with_key(&key);
-        ctx.update(ROOT_LABEL);
-        ctx.update(&tenant.to_be_bytes());
-        let tag = ctx.sign();
-        let mut bytes = Zeroizing::new([0u8; 32]);
-        bytes.copy_from_slice(tag.as_ref());
-        EnclaveConfig {
+    /// The public configuration of `tenant`'s enclave, taking only secrets `signers`
+    /// signed where there are any.
+    pub fn public_config(&self, tenant: u32, signers: &[Vec<u8>]) -> PublicConfig {
+        PublicConfig {
             tenant: TenantId(tenant),
-            provisioning_key: ProvisioningKey::from_bytes(*bytes),
             trusted_platforms: self.trusted.clone(),
             backup_roots: self.backup_roots.clone(),
             tenant_signers: signers.to_vec(),
             limits: Limits::default(),
         }
+    }
+
+    /// What an enclave of `tenant` started in this process needs: its configuration with
+    /// its own root, the attestation key (PKCS#8) and the tenant's ledger. `None` when the
+    /// platform process holds them.
+    pub fn local_start(
+        &self,
+        tenant: u32,
+        signers: &[Vec<u8>],
+    ) -> Result<Option<(EnclaveConfig, &[u8], SharedLedger)>> {
+        let Source::Local(secrets) = &self.source else {
+            return Ok(None);
+        };
+        let key = secrets
+            .tenant_key(tenant)
+            .ok_or_else(|| Error::Internal { what: format!("the platform serves no tenant {tenant}") })?;
+        let cfg = EnclaveConfig::from_public(self.public_config(tenant, signers), key);
+        Ok(Some((cfg, secrets.attestation_key(), secrets.ledger(tenant).map_err(file)?)))
     }
 }
 
@@ -228,18 +173,6 @@ pub fn trusted_set(peers: impl IntoIterator<Item = Vec<u8>>, own: &[u8]) -> Vec<
     set.sort_unstable();
     set.dedup();
     set
-}
-
-fn parse_root(text: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
-    let s = core::str::from_utf8(text).ok()?.trim();
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = Zeroizing::new([0u8; 32]);
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// The measurement a tenant should expect of its enclave: this binary's code and the
@@ -254,9 +187,8 @@ pub fn expected_measurement(
     backup_roots: &[Vec<u8>],
     signers: &[Vec<u8>],
 ) -> attest::evidence::Measurement {
-    let cfg = EnclaveConfig {
+    let cfg = PublicConfig {
         tenant: TenantId(tenant),
-        provisioning_key: ProvisioningKey::from_bytes([0; 32]),
         trusted_platforms: trusted.to_vec(),
         tenant_signers: signers.to_vec(),
         backup_roots: backup_roots.to_vec(),
@@ -268,29 +200,30 @@ pub fn expected_measurement(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     #[test]
-    fn files_are_made_once_private_and_tenant_roots_differ() {
+    fn a_local_platform_gives_each_tenant_its_own_configuration() {
         let dir = std::env::temp_dir().join(format!("cl-platform-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (k, r) = (dir.join("platform.key"), dir.join("sealing.key"));
         let a = Platform::load_or_create(&k, &r).unwrap();
+        let (ca, _, _) = a.local_start(1, &[]).unwrap().unwrap();
+        assert_eq!(ca.public(), a.public_config(1, &[]));
+        let public_key = a.public_key().to_vec();
+        // One platform holds a tenant's ledger at a time.
+        drop(a);
         let b = Platform::load_or_create(&k, &r).unwrap();
-        assert_eq!(a.public_key(), b.public_key());
-        for f in [&k, &r] {
-            assert_eq!(std::fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
-        }
+        assert_eq!(b.public_key(), public_key);
+        let (cb, _, _) = b.local_start(1, &[]).unwrap().unwrap();
         assert_eq!(
-            a.enclave_config(1, &[]).measured_bytes(enclave::Backend::Process),
-            b.enclave_config(1, &[]).measured_bytes(enclave::Backend::Process)
+            ca.measured_bytes(enclave::Backend::Process),
+            cb.measured_bytes(enclave::Backend::Process)
         );
-        // Roots are not observable (ProvisioningKey has no accessor); sealing across
-        // tenants is refused in the enclave's own tests. Here: a loose file is refused.
         std::fs::set_permissions(&r, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(
             matches!(Platform::load_or_create(&k, &r), Err(Error::Io { why, .. }) if why.contains("chmod"))
         );
-        assert!(!format!("{a:?}").contains(&hex(a.attestation_key())));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -302,12 +235,5 @@ mod tests {
         assert_eq!(set, [a.clone(), b.clone(), own.clone()]);
         // Every host of a cluster lists the others: each gets the same set, so one measurement.
         assert_eq!(trusted_set([own.clone(), a.clone()], &b), set);
-    }
-
-    #[test]
-    fn roots_parse_only_as_64_hex_digits() {
-        assert!(parse_root(b"ab").is_none());
-        assert!(parse_root("zz".repeat(32).as_bytes()).is_none());
-        assert_eq!(*parse_root(format!("{}\n", "01".repeat(32)).as_bytes()).unwrap(), [1u8; 32]);
     }
 }

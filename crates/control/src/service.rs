@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gateway::Backend;
 use store::{EmbeddedStore, Key, Kind, Store, Value, Write};
@@ -109,6 +109,38 @@ fn tenant_starters<L: Launcher>(
     )
 }
 
+/// Starts the platform process (`program platform-process`), which holds the attestation
+/// key, the sealing root and the ledgers named in `settings`, and starts every enclave
+/// process of this service.
+fn start_platform(program: &Path, settings: &ServiceSettings, log: &Log) -> Result<platform::PlatformClient> {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "platform-process".into(),
+        "--attestation-key".into(),
+        settings.platform_key.clone().into_os_string(),
+    ];
+    args.extend(platform::Roots::Sealing { sealing_root: settings.sealing_root.clone() }.args());
+    let root = platform::started_as_root();
+    let base = match settings.enclave_uid_base {
+        Some(0) => None,
+        Some(b) if root => Some(b),
+        Some(_) => {
+            return Err(Error::Internal {
+                what: "service.enclave_uid_base: enclave users need the service to start as root".into(),
+            })
+        }
+        None => root.then_some(crate::config::DEFAULT_ENCLAVE_UID_BASE),
+    };
+    match base {
+        Some(b) => {
+            args.extend(["--enclave-uid-base".into(), b.to_string().into()]);
+            log(&format!("enclave processes run as user {b} + tenant id"));
+        }
+        None => log("enclave processes run as the service's own user"),
+    }
+    platform::PlatformClient::start(program, &args, Duration::from_secs(20))
+        .map_err(|e| Error::Internal { what: format!("starting the platform process: {e}") })
+}
+
 impl Service {
     /// Opens the store and the platform, starts every tenant (each in its own thread with
     /// its own enclave) and the API. `program` is the binary whose `enclave-process`
@@ -123,7 +155,10 @@ impl Service {
     ) -> Result<Self> {
         let settings = config.settings.clone();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&settings.state)?);
-        let mut platform = Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?;
+        let mut platform = match settings.enclave {
+            Backend::Process => Platform::process(start_platform(&program, &settings, &log)?),
+            Backend::Inline => Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?,
+        };
         if let Some(m) = &settings.migrate {
             platform.trust(m.peers.values().map(|p| p.platform_key.clone()));
             if let Some(root) = m.hsm.as_ref().and_then(|h| h.backup_root.clone()) {

@@ -30,7 +30,7 @@ use store::{Key, Kind, Store, Value, Write};
 
 use crate::config::TenantConfig;
 use crate::error::{Error, Result};
-use crate::platform::Platform;
+use crate::platform::{Platform, Source};
 
 /// How long one gateway round may wait for input (also the API's worst added latency).
 const ROUND: Duration = Duration::from_millis(50);
@@ -163,13 +163,18 @@ impl Launcher for ProcessLauncher {
     type E = ProcessEnclave;
     fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<ProcessEnclave> {
         let spec = ProcessSpec::new(&self.program, ["enclave-process"]);
-        ProcessEnclave::start_with_ledger(
-            spec,
-            self.platform.enclave_config(tenant, signers),
-            self.platform.attestation_key(),
-            self.platform.ledger(tenant)?,
-        )
-        .map_err(|e| Error::Tenant {
+        let started = match self.platform.source() {
+            Source::Process(client) => ProcessEnclave::launch(
+                spec,
+                std::sync::Arc::new(client.clone()),
+                self.platform.public_config(tenant, signers),
+            ),
+            Source::Local(_) => match self.platform.local_start(tenant, signers)? {
+                Some((cfg, key, ledger)) => ProcessEnclave::start_with_ledger(spec, cfg, key, ledger),
+                None => return Err(Error::Internal { what: "a local platform without its secrets".into() }),
+            },
+        };
+        started.map_err(|e| Error::Tenant {
             tenant: tenant.to_string(),
             why: format!("starting the enclave process: {e}"),
         })
@@ -204,8 +209,13 @@ impl<E> InlineLauncher<E> {
 impl<E: Enclave + 'static> Launcher for InlineLauncher<E> {
     type E = E;
     fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<E> {
-        let cfg = self.platform.enclave_config(tenant, signers);
-        (self.start)(cfg, self.platform.attestation_key(), Box::new(self.platform.ledger(tenant)?))
+        let Some((cfg, key, ledger)) = self.platform.local_start(tenant, signers)? else {
+            return Err(Error::Tenant {
+                tenant: tenant.to_string(),
+                why: "inline enclaves need the platform's secrets in this process".into(),
+            });
+        };
+        (self.start)(cfg, key, Box::new(ledger))
             .map_err(|e| Error::Tenant { tenant: tenant.to_string(), why: e.to_string() })
     }
     fn health(_: &mut E) -> core::result::Result<(), String> {

@@ -244,7 +244,7 @@ pub enum BlobRejection {
     WrongTenant,
     /// Sealed for another IKE SA.
     WrongSa,
-    /// Its counter is below the trusted minimum, or older than the latest seal of this SA.
+    /// Its counter is no longer live in the platform's ledger, or older than the latest seal of this SA.
     Rollback,
     /// The AEAD tag does not verify: tampered, or made under another key.
     Forged,

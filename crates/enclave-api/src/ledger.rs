@@ -27,6 +27,8 @@ use std::time::Duration;
 pub const MAX_LIVE: usize = 65_536;
 /// Static ESP keys one tenant may install over the ledger's life.
 pub const MAX_STATIC: usize = 65_536;
+/// How long [`FileLedger::open`] waits for another holder of the ledger to let go.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a ledger operation did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -206,12 +208,41 @@ pub struct FileLedger {
     mem: MemoryLedger,
     /// The last counter issued; `mem.last` is what the file holds (issued or reserved).
     issued: u64,
+    /// `<path>.lock`, locked for this ledger's life: two writers of one file would each
+    /// overwrite what the other recorded.
+    _lock: std::fs::File,
 }
 
 impl FileLedger {
     /// Opens `path`, or starts an empty ledger there if there is no file yet. A file that
-    /// does not parse is an error: starting afresh would make old blobs open again.
+    /// does not parse is an error: starting afresh would make old blobs open again. So is
+    /// a ledger another `FileLedger` holds open, in this process or another.
     pub fn open(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path.with_extension("lock"))?;
+        // A platform that is ending (its service was killed) lets go within moments.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::ResourceBusy,
+                        "the ledger is in use by another platform (one ledger per host and tenant)",
+                    ))
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
         let mem = match std::fs::File::open(path) {
             Ok(mut f) => {
                 let mut b = Vec::new();
@@ -224,7 +255,7 @@ impl FileLedger {
             Err(e) => return Err(e),
         };
         let issued = mem.last;
-        let ledger = Self { path: path.to_owned(), mem, issued };
+        let ledger = Self { path: path.to_owned(), mem, issued, _lock: lock };
         ledger.persist()?;
         Ok(ledger)
     }
@@ -478,6 +509,8 @@ mod tests {
         assert_eq!(l.admit_static([7; 16], true), Ok(StaticUse::Admitted));
         let top = *plain.last().unwrap();
         assert!(live < plain[0] && top < dead);
+        let busy = FileLedger::open(&path).unwrap_err();
+        assert_eq!(busy.kind(), std::io::ErrorKind::ResourceBusy, "one writer at a time: {busy}");
         drop(l);
         let mut again = FileLedger::open(&path).unwrap();
         assert!(again.is_live(live).unwrap() && !again.is_live(dead).unwrap());

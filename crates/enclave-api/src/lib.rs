@@ -33,7 +33,7 @@ pub use ike::{
 };
 pub use provision::{seal_format, ProvisioningOffer};
 pub use report::{
-    Backend, Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey,
+    Backend, Counters, EnclaveConfig, InboundMode, Limits, MemoryReport, ProvisioningKey, PublicConfig,
     MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
 };
 
@@ -117,7 +117,7 @@ pub trait Enclave: Send {
 
     /// Keeps the secret of a sealed tenant secret (kind 3) that an instance of this tenant's
     /// enclave with the same root sealed in [`Self::provision_attested`]; refuses other
-    /// kinds, other tenants' blobs, forged ones and ones below the trusted minimum.
+    /// kinds, other tenants' blobs, forged ones and ones a newer seal of the secret superseded.
     ///
     /// The default refuses: backends implement it, and wrappers must forward it.
     fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
@@ -365,7 +365,9 @@ pub trait Enclave: Send {
     /// child SAs are not restored — rekey them through the restored IKE SA, since an
     /// outbound ESP SA restored from a snapshot could reuse sequence numbers (AEAD IVs).
     /// Refused while an IKE SA with the blob's SPIs is live in this instance: two copies of
-    /// one SA would send under one SK_e and derive children from one SK_d.
+    /// one SA would send under one SK_e and derive children from one SK_d. Refused too
+    /// ([`crate::BlobRejection::Rollback`]) unless the blob is the SA's latest state and the
+    /// SA was not deleted: the platform's ledger says so, not the caller.
     fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle>;
 
     /// Makes a cleared-and-sealed IKE SA's SK_d resident again from `sealed_sk_d`, so that

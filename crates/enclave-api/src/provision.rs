@@ -267,33 +267,32 @@ pub const ESP_KEYS_OUTBOUND: u8 = 2;
 ///
 /// The body of kind 1 is SK_d. The body of kind 2 is role (u8), cipher ID and key bits
 /// (u16 each), integrity ID (u16, 0 for AEADs), the counter of the SA's SK_d blob (u64),
-/// then SK_ai, SK_ar, SK_ei, SK_er, each after a one-byte length. A state blob is accepted
-/// by `ike_sa_restore` in any instance of the same tenant whose trusted minimum it meets.
+/// then SK_ai, SK_ar, SK_ei, SK_er, each after a one-byte length. `ike_sa_restore` accepts a
+/// state blob in any instance of the same tenant and root while it is the SA's latest
+/// (below).
 ///
 /// The body of kind 3 is the secret's kind code ([`crate::SecretKind::code`], 1..=4) then
 /// the secret as the envelope carried it. `provision_attested` seals it; `unseal_secret`
-/// accepts it in any instance of the same tenant and root whose trusted minimum it meets,
-/// as often as asked (a tenant secret belongs to no IKE SA, so the latest-seal rule below
-/// does not apply), and checks the secret again as on provisioning. Kinds are not
+/// accepts it in any instance of the same tenant and root while it is the secret's latest
+/// blob, as often as asked, and checks the secret again as on provisioning. Kinds are not
 /// interchangeable: each call takes only its own.
 ///
 /// The sealing key is HMAC-SHA-256(provisioning key, "cloister-seal-key-v1" || tenant).
 ///
-/// **Counter.** Each seal takes the next value of an instance-wide counter that starts at
-/// the configured trusted minimum. The enclave records, per IKE SA, the counter of its
-/// latest seal and accepts only that blob; it also refuses any blob below the trusted
-/// minimum.
+/// **Counter.** Each seal takes a counter from the platform's ledger ([`crate::ledger`]),
+/// which only goes up and outlives every instance, so no two blobs of a tenant on a
+/// platform share one. The enclave records, per IKE SA, the counter of its latest SK_d seal
+/// and accepts only that blob (a restored SA learns it from its state blob). Kinds 2 and 3
+/// are issued *live*: the ledger keeps the counter of each SA's latest state and each
+/// secret's latest blob live, and retires it when a newer one is sealed (and an SA's when
+/// the SA is deleted); a later instance opens live blobs only (`Rollback` otherwise).
 ///
-/// *Protected:* while the instance runs, a stored blob cannot be swapped for an older one
-/// of the same SA, for another SA's or another tenant's, or for a forged one; a blob of a
-/// deleted SA is useless (there is no SA to use it with). Across a restart, a blob older than
-/// the trusted minimum handed to the new instance is refused.
+/// *Protected:* a stored blob cannot be swapped for an older one of the same SA or secret,
+/// for another SA's or another tenant's, or for a forged one, across restarts as while the
+/// instance runs, for as long as the platform keeps its ledger.
 ///
-/// *Not protected:* across a restart, blobs between the trusted minimum and the last counter
-/// actually issued can be replayed by whoever stores them, unless whoever starts the enclave
-/// keeps the minimum current (the control node in its replicated store behind an attested
-/// channel, or an HSM/monotonic-counter service later); for kind 3 that means a secret the
-/// tenant has since replaced can come back, until the minimum passes its blob's counter.
-/// No SGX platform services are used.
-/// The store can always withhold or delete blobs (denial of service is out of scope).
+/// *Not protected:* a secret the tenant replaced by provisioning a new one keeps its own
+/// blob live (nothing ties the two secrets together). The ledger is the platform's: a
+/// software platform's root can edit its file. The store can always withhold or delete
+/// blobs (denial of service is out of scope).
 pub mod seal_format {}

@@ -181,28 +181,24 @@ pub struct EnclaveConfig {
     pub tenant_signers: Vec<Vec<u8>>,
 }
 
-/// Longest platform public key the measured set takes (a P-256 SEC1 key is 65 bytes).
-pub const MAX_PLATFORM_PUBLIC_KEY: usize = 133;
-/// Most platforms in the measured set.
-pub const MAX_TRUSTED_PLATFORMS: usize = 64;
+/// An enclave's configuration without its root secret: what a launcher that does not hold
+/// the platform's secrets (the service, asking the platform process) says of the enclave
+/// it wants. The platform adds the tenant's root ([`EnclaveConfig::from_public`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicConfig {
+    /// The tenant it serves.
+    pub tenant: TenantId,
+    /// Table and batch bounds.
+    pub limits: Limits,
+    /// [`EnclaveConfig::trusted_platforms`].
+    pub trusted_platforms: Vec<Vec<u8>>,
+    /// [`EnclaveConfig::backup_roots`].
+    pub backup_roots: Vec<Vec<u8>>,
+    /// [`EnclaveConfig::tenant_signers`].
+    pub tenant_signers: Vec<Vec<u8>>,
+}
 
-impl EnclaveConfig {
-    /// The trusted platforms as measured: sorted and without repeats, so that every host of
-    /// a cluster, listing the same keys in any order, measures the same.
-    pub fn platform_set(&self) -> Vec<&[u8]> {
-        key_set(&self.trusted_platforms)
-    }
-
-    /// The backup roots as measured, sorted and without repeats.
-    pub fn backup_root_set(&self) -> Vec<&[u8]> {
-        key_set(&self.backup_roots)
-    }
-
-    /// The tenant signers as measured, sorted and without repeats.
-    pub fn tenant_signer_set(&self) -> Vec<&[u8]> {
-        key_set(&self.tenant_signers)
-    }
-
+impl PublicConfig {
     /// The configuration's public part, as measured into attestation evidence when run by
     /// `backend`: the backend, tenant, limits, inbound mode, trusted platforms, backup roots
     /// and tenant signers, never the key.
@@ -222,7 +218,9 @@ impl EnclaveConfig {
         }
         v.push(self.limits.inbound.code());
         // The enclave refuses more than MAX_TRUSTED_PLATFORMS keys of 65 bytes at start.
-        for set in [self.platform_set(), self.backup_root_set(), self.tenant_signer_set()] {
+        for set in
+            [key_set(&self.trusted_platforms), key_set(&self.backup_roots), key_set(&self.tenant_signers)]
+        {
             v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_be_bytes());
             for key in set {
                 v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());
@@ -233,7 +231,59 @@ impl EnclaveConfig {
     }
 }
 
-fn key_set(keys: &[Vec<u8>]) -> Vec<&[u8]> {
+/// Longest platform public key the measured set takes (a P-256 SEC1 key is 65 bytes).
+pub const MAX_PLATFORM_PUBLIC_KEY: usize = 133;
+/// Most platforms in the measured set.
+pub const MAX_TRUSTED_PLATFORMS: usize = 64;
+
+impl EnclaveConfig {
+    /// `public` with its root secret `key`.
+    pub fn from_public(public: PublicConfig, key: ProvisioningKey) -> Self {
+        Self {
+            tenant: public.tenant,
+            provisioning_key: key,
+            limits: public.limits,
+            trusted_platforms: public.trusted_platforms,
+            backup_roots: public.backup_roots,
+            tenant_signers: public.tenant_signers,
+        }
+    }
+
+    /// Everything but the root secret.
+    pub fn public(&self) -> PublicConfig {
+        PublicConfig {
+            tenant: self.tenant,
+            limits: self.limits,
+            trusted_platforms: self.trusted_platforms.clone(),
+            backup_roots: self.backup_roots.clone(),
+            tenant_signers: self.tenant_signers.clone(),
+        }
+    }
+
+    /// The trusted platforms as measured: sorted and without repeats, so that every host of
+    /// a cluster, listing the same keys in any order, measures the same.
+    pub fn platform_set(&self) -> Vec<&[u8]> {
+        key_set(&self.trusted_platforms)
+    }
+
+    /// The backup roots as measured, sorted and without repeats.
+    pub fn backup_root_set(&self) -> Vec<&[u8]> {
+        key_set(&self.backup_roots)
+    }
+
+    /// The tenant signers as measured, sorted and without repeats.
+    pub fn tenant_signer_set(&self) -> Vec<&[u8]> {
+        key_set(&self.tenant_signers)
+    }
+
+    /// The configuration's public part, as measured into attestation evidence when run by
+    /// `backend` ([`PublicConfig::measured_bytes`]); never the key.
+    pub fn measured_bytes(&self, backend: Backend) -> Vec<u8> {
+        self.public().measured_bytes(backend)
+    }
+}
+
+pub(crate) fn key_set(keys: &[Vec<u8>]) -> Vec<&[u8]> {
     let mut set: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     set.sort_unstable();
     set.dedup();

@@ -1,7 +1,7 @@
 //! The untrusted side of the process backend (`cloister_enclave::process` is the enclave
-//! side, `cloister_enclave_api::process` the boundary both share): starts the enclave
-//! process, implements [`Enclave`] over the rings, notices the child's death and restarts
-//! it. It links no trusted code: what it knows of the enclave is the call surface.
+//! side, `cloister_enclave_api::process` the boundary both share): has a [`Launch`] start
+//! the enclave process, implements [`Enclave`] over the rings, notices the child's death
+//! and restarts it. It links no trusted code: what it knows of the enclave is the call surface.
 //!
 //! Each [`ProcessEnclave`] owns one child and one shared memory. Nothing is global: no
 //! signal handler, no `waitpid(-1)`, so one tenant's enclave dying touches no other tenant.
@@ -14,6 +14,9 @@
 pub use enclave_api::process::layout::Geometry;
 pub use enclave_api::process::validate::{RejectCounters, RejectReason};
 pub use enclave_api::process::{ExitReport, ProcessError};
+pub use launch::{ChildEnd, ChildFds, Credentials, Direct, Launch, Launched};
+
+pub mod launch;
 
 use core::ops::Range;
 use enclave_api::alg::{AuthMethod, DhGroup, SecretKind};
@@ -41,16 +44,12 @@ use enclave_api::process::layout::{
 };
 use enclave_api::process::ring::{self, Consumer, Producer};
 use enclave_api::process::shm::SharedMem;
-use enclave_api::process::{config, GuestArgs};
 use enclave_api::provision::ProvisioningOffer;
-use enclave_api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
+use enclave_api::report::{Counters, EnclaveConfig, Limits, MemoryReport, PublicConfig};
 use enclave_api::Enclave;
 use std::ffi::OsString;
-use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -163,50 +162,17 @@ impl PacketArea {
 }
 
 /// A CPU set of `cpus` (each below `CPU_SETSIZE`; an empty list is refused).
-fn cpu_set(cpus: &[usize]) -> std::result::Result<libc::cpu_set_t, ProcessError> {
-    let bad = ProcessError::Os { what: "enclave process CPU set", errno: libc::EINVAL };
-    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
-    let max = usize::try_from(libc::CPU_SETSIZE).unwrap_or(0);
-    if cpus.is_empty() || cpus.iter().any(|&c| c >= max) {
-        return Err(bad);
-    }
-    for &c in cpus {
-        // SAFETY: `c < CPU_SETSIZE` (checked above), so the bit lies inside `set`.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    Ok(set)
-}
-
 /// A tenant's ledger, shared by the enclaves started for it one after another.
 pub type SharedLedger = Arc<Mutex<dyn Ledger>>;
-
-/// A connected `SOCK_SEQPACKET` pair, close-on-exec: ours, and the child's.
-fn seqpacket_pair() -> std::result::Result<(OwnedFd, OwnedFd), ProcessError> {
-    let mut fds = [-1 as RawFd; 2];
-    // SAFETY: `fds` is a writable array of two descriptors.
-    let r = unsafe {
-        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
-    };
-    if r != 0 {
-        return Err(ProcessError::last_os("socketpair(ledger)"));
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 /// One started child.
 #[derive(Debug)]
 struct Running {
-    child: Child,
+    end: Box<dyn ChildEnd>,
     pidfd: OwnedFd,
     pid: u32,
 }
@@ -221,8 +187,9 @@ struct Host {
     requests: Producer<REQUEST_SLOT>,
     completions: Consumer<COMPLETION_SLOT>,
     running: Option<Running>,
-    /// The tenant's ledger on this platform, answered to each child in turn.
-    ledger: SharedLedger,
+    /// Who starts each child, and for what configuration.
+    launcher: Arc<dyn Launch>,
+    config: PublicConfig,
     /// Set once the child is found dead; repeated to every call until a restart.
     dead: Option<ProcessError>,
     limits: Limits,
@@ -244,7 +211,11 @@ struct Host {
 }
 
 impl Host {
-    fn new(spec: ProcessSpec, ledger: SharedLedger) -> std::result::Result<Self, ProcessError> {
+    fn new(
+        spec: ProcessSpec,
+        launcher: Arc<dyn Launch>,
+        config: PublicConfig,
+    ) -> std::result::Result<Self, ProcessError> {
         let layout = Layout::new(spec.geometry)?;
         let shm = Arc::new(SharedMem::create(layout.total)?);
         Ok(Self {
@@ -256,7 +227,8 @@ impl Host {
             request_bell: Doorbell::new()?,
             completion_bell: Doorbell::new()?,
             running: None,
-            ledger,
+            launcher,
+            config,
             dead: Some(ProcessError::Protocol { why: "not started" }),
             limits: Limits::default(),
             next_cookie: 1,
@@ -306,101 +278,28 @@ impl Host {
         Ok(())
     }
 
-    fn launch(&mut self, cfg: &EnclaveConfig, platform_key: &[u8]) -> std::result::Result<(), ProcessError> {
+    fn launch(&mut self) -> std::result::Result<(), ProcessError> {
         let _ = self.stop();
         self.reset_shared()?;
-        self.limits = cfg.limits;
-        let mut pipe = [-1 as RawFd; 2];
-        // SAFETY: `pipe` is a writable array of two descriptors.
-        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(ProcessError::last_os("pipe2(config)"));
-        }
-        // SAFETY: both descriptors were just created and are owned by nobody else.
-        let (config_rd, config_wr) =
-            unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
-        let (ledger_ours, ledger_theirs) = seqpacket_pair()?;
-        let args = GuestArgs {
-            shm_fd: self.shm.fd().as_raw_fd(),
-            request_fd: self.request_bell.fd().as_raw_fd(),
-            completion_fd: self.completion_bell.fd().as_raw_fd(),
-            config_fd: config_rd.as_raw_fd(),
-            ledger_fd: ledger_theirs.as_raw_fd(),
+        self.limits = self.config.limits;
+        let child = ChildFds {
+            shm: self.shm.fd(),
+            request: self.request_bell.fd(),
+            completion: self.completion_bell.fd(),
             geometry: self.layout.geometry,
             spin: self.spec.guest_spin,
-            parent_pid: std::process::id(),
+            cpus: self.spec.cpus.as_deref(),
         };
-        let pass = [args.shm_fd, args.request_fd, args.completion_fd, args.config_fd, args.ledger_fd];
-        let cpus = match &self.spec.cpus {
-            Some(list) => Some(cpu_set(list)?),
-            None => None,
-        };
-        let mut cmd = Command::new(&self.spec.program);
-        cmd.args(&self.spec.args)
-            .args(args.to_args())
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        // SAFETY: the closure runs in the forked child before exec and calls only fcntl and
-        // sched_setaffinity, which are async-signal-safe system calls (the CPU set was built
-        // before the fork); it clears close-on-exec on exactly the five descriptors this
-        // child must inherit (all others stay close-on-exec).
-        unsafe {
-            cmd.pre_exec(move || {
-                for fd in pass {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if let Some(set) = &cpus {
-                    if libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().map_err(|e| ProcessError::Os {
-            what: "spawn(enclave process)",
-            errno: e.raw_os_error().unwrap_or(0),
-        })?;
-        drop((config_rd, ledger_theirs));
-        // Answers this child until its end of the channel closes (it exited).
-        let ledger = self.ledger.clone();
-        let socket = std::os::unix::net::UnixDatagram::from(ledger_ours);
-        std::thread::Builder::new()
-            .name("enclave-ledger".into())
-            .spawn(move || enclave_api::ledger::serve(&socket, &ledger))
-            .map_err(|e| ProcessError::Os {
-                what: "spawn(ledger thread)",
-                errno: e.raw_os_error().unwrap_or(0),
-            })?;
-        let pid = child.id();
-        // SAFETY: pidfd_open on our own unreaped child (it cannot be recycled before we
-        // wait for it) returns a new descriptor or -1.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-        let pidfd = match RawFd::try_from(raw) {
-            // SAFETY: a fresh descriptor owned by nobody else.
-            Ok(fd) if fd >= 0 => unsafe { OwnedFd::from_raw_fd(fd) },
-            _ => {
-                let e = ProcessError::Os { what: "pidfd_open(enclave process)", errno: errno() };
-                let mut child = child;
-                let _ = child.kill();
-                let _ = child.wait();
+        let started = self.launcher.launch(&child, &self.config);
+        let Launched { pid, pidfd, end } = match started {
+            Ok(l) => l,
+            Err(e) => {
+                self.dead = Some(e.clone());
                 return Err(e);
             }
         };
-        self.running = Some(Running { child, pidfd, pid });
+        self.running = Some(Running { end, pidfd, pid });
         self.dead = None;
-        // The root secret goes through the pipe and is zeroized here right after.
-        let blob = config::encode(cfg, platform_key);
-        let wrote = std::fs::File::from(config_wr).write_all(&blob);
-        drop(blob);
-        if let Err(e) = wrote {
-            // The child died before reading; report that rather than EPIPE.
-            self.wait_ready(Duration::from_millis(500))?;
-            return Err(ProcessError::Os { what: "write(config)", errno: e.raw_os_error().unwrap_or(0) });
-        }
         self.wait_ready(self.spec.start_timeout)?;
         self.hardening = HardeningReport(self.u32_at(ctl::HARDENING));
         Ok(())
@@ -437,28 +336,18 @@ impl Host {
         Ok(())
     }
 
-    /// Collects the dead child's status and records its death.
+    /// Ends the child (killing it if it still runs), collects its status and records its
+    /// death.
     fn reap(&mut self) -> ProcessError {
         let Some(mut run) = self.running.take() else {
             return self.dead.clone().unwrap_or(ProcessError::Protocol { why: "not running" });
         };
-        let exit = match run.child.wait() {
-            Ok(s) => match (s.code(), s.signal()) {
-                (Some(c), _) => ExitReport::Exited(c),
-                (None, Some(sig)) => ExitReport::Signaled(sig),
-                _ => ExitReport::Unknown,
-            },
-            Err(_) => ExitReport::Unknown,
-        };
-        let e = ProcessError::Died { pid: run.pid, exit };
+        let e = ProcessError::Died { pid: run.pid, exit: run.end.end() };
         self.dead = Some(e.clone());
         e
     }
 
     fn kill_and_reap(&mut self) {
-        if let Some(run) = &mut self.running {
-            let _ = run.child.kill();
-        }
         let _ = self.reap();
     }
 
@@ -469,12 +358,8 @@ impl Host {
         self.set_u32(ctl::SHUTDOWN, 1);
         fence(Ordering::SeqCst);
         self.request_bell.ring();
-        let exited = doorbell::wait(&[run.pidfd.as_fd()], Some(Duration::from_secs(1))).unwrap_or(0) != 0;
-        if !exited {
-            if let Some(run) = &mut self.running {
-                let _ = run.child.kill();
-            }
-        }
+        // Whether or not it left within the second, reaping ends it.
+        let _ = doorbell::wait(&[run.pidfd.as_fd()], Some(Duration::from_secs(1)));
         match self.reap() {
             ProcessError::Died { exit, .. } => Some(exit),
             _ => None,
@@ -951,9 +836,25 @@ impl ProcessEnclave {
         platform_key: &[u8],
         ledger: SharedLedger,
     ) -> Result<Self> {
+        let public = config.public();
+        let direct = Direct::new(
+            spec.program.clone(),
+            spec.args.clone(),
+            config.tenant,
+            config.provisioning_key,
+            platform_key,
+            ledger,
+        );
+        Self::launch(spec, Arc::new(direct), public)
+    }
+
+    /// Has `launcher` start the enclave process for `config` and waits until it is
+    /// hardened and ready; [`Self::restart`] asks the same launcher again. `spec.program`
+    /// and `spec.args` are the launcher's business (the platform process runs its own).
+    pub fn launch(spec: ProcessSpec, launcher: Arc<dyn Launch>, config: PublicConfig) -> Result<Self> {
         let tenant = config.tenant;
-        let mut host = Host::new(spec, ledger)?;
-        host.launch(&config, platform_key)?;
+        let mut host = Host::new(spec, launcher, config)?;
+        host.launch()?;
         Ok(Self { tenant, host: Mutex::new(host) })
     }
 
@@ -980,9 +881,8 @@ impl ProcessEnclave {
     /// Starts a fresh enclave process (killing the old one if it still runs) on the same
     /// shared memory, so a lent [`PacketArea`] stays valid. The new process starts empty:
     /// handles of the old one are refused, state comes back through sealed blobs.
-    pub fn restart(&mut self, config: EnclaveConfig, platform_key: &[u8]) -> Result<()> {
-        self.tenant = config.tenant;
-        self.host().launch(&config, platform_key).map_err(Error::from)
+    pub fn restart(&mut self) -> Result<()> {
+        self.host().launch().map_err(Error::from)
     }
 
     /// Stops the enclave process (it zeroizes its keys on the way out) and reports how it

@@ -404,7 +404,7 @@ fn oversized_batches_are_refused_before_crossing() {
 
 #[test]
 fn a_killed_enclave_is_reported_other_tenants_run_on_and_a_restart_serves_again() {
-    let (mut a, pk) = start_process(1);
+    let (mut a, _) = start_process(1);
     let (mut b, _) = start_process(2);
     let mut peer = start_inline(1);
     let t = tunnel(&mut a, &mut peer);
@@ -426,7 +426,7 @@ fn a_killed_enclave_is_reported_other_tenants_run_on_and_a_restart_serves_again(
     b.check().unwrap();
 
     // Restart: a fresh process on the same shared memory; old handles are gone.
-    a.restart(config(1), &pk).unwrap();
+    a.restart().unwrap();
     let new_pid = a.pid().unwrap();
     assert_ne!(new_pid, pid);
     assert!(a.hardening().complete());
@@ -463,7 +463,7 @@ fn sk_across(
 
 #[test]
 fn a_restarted_enclave_restores_its_ike_sa_from_sealed_state_and_rekeys_children() {
-    let (mut a, pk) = start_process(1);
+    let (mut a, _) = start_process(1);
     let mut peer = start_inline(1);
     let t = tunnel(&mut a, &mut peer);
     // Sealing the state needs clear-and-seal first: SK_p* must never be in a state blob.
@@ -482,7 +482,7 @@ fn a_restarted_enclave_restores_its_ike_sa_from_sealed_state_and_rekeys_children
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     assert!(matches!(a.check(), Err(ProcessError::Died { .. })));
-    a.restart(config(1), &pk).unwrap();
+    a.restart().unwrap();
 
     // Forged, truncated and foreign blobs are refused; so is an SK_d blob offered as state.
     let mut forged = state.clone();
@@ -534,10 +534,16 @@ fn a_restarted_enclave_restores_its_ike_sa_from_sealed_state_and_rekeys_children
     assert_eq!(&buf[16..216], &inn[..]);
 
     // A second restart: the ledger the host keeps for the tenant issues counters above
-    // every blob of the earlier children, whatever the store says.
-    let before = a.ike_sa_seal_state(ike).unwrap().counter().unwrap();
-    a.restart(config(1), &pk).unwrap();
-    let again = a.ike_sa_restore(&state).unwrap();
+    // every blob of the earlier children, whatever the store says, and only the SA's
+    // latest state comes back.
+    let latest = a.ike_sa_seal_state(ike).unwrap();
+    let before = latest.counter().unwrap();
+    a.restart().unwrap();
+    assert_eq!(
+        a.ike_sa_restore(&state).map(|_| ()),
+        Err(Error::SealedBlob { reason: BlobRejection::Rollback })
+    );
+    let again = a.ike_sa_restore(&latest).unwrap();
     assert!(a.ike_sa_seal_state(again).unwrap().counter().unwrap() > before);
 }
 
@@ -567,7 +573,7 @@ fn attested_provisioning_crosses_the_boundary_and_survives_a_restart() {
 
     // A restarted process gets the PSK back from the sealed blob alone, and it is the
     // tenant's PSK: an inline peer holding the same PSK verifies the AUTH computed with it.
-    a.restart(config(1), &pk).unwrap();
+    a.restart().unwrap();
     let back = a.unseal_secret(&sealed).unwrap();
     assert_eq!(a.secret_kind(back), Ok(SecretKind::PreSharedKey));
     let wrapped = wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(1), kind, psk).unwrap();
@@ -595,7 +601,7 @@ fn assert_psk_auth_verifies(a: &mut ProcessEnclave, psk: SecretHandle, wrapped: 
 
 #[test]
 fn a_held_secret_sealed_over_the_rings_survives_a_restart() {
-    let (mut a, pk) = start_process(1);
+    let (mut a, _) = start_process(1);
     let psk = b"restored PSK over the rings: 77d0e3b5";
     let kind = SecretKind::PreSharedKey;
     let wrapped = wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(1), kind, psk).unwrap();
@@ -609,7 +615,7 @@ fn a_held_secret_sealed_over_the_rings_survives_a_restart() {
 
     // The restarted child answers to the same ledger: the later blob opens, the one it
     // superseded does not.
-    a.restart(config(1), &pk).unwrap();
+    a.restart().unwrap();
     assert_eq!(a.unseal_secret(&sealed), Err(Error::SealedBlob { reason: BlobRejection::Rollback }));
     let back = a.unseal_secret(&later).unwrap();
     assert_eq!(a.secret_kind(back), Ok(kind));

@@ -700,11 +700,39 @@ fn attack_ike_sa_state_restored_beside_the_live_sa() {
         let state = t.e.ike_sa_seal_state(x.ike_a).unwrap();
         let r = t.e.ike_sa_restore(&state);
         refused(t, r, refusal::IKE_SA_LIVE);
-        // Gone from here, it comes back once, and only once.
-        t.e.ike_sa_delete(x.ike_a).unwrap();
-        t.e.ike_sa_restore(&state).unwrap();
-        let r = t.e.ike_sa_restore(&state);
-        refused(t, r, refusal::IKE_SA_LIVE);
+        // In a restarted instance (the SA went with the old one) it comes back once, and
+        // only once.
+        let mut later = restarted(t);
+        let back = later.e.ike_sa_restore(&state).unwrap();
+        let r = later.e.ike_sa_restore(&state);
+        refused(&mut later, r, refusal::IKE_SA_LIVE);
+        // Deleted, the SA has ended: its state never comes back.
+        later.e.ike_sa_delete(back).unwrap();
+        let r = later.e.ike_sa_restore(&state).map(|_| ());
+        assert_eq!(r, Err(Error::SealedBlob { reason: BlobRejection::Rollback }), "{}: after delete", t.name);
+        let mut third = restarted(t);
+        let r = third.e.ike_sa_restore(&state).map(|_| ());
+        assert_eq!(r, Err(Error::SealedBlob { reason: BlobRejection::Rollback }), "{}: nor later", t.name);
+    });
+}
+
+/// An IKE SA's state sealed again supersedes the state before it: a later instance
+/// restores only the latest, whatever older blob the store offers (the older one would
+/// bring back the SA as it was, its message IDs and keys behind the live SA's).
+#[test]
+fn attack_ike_sa_state_rolled_back_after_a_later_seal() {
+    on_both(|t| {
+        let mut peer = inline_peer();
+        let x = support::exchange(t.e.as_mut(), &mut peer);
+        t.e.clear_and_seal(x.ike_a).unwrap();
+        let old = t.e.ike_sa_seal_state(x.ike_a).unwrap();
+        let newer = t.e.ike_sa_seal_state(x.ike_a).unwrap();
+        assert!(newer.counter() > old.counter(), "{}", t.name);
+        let mut later = restarted(t);
+        let r = later.e.ike_sa_restore(&old).map(|_| ());
+        assert_eq!(r, Err(Error::SealedBlob { reason: BlobRejection::Rollback }), "{}: rolled back", t.name);
+        assert_eq!(later.e.counters().error(ErrorKind::BlobRejected), 1, "{}", t.name);
+        later.e.ike_sa_restore(&newer).unwrap();
     });
 }
 

@@ -4,9 +4,11 @@
 //!
 //! Static SAs carry keys the tenant wrapped for its enclave (`key = { wrapped = .. }`, made
 //! by `cloister secret wrap --kind esp`): the blobs go to the enclave unopened, which needs
-//! the tenant's provisioning key (`--provisioning-key`). The enclave runs in this process
-//! (`--enclave inline`, the default) or in a hardened child process (`--enclave process`:
-//! this process then never holds an ESP key). Raw keys in the file are a test and debugging
+//! the tenant's provisioning key (`--provisioning-key`); the tenant's ledger lies in
+//! `ledger/` beside that key, so an outbound static key installs once across runs. The
+//! enclave runs in this process (`--enclave inline`, the default) or in a hardened child
+//! process (`--enclave process`: the platform process then reads the provisioning key and
+//! keeps the ledger, and this process never holds an ESP key or the provisioning key). Raw keys in the file are a test and debugging
 //! aid: only builds with `--features static-keys` accept them (the enclave's raw-key install
 //! exists only there), with the inline enclave; they are wiped once installed and never
 //! printed.
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use dataplane::{Config, Dataplane, WorkerSnapshot};
 use enclave::attest::SoftwareAttestation;
-use enclave::{Backend, Enclave, EnclaveConfig, Limits, ProvisioningKey, TenantId};
+use enclave::{Backend, Enclave, EnclaveConfig, Limits, ProvisioningKey, PublicConfig, TenantId};
 use enclave_host::{ProcessEnclave, ProcessSpec};
 
 /// Arguments of `cloister dataplane`.
@@ -70,10 +72,9 @@ fn install_inline(
 
 /// A static data plane's enclave configuration: `tenant`, holding `provisioning_key` (which
 /// opens the blobs the tenant wrapped under it); it moves no state and takes wrapped blobs.
-fn enclave_config(tenant: u32, provisioning_key: ProvisioningKey) -> EnclaveConfig {
-    EnclaveConfig {
+fn public_config(tenant: u32) -> PublicConfig {
+    PublicConfig {
         tenant: TenantId(tenant),
-        provisioning_key,
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
@@ -81,17 +82,33 @@ fn enclave_config(tenant: u32, provisioning_key: ProvisioningKey) -> EnclaveConf
     }
 }
 
-/// Starts an in-process enclave for `tenant` holding `provisioning_key`, with software
-/// attestation (see `enclave::attest` for what that does and does not prove).
-fn inline_enclave(tenant: u32, provisioning_key: ProvisioningKey) -> anyhow::Result<enclave::InlineEnclave> {
-    let config = enclave_config(tenant, provisioning_key);
-    let platform = SoftwareAttestation::generate_platform_key()?;
+fn enclave_config(tenant: u32, provisioning_key: ProvisioningKey) -> EnclaveConfig {
+    EnclaveConfig::from_public(public_config(tenant), provisioning_key)
+}
+
+/// Starts an in-process enclave for `tenant` with software attestation (see
+/// `enclave::attest` for what that does and does not prove): on `roots`' key and ledger,
+/// or on a fresh key and a ledger for this run only.
+fn inline_enclave(tenant: u32, roots: Option<&platform::Roots>) -> anyhow::Result<enclave::InlineEnclave> {
+    let (key, ledger, platform_key): (_, Box<dyn enclave::ledger::Ledger>, _) = match roots {
+        Some(roots) => {
+            let secrets = platform::Secrets::load(None, roots)?;
+            let key = secrets.tenant_key(tenant).context("the provisioning key")?;
+            (key, Box::new(secrets.ledger(tenant)?), secrets.attestation_key().to_vec())
+        }
+        None => (
+            ProvisioningKey::generate()?,
+            Box::new(enclave::ledger::MemoryLedger::new()),
+            SoftwareAttestation::generate_platform_key()?.to_vec(),
+        ),
+    };
+    let config = enclave_config(tenant, key);
     let attestation = SoftwareAttestation::new(
-        &platform,
+        &platform_key,
         enclave::attest::CodeIdentity::Bytes(b"cloister-dataplane".to_vec()),
         &config.measured_bytes(Backend::Inline),
     )?;
-    Ok(enclave::InlineEnclave::start(config, Box::new(attestation))?)
+    Ok(enclave::InlineEnclave::start_with_ledger(config, Box::new(attestation), ledger)?)
 }
 
 /// Runs `cloister dataplane`.
@@ -122,26 +139,50 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         anyhow::ensure!((1..=64).contains(&w), "--workers must be 1 to 64");
         config.settings.workers = Some(w);
     }
-    let provisioning_key = match &args.provisioning_key {
-        Some(p) => ProvisioningKey::from_bytes(*gateway::config::read_provisioning_key(p)?),
-        None => ProvisioningKey::generate()?,
-    };
+    // Wrapped keys are under the tenant's provisioning key; its ledger lies in `ledger/`
+    // beside it, so an outbound static key installs once, across runs and restarts.
+    let roots = args.provisioning_key.as_ref().map(|key| platform::Roots::Tenant {
+        tenant: args.tenant,
+        key: key.clone(),
+        ledger_dir: key.parent().unwrap_or(Path::new(".")).join("ledger"),
+    });
     // Blocked before any thread starts, so every worker inherits the mask and the signals
     // wait for the loop below.
     let signals = cio::signal::Signals::block_termination()?;
     match args.enclave {
         Backend::Inline => {
-            let enclave = inline_enclave(args.tenant, provisioning_key)?;
+            let enclave = inline_enclave(args.tenant, roots.as_ref())?;
             let dp = Dataplane::start(&config, enclave, install_inline)?;
             config.wipe_keys();
             serve(dp, &signals, "inline", args.stats_every)
         }
         Backend::Process => {
-            let enclave_config = enclave_config(args.tenant, provisioning_key);
-            let platform_key = SoftwareAttestation::generate_platform_key()?;
             let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
-            let enclave = ProcessEnclave::start(spec, enclave_config, &platform_key)
-                .context("starting the enclave process")?;
+            let enclave = match &roots {
+                // The platform process reads the key and keeps the ledger; this process
+                // holds neither.
+                Some(roots @ platform::Roots::Tenant { tenant, .. }) => {
+                    let mut args: Vec<std::ffi::OsString> = vec!["platform-process".into()];
+                    args.extend(roots.args());
+                    let platform = platform::PlatformClient::start(
+                        Path::new("/proc/self/exe"),
+                        &args,
+                        Duration::from_secs(20),
+                    )
+                    .context("starting the platform process")?;
+                    ProcessEnclave::launch(spec, std::sync::Arc::new(platform), public_config(*tenant))
+                }
+                // Nothing wrapped: a fresh root for this run, which nothing outlives.
+                _ => {
+                    let platform_key = SoftwareAttestation::generate_platform_key()?;
+                    ProcessEnclave::start(
+                        spec,
+                        enclave_config(args.tenant, ProvisioningKey::generate()?),
+                        &platform_key,
+                    )
+                }
+            }
+            .context("starting the enclave process")?;
             let pid = enclave.pid().map_or_else(|| "?".into(), |p| p.to_string());
             let dp = Dataplane::start(&config, enclave, dataplane::keys::install_wrapped::<ProcessEnclave>)?;
             config.wipe_keys();

@@ -2,22 +2,26 @@
 //! the tenant's enclave) until SIGINT or SIGTERM.
 //!
 //! The enclave is a hardened child process by default (`enclave = "process"`): this
-//! process then never holds a PSK, SK_* or ESP key. The provisioning key still passes
-//! through here on its way to the enclave until attested provisioning replaces it
-//! (docs/threat-model.md).
+//! process then never holds a PSK, SK_* or ESP key, nor the provisioning key, which the
+//! platform process (`cloister platform-process`) reads and hands straight to the enclave
+//! process it starts. The tenant's ledger (seal counters, live sealed secrets, static keys
+//! installed) lies in `ledger/` beside the provisioning key, so it outlasts restarts.
 //!
 //! Output for scripts: one `gateway: ...` line once running, then one line per IKE or child
 //! SA event (`ike: ...`, `child: ...`), and the data plane's counters at exit.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use dataplane::WorkerSnapshot;
 use enclave::attest::{CodeIdentity, SoftwareAttestation};
-use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, ProvisioningKey, TenantId};
+use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, PublicConfig, TenantId};
 use enclave_host::{ProcessEnclave, ProcessSpec};
-use gateway::{config::read_provisioning_key, Backend, Gateway, GatewayConfig};
+use gateway::{Backend, Gateway, GatewayConfig};
+use platform::PlatformClient;
 
 /// Arguments of `cloister gateway`.
 #[derive(Debug, clap::Args)]
@@ -34,32 +38,41 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let signals = cio::signal::Signals::block_termination()?;
     let key_file =
         config.settings.provisioning_key.as_deref().context("gateway.provisioning_key is required")?;
-    let key = read_provisioning_key(key_file)?;
-    let enclave_config = EnclaveConfig {
-        tenant: TenantId(config.settings.tenant),
-        provisioning_key: ProvisioningKey::from_bytes(*key),
+    let tenant = config.settings.tenant;
+    let ledger_dir = key_file.parent().unwrap_or(Path::new(".")).join("ledger");
+    let public = PublicConfig {
+        tenant: TenantId(tenant),
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
         limits: Limits::default(),
     };
-    drop(key);
-    let platform_key = SoftwareAttestation::generate_platform_key()?;
+    let roots = platform::Roots::Tenant { tenant, key: key_file.to_path_buf(), ledger_dir };
     match config.settings.enclave {
         Backend::Process => {
+            let mut args: Vec<OsString> = vec!["platform-process".into()];
+            args.extend(roots.args());
+            let platform = PlatformClient::start(Path::new("/proc/self/exe"), &args, Duration::from_secs(20))
+                .context("starting the platform process")?;
             let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
-            let e = ProcessEnclave::start(spec, enclave_config, &platform_key)
+            let e = ProcessEnclave::launch(spec, Arc::new(platform), public)
                 .context("starting the enclave process")?;
             let pid = e.pid().map_or_else(|| "?".into(), |p| p.to_string());
             serve(&config, e, &signals, &format!("process pid {pid}"))
         }
         Backend::Inline => {
+            // The enclave runs in this process, so this process holds its root and ledger.
+            let secrets = platform::Secrets::load(None, &roots)?;
+            let key = secrets.tenant_key(tenant).context("the provisioning key")?;
+            let enclave_config = EnclaveConfig::from_public(public, key);
             let attestation = SoftwareAttestation::new(
-                &platform_key,
+                secrets.attestation_key(),
                 CodeIdentity::CurrentExecutable,
                 &enclave_config.measured_bytes(enclave::Backend::Inline),
             )?;
-            let e = InlineEnclave::start(enclave_config, Box::new(attestation))?;
+            let ledger = secrets.ledger(tenant)?;
+            let e =
+                InlineEnclave::start_with_ledger(enclave_config, Box::new(attestation), Box::new(ledger))?;
             serve(&config, e, &signals, "inline")
         }
     }

@@ -101,6 +101,12 @@ pub enum ProcessError {
         /// What is wrong.
         why: &'static str,
     },
+    /// The platform process did not start the enclave process, or is gone.
+    #[error("the platform: {why}")]
+    Platform {
+        /// Its reason, or what failed on the way to it.
+        why: String,
+    },
     /// The other side broke the ring protocol (an answer that matches no request).
     #[error("ring protocol violation: {why}")]
     Protocol {
@@ -262,66 +268,104 @@ impl GuestArgs {
 }
 
 /// The root secret and limits, as they cross the config pipe (never argv or the
-/// environment, which other processes of the same user can read).
+/// environment, which other processes of the same user can read), and the public part
+/// alone, as a launcher without the secrets asks the platform for an enclave.
+///
+/// ```text
+/// pipe:   root key (32) | platform key length u32 | platform key (PKCS#8) | public
+/// public: tenant u32 | five limits u64 | inbound mode u8 | three key sets
+/// set:    count u32 | (length u32 | key)*
+/// ```
+/// Integers are little-endian.
 pub mod config {
     use crate::handle::TenantId;
     use crate::report::{
-        EnclaveConfig, InboundMode, Limits, ProvisioningKey, MAX_PLATFORM_PUBLIC_KEY, MAX_TRUSTED_PLATFORMS,
+        EnclaveConfig, InboundMode, Limits, ProvisioningKey, PublicConfig, MAX_PLATFORM_PUBLIC_KEY,
+        MAX_TRUSTED_PLATFORMS,
     };
 
-    /// Bytes of the encoding: tenant, key, five limits, inbound mode, platform key length.
-    pub const FIXED_LEN: usize = 4 + 32 + 5 * 8 + 1 + 4;
+    /// Bytes of the pipe's fixed head: the key and the platform key's length.
+    pub const FIXED_LEN: usize = 32 + 4;
+    /// Bytes of the public part's fixed head: tenant, five limits, inbound mode.
+    pub const PUBLIC_FIXED_LEN: usize = 4 + 5 * 8 + 1;
     /// Longest platform key (PKCS#8) accepted.
     pub const MAX_PLATFORM_KEY: usize = 1024;
-    /// Longest encoding: the fixed part, the platform key, the three measured key sets
-    /// (trusted platforms, backup roots, tenant signers).
-    pub const MAX_LEN: usize =
-        FIXED_LEN + MAX_PLATFORM_KEY + 3 * (4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY));
+    /// Longest public part: the fixed head and the three measured key sets (trusted
+    /// platforms, backup roots, tenant signers).
+    pub const MAX_PUBLIC_LEN: usize =
+        PUBLIC_FIXED_LEN + 3 * (4 + MAX_TRUSTED_PLATFORMS * (4 + MAX_PLATFORM_PUBLIC_KEY));
+    /// Longest pipe encoding.
+    pub const MAX_LEN: usize = FIXED_LEN + MAX_PLATFORM_KEY + MAX_PUBLIC_LEN;
 
-    /// Encodes `config` and the attestation platform key (PKCS#8 P-256).
-    pub fn encode(config: &EnclaveConfig, platform_key: &[u8]) -> zeroize::Zeroizing<Vec<u8>> {
-        let mut v = zeroize::Zeroizing::new(Vec::with_capacity(FIXED_LEN + platform_key.len()));
+    /// Encodes the configuration `public` with its root `key` and the attestation platform
+    /// key (PKCS#8 P-256) for the pipe.
+    pub fn encode(
+        key: &ProvisioningKey,
+        platform_key: &[u8],
+        public: &PublicConfig,
+    ) -> zeroize::Zeroizing<Vec<u8>> {
+        let mut v = zeroize::Zeroizing::new(Vec::with_capacity(FIXED_LEN + platform_key.len() + 256));
+        v.extend_from_slice(&key.expose()[..]);
+        v.extend_from_slice(&u32::try_from(platform_key.len()).unwrap_or(u32::MAX).to_le_bytes());
+        v.extend_from_slice(platform_key);
+        put_public(&mut v, public);
+        v
+    }
+
+    /// Decodes [`encode`]'s output: the config and where the platform key lies in `b`.
+    pub fn decode(b: &[u8]) -> Option<(EnclaveConfig, core::ops::Range<usize>)> {
+        let key: [u8; 32] = b.get(..32)?.try_into().ok()?;
+        let pk_len = u32::from_le_bytes(b.get(32..36)?.try_into().ok()?) as usize;
+        if pk_len > MAX_PLATFORM_KEY {
+            return None;
+        }
+        let end = FIXED_LEN.checked_add(pk_len)?;
+        let public = decode_public(b.get(end..)?)?;
+        Some((EnclaveConfig::from_public(public, ProvisioningKey::from_bytes(key)), FIXED_LEN..end))
+    }
+
+    /// Encodes the public part alone.
+    pub fn encode_public(config: &PublicConfig) -> Vec<u8> {
+        let mut v = Vec::with_capacity(PUBLIC_FIXED_LEN + 256);
+        put_public(&mut v, config);
+        v
+    }
+
+    fn put_public(v: &mut Vec<u8>, config: &PublicConfig) {
         v.extend_from_slice(&config.tenant.0.to_le_bytes());
-        v.extend_from_slice(&config.provisioning_key.expose()[..]);
         let l = config.limits;
         for n in [l.max_ike_sas, l.max_esp_sas, l.max_dh, l.max_secrets, l.max_batch] {
             v.extend_from_slice(&(n as u64).to_le_bytes());
         }
         v.push(l.inbound.code());
-        v.extend_from_slice(&u32::try_from(platform_key.len()).unwrap_or(u32::MAX).to_le_bytes());
-        v.extend_from_slice(platform_key);
-        for set in [config.platform_set(), config.backup_root_set(), config.tenant_signer_set()] {
+        for keys in [&config.trusted_platforms, &config.backup_roots, &config.tenant_signers] {
+            let set = crate::report::key_set(keys);
             v.extend_from_slice(&u32::try_from(set.len()).unwrap_or(u32::MAX).to_le_bytes());
             for key in set {
                 v.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
                 v.extend_from_slice(key);
             }
         }
-        v
     }
 
-    /// Decodes [`encode`]'s output: the config and where the platform key lies in `b`.
-    pub fn decode(b: &[u8]) -> Option<(EnclaveConfig, core::ops::Range<usize>)> {
+    /// Decodes [`encode_public`]'s output (all of `b`, nothing after it; each key set sorted
+    /// and without repeats, as encoded).
+    pub fn decode_public(b: &[u8]) -> Option<PublicConfig> {
         let u64_at =
             |i: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?)) };
         let u32_at =
             |i: usize| -> Option<u32> { Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
         let tenant = TenantId(u32_at(0)?);
-        let key: [u8; 32] = b.get(4..36)?.try_into().ok()?;
-        let lim = |k: usize| u64_at(36 + 8 * k).and_then(|x| usize::try_from(x).ok());
+        let lim = |k: usize| u64_at(4 + 8 * k).and_then(|x| usize::try_from(x).ok());
         let limits = Limits {
             max_ike_sas: lim(0)?,
             max_esp_sas: lim(1)?,
             max_dh: lim(2)?,
             max_secrets: lim(3)?,
             max_batch: lim(4)?,
-            inbound: InboundMode::from_code(*b.get(76)?)?,
+            inbound: InboundMode::from_code(*b.get(44)?)?,
         };
-        let pk_len = u32_at(77)? as usize;
-        if pk_len > MAX_PLATFORM_KEY {
-            return None;
-        }
-        let mut at = FIXED_LEN.checked_add(pk_len)?;
+        let mut at = PUBLIC_FIXED_LEN;
         let mut set = || -> Option<Vec<Vec<u8>>> {
             let count = u32_at(at)? as usize;
             if count > MAX_TRUSTED_PLATFORMS {
@@ -334,7 +378,12 @@ pub mod config {
                 if n > MAX_PLATFORM_PUBLIC_KEY {
                     return None;
                 }
-                keys.push(b.get(at + 4..at + 4 + n)?.to_vec());
+                let key = b.get(at + 4..at + 4 + n)?;
+                // As measured: sorted, without repeats (one encoding per configuration).
+                if keys.last().is_some_and(|last: &Vec<u8>| last.as_slice() >= key) {
+                    return None;
+                }
+                keys.push(key.to_vec());
                 at += 4 + n;
             }
             Some(keys)
@@ -345,15 +394,7 @@ pub mod config {
         if b.len() != at {
             return None;
         }
-        let cfg = EnclaveConfig {
-            tenant,
-            provisioning_key: ProvisioningKey::from_bytes(key),
-            limits,
-            trusted_platforms,
-            backup_roots,
-            tenant_signers,
-        };
-        Some((cfg, FIXED_LEN..FIXED_LEN + pk_len))
+        Some(PublicConfig { tenant, limits, trusted_platforms, backup_roots, tenant_signers })
     }
 }
 

@@ -1458,7 +1458,7 @@ mod tests {
             tenant_signers: vec![vec![4; 65], vec![5; 65]],
             limits: Limits { inbound: InboundMode::Forward, ..Limits::default() },
         };
-        let b = config::encode(&cfg, b"pk");
+        let b = config::encode(&cfg.provisioning_key, b"pk", &cfg.public());
         let (back, pk) = config::decode(&b).unwrap();
         assert_eq!((back.tenant, back.limits), (cfg.tenant, cfg.limits));
         assert_eq!(back.trusted_platforms, [vec![3; 65], vec![4; 65]], "the measured set, sorted once");
@@ -1467,9 +1467,12 @@ mod tests {
         assert_eq!(&b[pk], b"pk");
         assert!(config::decode(&b[..b.len() - 1]).is_none());
         assert!(config::decode(&[]).is_none());
+        // The inbound mode: after the pipe's head, the platform key, tenant and limits.
+        let inbound = config::FIXED_LEN + 2 + 4 + 5 * 8;
+        assert_eq!(b[inbound], InboundMode::Forward.code());
         for mode in [0u8, 3, 0xff] {
             let mut bad = b.to_vec();
-            bad[76] = mode;
+            bad[inbound] = mode;
             assert!(config::decode(&bad).is_none(), "inbound mode {mode}");
         }
     }

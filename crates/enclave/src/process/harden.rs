@@ -48,11 +48,19 @@ pub fn close_fds_except(keep: &[RawFd]) -> Result<(), ProcessError> {
 }
 
 /// Moves the process into a new network namespace, which has only a `lo` that is down. Tries
-/// `CLONE_NEWNET` (root) and then `CLONE_NEWUSER | CLONE_NEWNET` (unprivileged); returns
-/// whether the user namespace was needed. The process must still be single-threaded.
+/// `CLONE_NEWNET` (root), then stays in the namespace it was started in if that has no
+/// device but `lo` (the platform made it), then `CLONE_NEWUSER | CLONE_NEWNET`
+/// (unprivileged); returns whether the user namespace was needed. The process must still
+/// be single-threaded.
 pub fn empty_network_namespace() -> Result<bool, ProcessError> {
     // SAFETY: unshare with constant flags affects only this (single-threaded) process.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } == 0 {
+        return Ok(false);
+    }
+    // A platform that runs the enclave as a user of its own made a fresh namespace for it
+    // before dropping to that user: a user namespace now would cost the process its
+    // CAP_IPC_LOCK, which `mlockall` needs. Taken only if it has no device but loopback.
+    if only_loopback() {
         return Ok(false);
     }
     // SAFETY: as above.
@@ -60,6 +68,13 @@ pub fn empty_network_namespace() -> Result<bool, ProcessError> {
         return Ok(true);
     }
     Err(ProcessError::Os { what: "unshare(CLONE_NEWNET)", errno: errno() })
+}
+
+/// Whether this process's network namespace has no device but `lo`.
+fn only_loopback() -> bool {
+    let Ok(dev) = std::fs::read_to_string("/proc/self/net/dev") else { return false };
+    let names: Vec<&str> = dev.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
+    names == ["lo"]
 }
 
 /// A pidfd for our parent, the gateway `expected`, which becomes readable when it exits:

@@ -101,6 +101,9 @@ pub(crate) struct TrustedCore {
     /// The live seal counter of each secret sealed or unsealed here: sealing it again
     /// retires the older blob.
     sealed_as: std::collections::HashMap<u32, u64>,
+    /// The live counter of each IKE SA's latest state blob: sealing the state again, or
+    /// deleting the SA, retires it, so no later instance restores an older state.
+    ike_state_as: std::collections::HashMap<u32, u64>,
     limits: Limits,
     secrets: Table<Secret>,
     /// DH private values, each with the digest of its public value (for the transcript).
@@ -179,6 +182,7 @@ impl TrustedCore {
             rng,
             ledger,
             sealed_as: std::collections::HashMap::new(),
+            ike_state_as: std::collections::HashMap::new(),
             limits: l,
             secrets: Table::new(HandleKind::Secret, tag, l.max_secrets),
             dh: Table::new(HandleKind::Dh, tag, l.max_dh),
@@ -281,7 +285,7 @@ impl TrustedCore {
             secret_bytes: self.secrets.entries().map(Secret::footprint).sum(),
             fixed_bytes: core::mem::size_of::<Self>()
                 + lane_fixed
-                + self.sealed_as.capacity() * 16
+                + (self.sealed_as.capacity() + self.ike_state_as.capacity()) * 16
                 + self.offers.bytes()
                 + self.nonces.bytes()
                 + self.platforms.bytes()
@@ -334,14 +338,25 @@ impl TrustedCore {
             return Err(Error::TableFull { kind: HandleKind::Secret, max: self.limits.max_secrets });
         }
         let counter = self.next_seal_counter(true)?;
-        let opened = provisioning::open_envelope(&mut self.offers, &self.signers, self.tenant, envelope, now);
-        let (kind, bytes) = match opened {
-            Ok(o) => o,
+        match self.keep_provisioned(envelope, now, counter) {
+            Ok(kept) => Ok(kept),
             Err(e) => {
+                // No blob under this counter exists: it must not stay live in the ledger.
                 let _ = self.ledger.retire(counter);
-                return Err(e);
+                Err(e)
             }
-        };
+        }
+    }
+
+    /// Opens `envelope`, keeps its secret and seals it under `counter`.
+    fn keep_provisioned(
+        &mut self,
+        envelope: &[u8],
+        now: Instant,
+        counter: u64,
+    ) -> Result<(SecretHandle, SealedBlob)> {
+        let (kind, bytes) =
+            provisioning::open_envelope(&mut self.offers, &self.signers, self.tenant, envelope, now)?;
         let secret = Secret::load(kind, &bytes, &self.rng)?;
         let mut body = Zeroizing::new(Vec::with_capacity(1 + bytes.len()));
         body.push(kind.code());
@@ -355,7 +370,7 @@ impl TrustedCore {
     }
 
     pub(crate) fn unseal_secret(&mut self, sealed: &SealedBlob) -> Result<SecretHandle> {
-        let (counter, body) = seal::open_tenant_secret(&self.root, self.tenant, 0, &sealed.0)?;
+        let (counter, body) = seal::open_tenant_secret(&self.root, self.tenant, &sealed.0)?;
         // Superseded by a later seal of the same secret (or never issued live here).
         if !self.ledger.is_live(counter).map_err(ledger_error)? {
             return Err(Error::SealedBlob { reason: enclave_api::error::BlobRejection::Rollback });
@@ -473,7 +488,7 @@ impl TrustedCore {
         let blob = sealed.ok_or(Error::KeyCleared { what: "SK_d (sealed: pass the blob)" })?;
         let expected = sa.sealed_counter.ok_or(Error::KeyCleared { what: "SK_d" })?;
         let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
-        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, 0, &blob.0)?;
+        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, &blob.0)?;
         f(sa, sk_d.as_slice())
     }
 
@@ -487,7 +502,7 @@ impl TrustedCore {
         }
         let expected = sa.sealed_counter.ok_or(Error::KeyCleared { what: "SK_d" })?;
         let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
-        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, 0, &sealed.0)?;
+        let sk_d = seal::unseal_sk_d(&self.root, &binding, expected, &sealed.0)?;
         let sa = self.ike.get_mut(ike.0)?;
         sa.sk_d = Some(Box::new(sk_d));
         // Resident now: the blob is no longer what this SA's SK_d is, and a package
@@ -665,17 +680,30 @@ impl TrustedCore {
     }
 
     pub(crate) fn ike_sa_seal_state(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
-        let counter = self.next_seal_counter(false)?;
         let sa = self.ike.get(ike.0)?;
         let body = sa.state_body()?;
         let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
+        let counter = self.next_seal_counter(true)?;
         let blob =
-            seal::seal_blob(&self.root, &self.rng, seal::SEAL_KIND_IKE_STATE, &binding, counter, &body)?;
+            match seal::seal_blob(&self.root, &self.rng, seal::SEAL_KIND_IKE_STATE, &binding, counter, &body)
+            {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = self.ledger.retire(counter);
+                    return Err(e);
+                }
+            };
+        if let Some(old) = self.ike_state_as.insert(ike.0, counter) {
+            self.ledger.retire(old).map_err(ledger_error)?;
+        }
         Ok(SealedBlob(blob))
     }
 
     pub(crate) fn ike_sa_restore(&mut self, state: &SealedBlob) -> Result<IkeSaHandle> {
-        let (h, body) = seal::open_ike_state(&self.root, self.tenant, 0, &state.0)?;
+        let (h, body) = seal::open_ike_state(&self.root, self.tenant, &state.0)?;
+        if !self.ledger.is_live(h.counter).map_err(ledger_error)? {
+            return Err(Error::SealedBlob { reason: enclave_api::error::BlobRejection::Rollback });
+        }
         let mut iv = [0u8; 8];
         self.rng.fill(&mut iv).map_err(|_| Error::Random)?;
         let b = h.binding;
@@ -683,11 +711,17 @@ impl TrustedCore {
             return Err(Error::ProtocolRefused { why: enclave_api::error::refusal::IKE_SA_LIVE });
         }
         let sa = IkeSa::from_state(b.prf, b.spi_i, b.spi_r, &body, u64::from_be_bytes(iv))?;
-        self.ike.insert(sa).map(IkeSaHandle)
+        let handle = self.ike.insert(sa)?;
+        self.ike_state_as.insert(handle, h.counter);
+        Ok(IkeSaHandle(handle))
     }
 
     pub(crate) fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()> {
         self.ike.remove(ike.0).map(drop)?;
+        // The SA has ended: its state must not come back in a later instance.
+        if let Some(counter) = self.ike_state_as.remove(&ike.0) {
+            self.ledger.retire(counter).map_err(ledger_error)?;
+        }
         scrub_stack();
         Ok(())
     }

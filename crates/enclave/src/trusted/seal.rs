@@ -201,16 +201,9 @@ struct RawHeader {
 }
 
 /// Authenticates and opens a blob of `kind` into `out` (which must be exactly as long as the
-/// plaintext); returns the header's fields. Refuses another tenant's blobs, forged ones,
-/// and those below `trusted_min`; the caller checks the rest of the binding.
-fn open_raw(
-    keys: &RootKeys,
-    tenant: TenantId,
-    kind: u8,
-    trusted_min: u64,
-    blob: &[u8],
-    out: &mut [u8],
-) -> Result<RawHeader> {
+/// plaintext); returns the header's fields. Refuses another tenant's blobs and forged ones;
+/// the caller checks the rest of the binding and whether the counter is still good.
+fn open_raw(keys: &RootKeys, tenant: TenantId, kind: u8, blob: &[u8], out: &mut [u8]) -> Result<RawHeader> {
     let reject = |reason| Error::SealedBlob { reason };
     if blob.len() != SEAL_HEADER_LEN + NONCE_LEN + out.len() + TAG_LEN {
         return Err(reject(BlobRejection::Malformed));
@@ -234,9 +227,6 @@ fn open_raw(
         return Err(reject(BlobRejection::WrongTenant));
     }
     let counter = be_u64(&header[8..16]);
-    if counter < trusted_min {
-        return Err(reject(BlobRejection::Rollback));
-    }
     Ok(RawHeader {
         prf: u16::from_be_bytes([header[6], header[7]]),
         counter,
@@ -250,31 +240,28 @@ fn open_blob(
     keys: &RootKeys,
     tenant: TenantId,
     kind: u8,
-    trusted_min: u64,
     blob: &[u8],
     out: &mut [u8],
 ) -> Result<OpenedHeader> {
-    let h = open_raw(keys, tenant, kind, trusted_min, blob, out)?;
+    let h = open_raw(keys, tenant, kind, blob, out)?;
     let prf = Prf::from_id(h.prf).ok_or(Error::SealedBlob { reason: BlobRejection::Malformed })?;
     let binding = SealBinding { tenant, prf, spi_i: h.spi_i, spi_r: h.spi_r };
     Ok(OpenedHeader { binding, counter: h.counter })
 }
 
 /// Unseals SK_d, refusing blobs for another tenant or SA, forged ones, and ones whose
-/// counter is not `expected_counter` (the latest seal of this SA) or is below
-/// `trusted_min`.
+/// counter is not `expected_counter` (the latest seal of this SA).
 pub(crate) fn unseal_sk_d(
     keys: &RootKeys,
     binding: &SealBinding,
     expected_counter: u64,
-    trusted_min: u64,
     blob: &[u8],
 ) -> Result<KeyBuf<MAX_PRF_LEN>> {
     let reject = |reason| Error::SealedBlob { reason };
     let mut buf = Zeroizing::new([0u8; MAX_PRF_LEN]);
     let len = blob.len().saturating_sub(SEAL_HEADER_LEN + NONCE_LEN + TAG_LEN);
     let out = buf.get_mut(..len).ok_or(reject(BlobRejection::Malformed))?;
-    let opened = open_blob(keys, binding.tenant, SEAL_KIND_SK_D, trusted_min, blob, out)?;
+    let opened = open_blob(keys, binding.tenant, SEAL_KIND_SK_D, blob, out)?;
     if opened.binding != *binding {
         return Err(reject(BlobRejection::WrongSa));
     }
@@ -291,7 +278,6 @@ pub(crate) fn unseal_sk_d(
 pub(crate) fn open_ike_state(
     keys: &RootKeys,
     tenant: TenantId,
-    trusted_min: u64,
     blob: &[u8],
 ) -> Result<(OpenedHeader, Zeroizing<Vec<u8>>)> {
     let len = blob
@@ -299,20 +285,19 @@ pub(crate) fn open_ike_state(
         .checked_sub(SEAL_HEADER_LEN + NONCE_LEN + TAG_LEN)
         .ok_or(Error::SealedBlob { reason: BlobRejection::Malformed })?;
     let mut body = Zeroizing::new(vec![0u8; len]);
-    let opened = open_blob(keys, tenant, SEAL_KIND_IKE_STATE, trusted_min, blob, &mut body)?;
+    let opened = open_blob(keys, tenant, SEAL_KIND_IKE_STATE, blob, &mut body)?;
     Ok((opened, body))
 }
 
 /// Longest tenant secret body (kind code and secret) a kind-3 blob may hold.
 pub(crate) const MAX_TENANT_SECRET_BODY: usize = 1 + crate::provision::MAX_PROVISIONED_SECRET;
 
-/// Opens a sealed tenant secret (kind 3) of this tenant, at or above `trusted_min`; returns
-/// its counter and body (kind code, then the secret). Not bound to any IKE SA, and not held
-/// to a latest counter: any instance of the tenant with the same root may open it.
+/// Opens a sealed tenant secret (kind 3) of this tenant; returns its counter (whose
+/// liveness the caller asks the ledger) and body (kind code, then the secret). Not bound to
+/// any IKE SA: any instance of the tenant with the same root may open it.
 pub(crate) fn open_tenant_secret(
     keys: &RootKeys,
     tenant: TenantId,
-    trusted_min: u64,
     blob: &[u8],
 ) -> Result<(u64, Zeroizing<Vec<u8>>)> {
     let malformed = Error::SealedBlob { reason: BlobRejection::Malformed };
@@ -321,7 +306,7 @@ pub(crate) fn open_tenant_secret(
         return Err(malformed);
     }
     let mut body = Zeroizing::new(vec![0u8; len]);
-    let h = open_raw(keys, tenant, SEAL_KIND_TENANT_SECRET, trusted_min, blob, &mut body)?;
+    let h = open_raw(keys, tenant, SEAL_KIND_TENANT_SECRET, blob, &mut body)?;
     // Authenticated, so only this code could have written other values; refuse them anyway.
     if h.prf != 0 || h.spi_i != 0 || h.spi_r != 0 {
         return Err(malformed);
@@ -341,7 +326,7 @@ mod tests {
     fn seal_unseal_round_trip() {
         let keys = RootKeys::new(&[9; 32], TenantId(7)).unwrap();
         let blob = seal_sk_d(&keys, &SystemRandom::new(), &binding(), 5, &[0xAA; 32]).unwrap();
-        let k = unseal_sk_d(&keys, &binding(), 5, 0, &blob).unwrap();
+        let k = unseal_sk_d(&keys, &binding(), 5, &blob).unwrap();
         assert_eq!(k.as_slice(), &[0xAA; 32]);
     }
 
@@ -354,22 +339,15 @@ mod tests {
         for i in [0, 9, 40, blob.len() - 1] {
             let mut t = blob.clone();
             t[i] ^= 0x01;
-            let r = unseal_sk_d(&keys, &binding(), 5, 0, &t).map(|_| ());
+            let r = unseal_sk_d(&keys, &binding(), 5, &t).map(|_| ());
             assert!(r.is_err(), "flipping byte {i} must be refused");
         }
-        assert_eq!(unseal_sk_d(&keys, &binding(), 6, 0, &blob).map(|_| ()), err(BlobRejection::Rollback));
-        assert_eq!(unseal_sk_d(&keys, &binding(), 5, 6, &blob).map(|_| ()), err(BlobRejection::Rollback));
+        assert_eq!(unseal_sk_d(&keys, &binding(), 6, &blob).map(|_| ()), err(BlobRejection::Rollback));
         let other_sa = SealBinding { spi_r: 3, ..binding() };
-        assert_eq!(unseal_sk_d(&keys, &other_sa, 5, 0, &blob).map(|_| ()), err(BlobRejection::WrongSa));
+        assert_eq!(unseal_sk_d(&keys, &other_sa, 5, &blob).map(|_| ()), err(BlobRejection::WrongSa));
         let other_tenant = RootKeys::new(&[9; 32], TenantId(8)).unwrap();
-        assert_eq!(
-            unseal_sk_d(&other_tenant, &binding(), 5, 0, &blob).map(|_| ()),
-            err(BlobRejection::Forged)
-        );
-        assert_eq!(
-            unseal_sk_d(&keys, &binding(), 5, 0, &blob[..20]).map(|_| ()),
-            err(BlobRejection::Malformed)
-        );
+        assert_eq!(unseal_sk_d(&other_tenant, &binding(), 5, &blob).map(|_| ()), err(BlobRejection::Forged));
+        assert_eq!(unseal_sk_d(&keys, &binding(), 5, &blob[..20]).map(|_| ()), err(BlobRejection::Malformed));
     }
 
     #[test]
