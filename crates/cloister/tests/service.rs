@@ -581,6 +581,25 @@ fn a_killed_enclave_recovers_the_other_tenant_loses_nothing_and_a_restart_restor
     eprintln!(
         "service: kill -9 of the service and a restart: A's pings stopped for {outage:?} ({replies} of 1000 answered, 20 ms apart); tunnels re-established, secrets unsealed, no provisioning"
     );
+
+    // kill -9 of the platform process: the enclaves end with it and none can start, so the
+    // service says why and stops (non-zero) for its supervisor to start it again.
+    let status = bed.cli_ok(&["status"]);
+    let platform_pid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("platform process pid "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{status}"));
+    let k = std::process::Command::new("kill").args(["-9", &platform_pid.to_string()]).status().unwrap();
+    assert!(k.success());
+    let mut p = bed.svc_process.take().unwrap();
+    let ended = testnet::wait_until("the service to stop", Duration::from_secs(15), || !p.is_running());
+    let log = p.log();
+    assert!(ended.is_ok(), "the service ran on without its platform:\n{}", testnet::excerpt(&log));
+    let line =
+        format!("the platform process (pid {platform_pid}) killed by signal 9; its enclaves ended with it");
+    assert!(log.contains(&line), "{}", testnet::excerpt(&log));
+    drop(p);
 }
 
 #[test]

@@ -184,6 +184,10 @@ fn route(inner: &Inner, method: &Method, parts: &[&str], query: &str, body: &[u8
                 "enclave": inner.settings.enclave.name(),
                 "state": inner.settings.state.display().to_string(),
                 "platform_public_key": hex(inner.platform.public_key()),
+                "platform_pid": match inner.platform.source() {
+                    crate::platform::Source::Process(c) => Some(c.pid()),
+                    crate::platform::Source::Local(_) => None,
+                },
                 "tenants": states,
                 "cas": inner.cas.as_ref().map(|c| json!({
                     "endpoint": c.source.endpoint(),

@@ -17,7 +17,7 @@ use crate::api::ApiServer;
 use crate::config::{ServiceConfig, ServiceSettings, TenantConfig};
 use crate::error::{Error, Result};
 use crate::moving::Agent;
-use crate::platform::{hex, load_or_create_token, Platform};
+use crate::platform::{hex, load_or_create_token, Platform, Source};
 use crate::released::{self, CasSource, Listed, NotReleased};
 use crate::tenant::{InlineLauncher, InlineStart, Launcher, Log, ProcessLauncher, TenantHandle};
 use attest::migration::DestinationKey;
@@ -277,6 +277,18 @@ impl Service {
     /// removed) names.
     pub fn reload(&self, config: ServiceConfig) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
         self.inner.reload(config)
+    }
+
+    /// How the platform process ended, once it has: every enclave process ends with it and
+    /// none can start, so the service must stop (and be started again). `None` while it
+    /// runs, and for inline enclaves, which have no platform process.
+    pub fn platform_ended(&self) -> Option<String> {
+        match self.inner.platform.source() {
+            Source::Process(client) => {
+                client.check().err().map(|exit| format!("the platform process (pid {}) {exit}", client.pid()))
+            }
+            Source::Local(_) => None,
+        }
     }
 
     /// Stops the API and every tenant.

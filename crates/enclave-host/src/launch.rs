@@ -314,6 +314,7 @@ pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), ProcessError> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A CPU set of `cpus` (each below `CPU_SETSIZE`; an empty list is refused).
 fn cpu_set(cpus: &[usize]) -> Result<libc::cpu_set_t, ProcessError> {
     let bad = ProcessError::Os { what: "enclave process CPU set", errno: libc::EINVAL };
     // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.

@@ -161,7 +161,6 @@ impl PacketArea {
     }
 }
 
-/// A CPU set of `cpus` (each below `CPU_SETSIZE`; an empty list is refused).
 /// A tenant's ledger, shared by the enclaves started for it one after another.
 pub type SharedLedger = Arc<Mutex<dyn Ledger>>;
 

@@ -96,7 +96,13 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 Err(e) => log(&format!("reload refused: {e}")),
             },
             Some(s) => break s,
-            None => {}
+            None => {
+                if let Some(why) = service.platform_ended() {
+                    log(&format!("service: {why}; its enclaves ended with it, stopping"));
+                    service.stop();
+                    anyhow::bail!("{why}: start the service again");
+                }
+            }
         }
     };
     log(&format!("service: {}, stopping", cio::signal::Signals::name(signal)));
@@ -119,6 +125,9 @@ pub(crate) fn status(api: ApiArgs) -> anyhow::Result<()> {
         v["state"].as_str().unwrap_or("?")
     );
     println!("platform evidence key (software-rooted): {}", v["platform_public_key"].as_str().unwrap_or("?"));
+    if let Some(pid) = v["platform_pid"].as_u64() {
+        println!("platform process pid {pid}");
+    }
     for t in v["tenants"].as_array().into_iter().flatten() {
         println!("  tenant {:<16} {}", t["name"].as_str().unwrap_or("?"), t["state"].as_str().unwrap_or("?"));
     }
