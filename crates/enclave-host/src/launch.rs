@@ -188,11 +188,7 @@ impl Launch for Direct {
         // to the tenant's user last.
         unsafe {
             cmd.pre_exec(move || {
-                for fd in pass {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
+                keep_across_exec(&pass)?;
                 if let Some(set) = &cpus {
                     if libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
                         return Err(std::io::Error::last_os_error());
@@ -295,6 +291,19 @@ fn drop_to(c: Credentials) -> std::io::Result<()> {
         let raise = libc::c_ulong::from(CAP_IPC_LOCK);
         if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong, raise, 0, 0) != 0 {
             return fail();
+        }
+    }
+    Ok(())
+}
+
+/// Clears close-on-exec on `fds`, so that a forked child about to exec inherits exactly
+/// these: for `pre_exec` closures (fcntl is async-signal-safe).
+pub fn keep_across_exec(fds: &[RawFd]) -> std::io::Result<()> {
+    for &fd in fds {
+        // SAFETY: fcntl(F_SETFD) on a descriptor number only changes its flags; an invalid
+        // number fails with EBADF.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())

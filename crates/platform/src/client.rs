@@ -64,12 +64,7 @@ impl PlatformClient {
         // SAFETY: the closure runs in the forked child before exec and calls only fcntl, an
         // async-signal-safe system call, to let the child inherit its end of the channel.
         unsafe {
-            cmd.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || enclave_host::launch::keep_across_exec(&[fd]));
         }
         let mut process =
             cmd.spawn().map_err(|e| platform_error(format!("starting {}: {e}", program.display())))?;

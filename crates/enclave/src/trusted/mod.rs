@@ -338,14 +338,8 @@ impl TrustedCore {
             return Err(Error::TableFull { kind: HandleKind::Secret, max: self.limits.max_secrets });
         }
         let counter = self.next_seal_counter(true)?;
-        match self.keep_provisioned(envelope, now, counter) {
-            Ok(kept) => Ok(kept),
-            Err(e) => {
-                // No blob under this counter exists: it must not stay live in the ledger.
-                let _ = self.ledger.retire(counter);
-                Err(e)
-            }
-        }
+        let kept = self.keep_provisioned(envelope, now, counter);
+        self.retired_unless_sealed(counter, kept)
     }
 
     /// Opens `envelope`, keeps its secret and seals it under `counter`.
@@ -400,13 +394,7 @@ impl TrustedCore {
         body.extend_from_slice(encoding);
         let blob = seal::seal_tenant_secret(&self.root, &self.rng, self.tenant, counter, &body);
         drop(body);
-        let blob = match blob {
-            Ok(b) => b,
-            Err(e) => {
-                let _ = self.ledger.retire(counter);
-                return Err(e);
-            }
-        };
+        let blob = self.retired_unless_sealed(counter, blob)?;
         // The newer blob supersedes the older: only one opens after a restart.
         if let Some(old) = self.sealed_as.insert(h.0, counter) {
             self.ledger.retire(old).map_err(ledger_error)?;
@@ -673,6 +661,15 @@ impl TrustedCore {
         Ok(EstablishSeal { sk_d, state, ike_sa_bytes_before, ike_sa_bytes_after })
     }
 
+    /// `sealed`, after retiring the live `counter` if it failed: no blob under it exists,
+    /// so it must not stay live in the ledger.
+    fn retired_unless_sealed<T>(&mut self, counter: u64, sealed: Result<T>) -> Result<T> {
+        if sealed.is_err() {
+            let _ = self.ledger.retire(counter);
+        }
+        sealed
+    }
+
     /// A counter no blob of this tenant on this platform has had; `live`: a tenant secret's,
     /// which opens until it is superseded.
     fn next_seal_counter(&mut self, live: bool) -> Result<u64> {
@@ -685,14 +682,8 @@ impl TrustedCore {
         let binding = SealBinding { tenant: self.tenant, prf: sa.prf, spi_i: sa.spi_i, spi_r: sa.spi_r };
         let counter = self.next_seal_counter(true)?;
         let blob =
-            match seal::seal_blob(&self.root, &self.rng, seal::SEAL_KIND_IKE_STATE, &binding, counter, &body)
-            {
-                Ok(b) => b,
-                Err(e) => {
-                    let _ = self.ledger.retire(counter);
-                    return Err(e);
-                }
-            };
+            seal::seal_blob(&self.root, &self.rng, seal::SEAL_KIND_IKE_STATE, &binding, counter, &body);
+        let blob = self.retired_unless_sealed(counter, blob)?;
         if let Some(old) = self.ike_state_as.insert(ike.0, counter) {
             self.ledger.retire(old).map_err(ledger_error)?;
         }
