@@ -29,6 +29,21 @@ const VIP: &str = "198.18.20.2";
 const SITE_INNER: &str = "198.19.1.1";
 const CLOUD_INNER: &str = "198.19.2.1";
 const HSM_USER_PIN: &str = "cloister-user-test";
+/// The user the platform starts the HSM agent as (the enclave user base minus two): the
+/// agent's files are its, as an operator would set them up.
+const AGENT_UID: u32 = 1_999_999_998;
+/// The user the service becomes (the enclave user base minus one).
+const SERVICE_UID: u32 = 1_999_999_999;
+
+/// Gives `path` (and everything below it) to the agent's user.
+fn give_to_agent(path: &Path) {
+    std::os::unix::fs::chown(path, Some(AGENT_UID), Some(AGENT_UID)).unwrap();
+    if path.is_dir() {
+        for e in std::fs::read_dir(path).unwrap() {
+            give_to_agent(&e.unwrap().path());
+        }
+    }
+}
 
 /// One gateway host: its namespace, its service directory, its API.
 struct Host {
@@ -163,6 +178,7 @@ impl Bed {
         let dir = site.dir().join("hsm");
         let out = std::process::Command::new("bash").arg(&script).arg(&dir).output().unwrap();
         assert!(out.status.success(), "softhsm-init: {}", String::from_utf8_lossy(&out.stderr));
+        give_to_agent(&dir);
         Some(dir.join("softhsm2.conf"))
     }
 
@@ -202,6 +218,20 @@ impl Bed {
         for h in [&mut self.a, &mut self.b] {
             Self::serve(h, hsm.as_deref());
         }
+        // Each host reads the other's token when it moves a tenant there, long after it
+        // became the service's user: the operator gives that copy to the service's user.
+        for h in [&self.a, &self.b] {
+            std::os::unix::fs::chown(h.ns.dir().join("migrate.token"), Some(SERVICE_UID), Some(SERVICE_UID))
+                .unwrap();
+        }
+        // The privilege test's HSM half: the agent runs as a user of its own, started by
+        // the platform; the service's user may not read the PIN it opens the HSM with.
+        if self.hsm.is_some() {
+            for h in [&self.a, &self.b] {
+                assert!(h.log().contains(&format!("the HSM agent runs as user {AGENT_UID}")), "{}", h.log());
+                common::assert_denied_as(SERVICE_UID, &h.ns.dir().join("hsm.pin").display().to_string());
+            }
+        }
     }
 
     /// Host `h`'s service file: `[migrate]` naming `other` with its key, and the tenant when
@@ -215,10 +245,14 @@ impl Bed {
         if self.hsm.is_some() {
             let pin = h.ns.write_file("hsm.pin", &format!("{HSM_USER_PIN}\n")).unwrap();
             common::set_mode(&pin, 0o600);
+            give_to_agent(&pin);
+            let audit = h.ns.dir().join("hsm-audit");
+            std::fs::create_dir_all(&audit).unwrap();
+            give_to_agent(&audit);
             let root =
                 self.backup_root.as_ref().map(|r| format!(", backup_root = \"{r}\"")).unwrap_or_default();
             text.push_str(&format!(
-                "hsm = {{ token_label = \"cloister-test\", pin_file = \"hsm.pin\", oaep = \"sha1\", audit = \"migrate-audit.jsonl\"{root} }}\n",
+                "hsm = {{ token_label = \"cloister-test\", pin_file = \"hsm.pin\", oaep = \"sha1\", audit = \"hsm-audit/migrate-audit.jsonl\"{root} }}\n",
             ));
         }
         text.push_str(&format!(
@@ -398,7 +432,7 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
         assert_eq!(n, 10, "the tenant stopped serving after a failed move: {out}\n{}", bed.logs());
         let on_b = bed.b.cli(&["tenants"]);
         assert!(!on_b.stdout.contains("acme"), "host b kept the failed arrival: {}", on_b.stdout);
-        let audit = std::fs::read_to_string(bed.b.ns.dir().join("migrate-audit.jsonl")).unwrap();
+        let audit = std::fs::read_to_string(bed.b.ns.dir().join("hsm-audit/migrate-audit.jsonl")).unwrap();
         assert!(
             audit.lines().any(|l| l.contains("\"op\":\"open\"") && l.contains("\"outcome\":\"failed\"")),
             "host b's audit log lacks the refused login"
@@ -443,7 +477,7 @@ fn a_tenant_moves_to_another_host_with_its_tunnel_up_and_the_peer_keeps_its_sas(
     if bed.hsm.is_some() {
         assert!(moved.stdout.contains("(hsm)"), "{}", moved.stdout);
         for h in [&bed.a, &bed.b] {
-            let audit = h.ns.dir().join("migrate-audit.jsonl");
+            let audit = h.ns.dir().join("hsm-audit/migrate-audit.jsonl");
             let v = h.cli(&["migrate", "audit", "verify", audit.to_str().unwrap()]);
             assert!(v.success && v.stdout.contains("chain intact"), "{}{}", v.stdout, v.stderr);
         }
@@ -604,7 +638,7 @@ fn disaster_recovery(bed: &mut Bed) {
     bed.tunnel_up("the tunnel after host a's restart").unwrap_or_else(|e| panic!("{e}"));
 
     // The officer's steps, the failure and the rewrap are in the audit log, chain intact.
-    let audit = bed.a.ns.dir().join("migrate-audit.jsonl");
+    let audit = bed.a.ns.dir().join("hsm-audit/migrate-audit.jsonl");
     let v = bed.a.cli(&["migrate", "audit", "verify", audit.to_str().unwrap()]);
     assert!(v.success && v.stdout.contains("chain intact"), "{}{}", v.stdout, v.stderr);
     let log = std::fs::read_to_string(&audit).unwrap();

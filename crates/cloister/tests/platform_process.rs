@@ -14,6 +14,11 @@ use enclave::{Backend, BlobRejection, Enclave, Error, Limits, PublicConfig, Secr
 use enclave_host::{ExitReport, ProcessEnclave, ProcessError, ProcessSpec};
 use platform::PlatformClient;
 
+#[allow(dead_code)] // the privilege helpers only
+mod common;
+
+use common::{assert_denied_as, uid_of};
+
 const BIN: &str = env!("CARGO_BIN_EXE_cloister");
 
 fn dir(name: &str) -> PathBuf {
@@ -142,20 +147,6 @@ fn a_platform_that_cannot_load_its_files_says_why() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
-/// Runs `argv` as `uid` (and group `uid`) and returns its standard error, or `None` if it
-/// succeeded.
-fn denied_as(uid: u32, argv: &[&str]) -> Option<String> {
-    use std::os::unix::process::CommandExt as _;
-    let out = std::process::Command::new(argv[0]).args(&argv[1..]).uid(uid).gid(uid).output().unwrap();
-    (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn uid_of(pid: u32) -> u32 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    line.split_whitespace().nth(2).unwrap().parse().unwrap()
-}
-
 /// The privilege test: as root, the platform starts each tenant's enclave process as a user
 /// of its own. Another tenant's enclave user may then neither read that process's memory
 /// nor the platform's, nor its key files, nor its ledger; the enclaves work as before.
@@ -188,12 +179,7 @@ fn each_tenants_enclave_runs_as_its_own_user_and_no_other_may_read_it() {
     let mut targets = vec![mem, platform_mem];
     targets.extend(files.iter().map(|f| f.display().to_string()));
     for target in &targets {
-        let why = denied_as(other, &["head", "-c", "1", target]);
-        let why = why.unwrap_or_else(|| panic!("user {other} read {target}"));
-        assert!(
-            why.contains("Permission denied") || why.contains("Operation not permitted"),
-            "{target}: {why}"
-        );
+        assert_denied_as(other, target);
     }
     // Positive control: the same probe as root reads the ledger (the file exists and opens).
     assert!(std::fs::read(&ledger).is_ok());

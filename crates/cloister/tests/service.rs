@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 mod common;
 
-use common::{longest_gap, start_charon, CHARON, CLOISTER, GW_ID, PSK};
+use common::{
+    assert_denied_as, capabilities_of, longest_gap, start_charon, uid_of, CHARON, CLOISTER, GW_ID, PSK,
+};
 use testnet::{Netns, Process, Veth};
 
 const SITE_INNER: &str = "198.19.1.1";
@@ -517,6 +519,37 @@ fn two_tenants_with_overlapping_addresses_are_isolated_and_provisioned_by_attest
     let log = bed.log();
     assert!(!log.contains(PSK) && !log.contains(PSK_B));
     assert!(log.contains("secret psk provisioned by attestation and sealed"), "{log}");
+
+    // The privilege test's service half: started as root, the service became a user of its
+    // own with three network capabilities, and all of the above ran so. As that user,
+    // neither an enclave's memory nor the platform's, nor the platform's files, open.
+    let service_pid = bed.svc_process.as_ref().unwrap().pid();
+    let service_uid = 1_999_999_999;
+    assert_eq!(uid_of(service_pid), service_uid, "{}", bed.logs());
+    assert_eq!(
+        capabilities_of(service_pid),
+        1 << 10 | 1 << 12 | 1 << 13,
+        "NET_BIND_SERVICE, NET_ADMIN, NET_RAW"
+    );
+    assert!(log.contains("service: runs as user 1999999999"), "{log}");
+    let status = bed.cli_ok(&["status"]);
+    let platform_pid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("platform process pid "))
+        .unwrap_or_else(|| panic!("{status}"))
+        .trim()
+        .to_owned();
+    assert_eq!(uid_of(platform_pid.parse().unwrap()), 0, "the platform keeps root to start enclaves");
+    let dir = bed.svc.dir();
+    let mut targets: Vec<String> = pids.iter().map(|p| format!("/proc/{p}/mem")).collect();
+    targets.push(format!("/proc/{platform_pid}/mem"));
+    for f in ["sealing.key", "platform.key", "api.token", "ledger/1"] {
+        targets.push(dir.join(f).display().to_string());
+    }
+    for target in &targets {
+        assert_denied_as(service_uid, target);
+    }
+    assert!(std::fs::read(dir.join("ledger/1")).is_ok(), "positive control: the ledger is there");
 }
 
 #[test]

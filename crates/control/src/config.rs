@@ -11,6 +11,7 @@
 //! api_token = "api.token"         # the token's file, mode 0600 (made if missing)
 //! enclave = "process"             # or "inline" (tests)
 //! enclave_uid_base = 2000000000   # tenant T's enclave runs as user base + T (0: the service's)
+//! service_uid = 1999999999        # the user the service becomes after set-up (0: stays root)
 //! cas = "http://198.18.0.9:9450"   # optional: tenants from a `cloister cas` as well
 //! cas_token = "cas.token"         # this gateway's token there
 //!
@@ -61,6 +62,7 @@ struct RawService {
     cas: Option<String>,
     cas_token: Option<String>,
     enclave_uid_base: Option<u32>,
+    service_uid: Option<u32>,
 }
 
 /// `[service]`, checked.
@@ -87,6 +89,33 @@ pub struct ServiceSettings {
     /// base + T; 0 runs them as the service's own user; unset, [`DEFAULT_ENCLAVE_UID_BASE`]
     /// where the service starts as root.
     pub enclave_uid_base: Option<u32>,
+    /// `service_uid` as written: the user and group the service becomes once its platform
+    /// runs and its private files are read, when it started as root with enclave users;
+    /// unset, the enclave user base minus one; 0 keeps root.
+    pub service_uid: Option<u32>,
+}
+
+impl ServiceSettings {
+    /// The enclave user base for a service that started as root (`root`) or not: `None`
+    /// runs enclaves as the platform's own user.
+    pub fn enclave_users(&self, root: bool) -> Result<Option<u32>> {
+        match self.enclave_uid_base {
+            Some(0) => Ok(None),
+            Some(b) if root => Ok(Some(b)),
+            Some(_) => Err(Error::Internal {
+                what: "service.enclave_uid_base: enclave users need the service to start as root".into(),
+            }),
+            None => Ok(root.then_some(DEFAULT_ENCLAVE_UID_BASE)),
+        }
+    }
+
+    /// The HSM agent's user, where the service starts as root (`root`) with enclave users
+    /// and has `[migrate.hsm]`: `agent_uid`, or the enclave user base minus two.
+    pub fn agent_uid(&self, root: bool) -> Option<u32> {
+        let hsm = self.migrate.as_ref()?.hsm.as_ref()?;
+        let base = self.enclave_users(root).ok()??;
+        Some(hsm.agent_uid.unwrap_or(base - 2))
+    }
 }
 
 /// One tenant, checked.
@@ -142,6 +171,7 @@ impl ServiceConfig {
                 cas: None,
                 cas_token: None,
                 enclave_uid_base: None,
+                service_uid: None,
             },
         };
         let api = raw.api.as_deref().unwrap_or(DEFAULT_API);
@@ -171,6 +201,25 @@ impl ServiceConfig {
                     })
                 }
                 b => b,
+            },
+            service_uid: match (raw.service_uid, raw.enclave_uid_base) {
+                (Some(u), _) if u != 0 && u < 1000 => {
+                    return Err(Error::Config {
+                        line: line_of(text, &["service", "service_uid"]),
+                        field: "service.service_uid".into(),
+                        why: "0 (stay root) or a user ID of at least 1000".into(),
+                    })
+                }
+                (Some(u), base)
+                    if u != 0 && u >= base.filter(|&b| b != 0).unwrap_or(DEFAULT_ENCLAVE_UID_BASE) =>
+                {
+                    return Err(Error::Config {
+                        line: line_of(text, &["service", "service_uid"]),
+                        field: "service.service_uid".into(),
+                        why: "below enclave_uid_base: the users above it are the tenants' enclaves'".into(),
+                    })
+                }
+                (u, _) => u,
             },
             cas: match (raw.cas, raw.cas_token) {
                 (None, None) => None,

@@ -86,6 +86,9 @@ pub struct HsmSettings {
     /// The HSM's backup root (`cloister migrate backup-root`): measured into every tenant's
     /// enclave, which backs up only to keys it certified. None: backups are refused.
     pub backup_root: Option<Vec<u8>>,
+    /// `agent_uid` as written: the user and group the HSM agent runs as when the service
+    /// starts as root with enclave users; unset, the enclave user base minus two.
+    pub agent_uid: Option<u32>,
 }
 
 /// `[migrate.peers.NAME]`: another gateway host.
@@ -117,6 +120,7 @@ struct RawHsm {
     oaep: Option<String>,
     audit: Option<String>,
     backup_root: Option<String>,
+    agent_uid: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -159,6 +163,10 @@ impl MigrateSettings {
                         )
                     })?),
                 },
+                agent_uid: match h.agent_uid {
+                    Some(u) if u < 1000 => return Err(bad("hsm.agent_uid", "a user ID of at least 1000")),
+                    u => u,
+                },
             }),
         };
         let mut peers = BTreeMap::new();
@@ -191,11 +199,56 @@ impl MigrateSettings {
 pub(crate) struct Agent {
     pub(crate) settings: MigrateSettings,
     pub(crate) token: Zeroizing<String>,
-    /// The binary whose `hsm-agent` subcommand runs the HSM agent.
-    program: PathBuf,
-    /// This host's platform key: the agent rewraps only to enclaves it signed evidence for.
-    platform_key: Vec<u8>,
+    starter: AgentStarter,
     hsm: Mutex<Option<HsmAgent>>,
+}
+
+/// Who starts the HSM agent.
+pub(crate) enum AgentStarter {
+    /// This process, as its own user (inline enclaves: the service holds the platform).
+    Here {
+        /// The binary whose `hsm-agent` subcommand runs the HSM agent.
+        program: PathBuf,
+        /// This host's platform key: the agent rewraps only to enclaves it signed evidence for.
+        platform_key: Vec<u8>,
+        /// The agent's own user, where this process is root and may start it so.
+        user: Option<u32>,
+    },
+    /// The platform process, under the agent's own user and with the platform's own key,
+    /// both fixed when the platform started.
+    Platform(platform::PlatformClient),
+}
+
+/// The agent's process as the platform holds it.
+struct ViaPlatform(platform::RemoteProcess);
+
+impl migrate::AgentProcess for ViaPlatform {
+    fn pid(&self) -> u32 {
+        self.0.pid()
+    }
+
+    fn exited(&mut self) -> bool {
+        self.0.exited()
+    }
+
+    fn end(&mut self) {
+        self.0.end();
+    }
+}
+
+impl HsmSettings {
+    /// What the agent is started with, trusting evidence under `platform_key`.
+    pub(crate) fn agent_settings(&self, platform_key: Vec<u8>) -> AgentSettings {
+        AgentSettings {
+            module: self.module.clone(),
+            token_label: self.token_label.clone(),
+            pin_file: self.pin.clone(),
+            oaep: self.oaep,
+            rsa_bits: migrate::DEFAULT_RSA_BITS,
+            audit: self.audit.clone(),
+            platform_key,
+        }
+    }
 }
 
 impl core::fmt::Debug for Agent {
@@ -206,9 +259,9 @@ impl core::fmt::Debug for Agent {
 
 impl Agent {
     /// Loads (or makes) the migration token.
-    pub(crate) fn new(settings: MigrateSettings, program: PathBuf, platform_key: Vec<u8>) -> Result<Self> {
+    pub(crate) fn new(settings: MigrateSettings, starter: AgentStarter) -> Result<Self> {
         let token = load_or_create_token(&settings.token)?;
-        Ok(Self { settings, token, program, platform_key, hsm: Mutex::new(None) })
+        Ok(Self { settings, token, starter, hsm: Mutex::new(None) })
     }
 
     /// Runs `f` with the HSM agent, starting it on first use (so a service starts while its
@@ -218,16 +271,25 @@ impl Agent {
         let Some(h) = &self.settings.hsm else { return Ok(None) };
         let mut g = self.hsm.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if g.is_none() {
-            let settings = AgentSettings {
-                module: h.module.clone(),
-                token_label: h.token_label.clone(),
-                pin_file: h.pin.clone(),
-                oaep: h.oaep,
-                rsa_bits: migrate::DEFAULT_RSA_BITS,
-                audit: h.audit.clone(),
-                platform_key: self.platform_key.clone(),
+            let agent = match &self.starter {
+                AgentStarter::Here { program, platform_key, user } => {
+                    let cmd = match user {
+                        Some(uid) => enclave_host::launch::command_as(
+                            program,
+                            enclave_host::Credentials { uid: *uid, gid: *uid },
+                        ),
+                        None => std::process::Command::new(program),
+                    };
+                    HsmAgent::start_command(cmd, &["hsm-agent"], &h.agent_settings(platform_key.clone()))
+                }
+                AgentStarter::Platform(client) => {
+                    let (input, output, process) = client
+                        .start_agent()
+                        .map_err(|e| Error::Migration(format!("HSM: starting the agent: {e}")))?;
+                    HsmAgent::over(input, output, Box::new(ViaPlatform(process)), h.oaep)
+                }
             };
-            *g = Some(HsmAgent::start(&self.program, &["hsm-agent"], &settings).map_err(hsm_error)?);
+            *g = Some(agent.map_err(hsm_error)?);
         }
         let Some(agent) = g.as_mut() else {
             return Err(Error::Internal { what: "HSM agent not started".into() });
@@ -559,7 +621,10 @@ pub fn backup_root(config: &crate::ServiceConfig, program: PathBuf) -> Result<Ve
         return Err(bad("hsm", "no [migrate.hsm]: the backup root lives in the HSM"));
     }
     let platform = crate::platform::Platform::load_or_create(&s.platform_key, &s.sealing_root)?;
-    let agent = Agent::new(m, program, platform.public_key().to_vec())?;
+    // As the service's agent will run: what it makes in the HSM's store stays readable to it.
+    let user = s.agent_uid(platform::started_as_root());
+    let agent =
+        Agent::new(m, AgentStarter::Here { program, platform_key: platform.public_key().to_vec(), user })?;
     agent
         .with_hsm(HsmAgent::backup_root)?
         .ok_or_else(|| Error::Internal { what: "HSM not configured".into() })

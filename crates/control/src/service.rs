@@ -16,7 +16,7 @@ use zeroize::Zeroizing;
 use crate::api::ApiServer;
 use crate::config::{ServiceConfig, ServiceSettings, TenantConfig};
 use crate::error::{Error, Result};
-use crate::moving::Agent;
+use crate::moving::{Agent, AgentStarter};
 use crate::platform::{hex, load_or_create_token, Platform, Source};
 use crate::released::{self, CasSource, Listed, NotReleased};
 use crate::tenant::{InlineLauncher, InlineStart, Launcher, Log, ProcessLauncher, TenantHandle};
@@ -112,24 +112,20 @@ fn tenant_starters<L: Launcher>(
 /// Starts the platform process (`program platform-process`), which holds the attestation
 /// key, the sealing root and the ledgers named in `settings`, and starts every enclave
 /// process of this service.
-fn start_platform(program: &Path, settings: &ServiceSettings, log: &Log) -> Result<platform::PlatformClient> {
+/// Returns the client and the enclave user base it was given (`None`: enclaves run as the
+/// platform's own user).
+fn start_platform(
+    program: &Path,
+    settings: &ServiceSettings,
+    log: &Log,
+) -> Result<(platform::PlatformClient, Option<u32>)> {
     let mut args: Vec<std::ffi::OsString> = vec![
         "platform-process".into(),
         "--attestation-key".into(),
         settings.platform_key.clone().into_os_string(),
     ];
     args.extend(platform::Roots::Sealing { sealing_root: settings.sealing_root.clone() }.args());
-    let root = platform::started_as_root();
-    let base = match settings.enclave_uid_base {
-        Some(0) => None,
-        Some(b) if root => Some(b),
-        Some(_) => {
-            return Err(Error::Internal {
-                what: "service.enclave_uid_base: enclave users need the service to start as root".into(),
-            })
-        }
-        None => root.then_some(crate::config::DEFAULT_ENCLAVE_UID_BASE),
-    };
+    let base = settings.enclave_users(platform::started_as_root())?;
     match base {
         Some(b) => {
             args.extend(["--enclave-uid-base".into(), b.to_string().into()]);
@@ -137,8 +133,43 @@ fn start_platform(program: &Path, settings: &ServiceSettings, log: &Log) -> Resu
         }
         None => log("enclave processes run as the service's own user"),
     }
-    platform::PlatformClient::start(program, &args, Duration::from_secs(20))
-        .map_err(|e| Error::Internal { what: format!("starting the platform process: {e}") })
+    if let Some(h) = settings.migrate.as_ref().and_then(|m| m.hsm.as_ref()) {
+        // The platform adds its own key; the service's say has no part in whom the agent trusts.
+        for a in h.agent_settings(Vec::new()).args_for_platform() {
+            args.extend(["--hsm-agent-arg".into(), a]);
+        }
+        if let Some(uid) = settings.agent_uid(base.is_some()) {
+            args.extend(["--hsm-agent-uid".into(), uid.to_string().into()]);
+            log(&format!("the HSM agent runs as user {uid}"));
+        }
+    }
+    let client = platform::PlatformClient::start(program, &args, Duration::from_secs(20))
+        .map_err(|e| Error::Internal { what: format!("starting the platform process: {e}") })?;
+    Ok((client, base))
+}
+
+/// The capabilities the service keeps as its own user: making TUN devices and configuring
+/// them (CAP_NET_ADMIN), the raw ESP sockets (CAP_NET_RAW), and IKE's ports 500 and 4500
+/// (CAP_NET_BIND_SERVICE). None of them reads another user's memory or files.
+const KEPT_CAPABILITIES: [u32; 3] = [CAP_NET_BIND_SERVICE, CAP_NET_ADMIN, CAP_NET_RAW];
+const CAP_NET_BIND_SERVICE: u32 = 10;
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_NET_RAW: u32 = 13;
+
+/// Makes the service `uid` (and group `uid`) with [`KEPT_CAPABILITIES`], once the platform
+/// runs and the service's private files are read: from here on it can read neither the
+/// platform's nor any enclave's memory or files. Namespaces it may no longer enter, the
+/// platform opens for it (`cio::netns::Lender`).
+fn become_service_user(client: &platform::PlatformClient, uid: u32, log: &Log) -> Result<()> {
+    if !cio::netns::set_lender(Box::new(client.clone())) {
+        return Err(Error::Internal { what: "a second service in one process".into() });
+    }
+    enclave_host::launch::become_user(enclave_host::Credentials { uid, gid: uid }, &KEPT_CAPABILITIES)
+        .map_err(|e| Error::Internal { what: format!("becoming user {uid}: {e}") })?;
+    log(&format!(
+        "service: runs as user {uid} with CAP_NET_ADMIN, CAP_NET_RAW and CAP_NET_BIND_SERVICE only"
+    ));
+    Ok(())
 }
 
 impl Service {
@@ -155,9 +186,14 @@ impl Service {
     ) -> Result<Self> {
         let settings = config.settings.clone();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&settings.state)?);
-        let mut platform = match settings.enclave {
-            Backend::Process => Platform::process(start_platform(&program, &settings, &log)?),
-            Backend::Inline => Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?,
+        let (mut platform, enclave_users) = match settings.enclave {
+            Backend::Process => {
+                let (client, base) = start_platform(&program, &settings, &log)?;
+                (Platform::process(client), base)
+            }
+            Backend::Inline => {
+                (Platform::load_or_create(&settings.platform_key, &settings.sealing_root)?, None)
+            }
         };
         if let Some(m) = &settings.migrate {
             platform.trust(m.peers.values().map(|p| p.platform_key.clone()));
@@ -187,11 +223,23 @@ impl Service {
             known: Mutex::new(BTreeMap::new()),
             refused: Mutex::new(BTreeMap::new()),
         });
-        let agent = settings
-            .migrate
-            .clone()
-            .map(|m| Agent::new(m, program, platform.public_key().to_vec()))
-            .transpose()?;
+        let starter = match platform.source() {
+            Source::Process(client) => AgentStarter::Platform(client.clone()),
+            // Inline enclaves: the service keeps root and starts the agent as its own user.
+            Source::Local(_) => AgentStarter::Here {
+                program,
+                platform_key: platform.public_key().to_vec(),
+                user: settings.agent_uid(platform::started_as_root()),
+            },
+        };
+        let agent = settings.migrate.clone().map(|m| Agent::new(m, starter)).transpose()?;
+        // Every private file the service reads is read; the threads that serve start below.
+        if let (Source::Process(client), Some(base)) = (platform.source(), enclave_users) {
+            match settings.service_uid {
+                Some(0) => log("service: keeps root (service_uid = 0)"),
+                uid => become_service_user(client, uid.unwrap_or(base - 1), &log)?,
+            }
+        }
         let inner = Arc::new(Inner {
             settings,
             dir: dir.to_path_buf(),

@@ -111,8 +111,10 @@ pub struct Dataplane<E: Enclave + 'static> {
     stats: Vec<Arc<WorkerStats>>,
     offloads: Offloads,
     tun: String,
-    /// The namespace the TUN device lives in, when not this one.
-    tun_netns: Option<cio::netns::Visit>,
+    /// The namespace the TUN device lives in, when not the one the data plane started in.
+    tun_netns: Option<String>,
+    /// Sockets in the TUN device's namespace, for its routes.
+    tun_control: netdev::Control,
     installed: Installed,
     udp: Vec<SocketAddr>,
     /// Whether arriving ESP-in-UDP is steered to workers by sequence number.
@@ -183,25 +185,23 @@ impl<E: Enclave + 'static> Dataplane<E> {
             .esp
             .install(&mut sad, &mut spd, Instant::now(), replay_window, |r| install_keys(&mut enclave, r))?;
 
-        let tun_netns = settings.tun_netns.as_deref().map(cio::netns::Visit::named).transpose()?;
-        let open_tun = || -> Result<Tun, Error> {
-            let tun = Tun::open(&settings.tun, n, settings.offload)?;
-            let name = tun.name();
-            netdev::set_mtu(name, u32::from(settings.tun_mtu))?;
-            netdev::set_up(name)?;
-            for a in &settings.tun_addresses {
-                netdev::add_address(name, *a)?;
+        // The device is made in its namespace, from descriptors opened there; the sockets
+        // below stay in this thread's.
+        let (tun, tun_netns, control) = match settings.tun_netns.as_deref() {
+            Some(ns) => {
+                let lent = cio::netns::lend(ns, n)?;
+                (Tun::open_on(lent.tun, &settings.tun, settings.offload)?, Some(lent.name), lent.control)
             }
-            for r in &settings.routes {
-                netdev::add_route(name, *r)?;
-            }
-            Ok(tun)
+            None => (Tun::open(&settings.tun, n, settings.offload)?, None, netdev::Control::here()?),
         };
-        // The device is made in its namespace; the sockets below stay in this thread's.
-        let tun = match &tun_netns {
-            Some(ns) => ns.run(open_tun)??,
-            None => open_tun()?,
-        };
+        control.set_mtu(tun.name(), u32::from(settings.tun_mtu))?;
+        control.set_up(tun.name())?;
+        for a in &settings.tun_addresses {
+            control.add_address(tun.name(), *a)?;
+        }
+        for r in &settings.routes {
+            control.add_route(tun.name(), *r)?;
+        }
         let name = tun.name().to_owned();
         let tun_offloads = tun.offloads();
 
@@ -239,6 +239,7 @@ impl<E: Enclave + 'static> Dataplane<E> {
             offloads: Offloads { tun: tun_offloads, udp: udp_offloads },
             tun: name,
             tun_netns,
+            tun_control: control,
             installed,
             udp: udp_addrs,
             spread_inbound,
@@ -279,16 +280,12 @@ impl<E: Enclave + 'static> Dataplane<E> {
 
     /// Routes `prefix` into the TUN device, in the namespace the device lives in.
     pub fn add_tun_route(&self, prefix: netdev::Prefix) -> Result<(), Error> {
-        match &self.tun_netns {
-            Some(ns) => ns.run(|| netdev::add_route(&self.tun, prefix))??,
-            None => netdev::add_route(&self.tun, prefix)?,
-        }
-        Ok(())
+        Ok(self.tun_control.add_route(&self.tun, prefix)?)
     }
 
     /// The namespace the TUN device lives in, when it is not the data plane's.
     pub fn tun_netns(&self) -> Option<&str> {
-        self.tun_netns.as_ref().map(cio::netns::Visit::name)
+        self.tun_netns.as_deref()
     }
 
     /// The TUN device's name.

@@ -200,24 +200,12 @@ impl Launch for Direct {
                 Ok(())
             });
         }
-        let mut own = OwnChild(cmd.spawn().map_err(|e| ProcessError::Os {
+        let child = cmd.spawn().map_err(|e| ProcessError::Os {
             what: "spawn(enclave process)",
             errno: e.raw_os_error().unwrap_or(0),
-        })?);
+        })?;
         drop((config_rd, ledger_theirs));
-        let pid = own.0.id();
-        // SAFETY: pidfd_open on our own unreaped child (it cannot be recycled before we
-        // wait for it) returns a new descriptor or -1.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-        let pidfd = match RawFd::try_from(raw) {
-            // SAFETY: a fresh descriptor owned by nobody else.
-            Ok(fd) if fd >= 0 => unsafe { OwnedFd::from_raw_fd(fd) },
-            _ => {
-                let e = ProcessError::Os { what: "pidfd_open(enclave process)", errno: errno() };
-                own.end();
-                return Err(e);
-            }
-        };
+        let Launched { pid, pidfd, end: mut own } = adopt(child)?;
         // Answers this child until its end of the channel closes (it exited).
         let ledger = self.ledger.clone();
         let socket = std::os::unix::net::UnixDatagram::from(ledger_ours);
@@ -239,17 +227,83 @@ impl Launch for Direct {
             // The child closed the pipe unread: it is dying; say how it ended.
             return Err(ProcessError::Died { pid, exit: own.end() });
         }
-        Ok(Launched { pid, pidfd, end: Box::new(own) })
+        Ok(Launched { pid, pidfd, end: own })
+    }
+}
+
+/// Takes `child` (just spawned, not yet waited for) as a [`Launched`]: its pidfd, and an end
+/// that kills and reaps it. A child whose pidfd cannot be had is ended.
+pub fn adopt(child: std::process::Child) -> Result<Launched, ProcessError> {
+    let mut own = OwnChild(child);
+    let pid = own.0.id();
+    // SAFETY: pidfd_open on our own unreaped child (it cannot be recycled before we wait
+    // for it) returns a new descriptor or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    match RawFd::try_from(raw) {
+        Ok(fd) if fd >= 0 => {
+            // SAFETY: a fresh descriptor owned by nobody else.
+            let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+            Ok(Launched { pid, pidfd, end: Box::new(own) })
+        }
+        _ => {
+            let e = ProcessError::Os { what: "pidfd_open(child)", errno: errno() };
+            own.end();
+            Err(e)
+        }
     }
 }
 
 /// Puts the forked child (one thread, before exec) in a fresh, empty network namespace and
-/// makes it user and group `c`, with no other group and one capability left: CAP_IPC_LOCK, as an ambient capability so that it
-/// survives the exec. The enclave locks all its memory (`mlockall`, `memfd_secret`), which
-/// without it is capped by RLIMIT_MEMLOCK, and raising that limit needs CAP_SYS_RESOURCE,
-/// which a container's root often lacks.
+/// makes it user and group `c`, with no other group and one capability left: CAP_IPC_LOCK,
+/// as an ambient capability so that it survives the exec. The enclave locks all its memory
+/// (`mlockall`, `memfd_secret`), which without it is capped by RLIMIT_MEMLOCK, and raising
+/// that limit needs CAP_SYS_RESOURCE, which a container's root often lacks.
 fn drop_to(c: Credentials) -> std::io::Result<()> {
+    // SAFETY: unshare(2) with a flag changes only this process's namespaces.
+    // A fresh network namespace while still root: the child, as its own user, could make
+    // one only inside a user namespace, which would cost it CAP_IPC_LOCK.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    become_user_locking(c)
+}
+
+/// [`become_user`] keeping CAP_IPC_LOCK alone, raised as an ambient capability so that it
+/// survives the exec: for children that lock their memory (enclaves, the HSM agent).
+fn become_user_locking(c: Credentials) -> std::io::Result<()> {
     const CAP_IPC_LOCK: u32 = 14;
+    become_user(c, &[CAP_IPC_LOCK])?;
+    let raise = libc::c_ulong::from(CAP_IPC_LOCK);
+    // SAFETY: prctl(PR_CAP_AMBIENT_RAISE) with a capability number reads no memory.
+    if unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong, raise, 0, 0) }
+        != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A command for `program` that runs as user and group `c` (this process must be root)
+/// with CAP_IPC_LOCK only, so that it may lock its memory as that user: how the HSM agent
+/// is started under a user of its own.
+pub fn command_as(program: &std::path::Path, c: Credentials) -> Command {
+    let mut cmd = Command::new(program);
+    // SAFETY: the closure runs in the forked child before exec and makes only the plain
+    // system calls of `become_user_locking` on the child's own credentials.
+    unsafe {
+        cmd.pre_exec(move || become_user_locking(c));
+    }
+    cmd
+}
+
+/// Makes this process user and group `c` with no supplementary group and exactly the
+/// capabilities `keep` (numbers below 32, e.g. 12 for CAP_NET_ADMIN) on the calling thread:
+/// effective, permitted and inheritable. Root's other powers are gone for good. The user and
+/// groups change for every thread (the C library's wrappers tell them all); other threads
+/// that exist now lose every capability, and threads the caller starts later inherit its
+/// set; neither it nor its children gain privileges by exec again. Call it from the thread
+/// that starts the others, before it does.
+pub fn become_user(c: Credentials, keep: &[u32]) -> std::io::Result<()> {
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
     #[repr(C)]
     struct Header {
@@ -263,33 +317,34 @@ fn drop_to(c: Credentials) -> std::io::Result<()> {
         permitted: u32,
         inheritable: u32,
     }
+    let mut mask = 0u32;
+    for &cap in keep {
+        mask |= 1u32.checked_shl(cap).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    }
     let fail = || Err(std::io::Error::last_os_error());
-    let one =
-        Data { effective: 1 << CAP_IPC_LOCK, permitted: 1 << CAP_IPC_LOCK, inheritable: 1 << CAP_IPC_LOCK };
-    let none = Data { effective: 0, permitted: 0, inheritable: 0 };
+    let data = [
+        Data { effective: mask, permitted: mask, inheritable: mask },
+        Data { effective: 0, permitted: 0, inheritable: 0 },
+    ];
     let header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
-    let data = [one, none];
-    // SAFETY: unshare, prctl, setgroups (an empty list: no pointer is read), setgid, setuid and
+    // SAFETY: prctl, setgroups (an empty list: no pointer is read), setresgid, setresuid and
     // capset (a version-3 header and the two data words it names, all on this stack) are
     // plain system calls on this process's own credentials.
     unsafe {
-        // A fresh network namespace while still root: the child, as its own user, could
-        // make one only inside a user namespace, which would cost it CAP_IPC_LOCK.
-        if libc::unshare(libc::CLONE_NEWNET) != 0 {
-            return fail();
-        }
         if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0
             || libc::setgroups(0, core::ptr::null()) != 0
-            || libc::setgid(c.gid) != 0
-            || libc::setuid(c.uid) != 0
+            || libc::setresgid(c.gid, c.gid, c.gid) != 0
+            || libc::setresuid(c.uid, c.uid, c.uid) != 0
         {
             return fail();
         }
         if libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) != 0 {
             return fail();
         }
-        let raise = libc::c_ulong::from(CAP_IPC_LOCK);
-        if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong, raise, 0, 0) != 0 {
+        // Nor may it gain any by exec (a set-user-ID program, file capabilities).
+        if libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+        {
             return fail();
         }
     }

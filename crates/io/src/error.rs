@@ -25,13 +25,14 @@ pub enum Error {
         /// Why.
         why: &'static str,
     },
-}
-
-impl Error {
-    /// An `Error::Syscall` from `errno` of the last call.
-    pub(crate) fn last(call: &'static str, object: impl Into<String>) -> Self {
-        Self::Syscall { call, object: object.into(), source: std::io::Error::last_os_error() }
-    }
+    /// The process's [`crate::netns::Lender`] refused.
+    #[error("namespace {name}: {why}")]
+    Lender {
+        /// The namespace asked for.
+        name: String,
+        /// The lender's answer.
+        why: String,
+    },
 }
 
 /// Result alias for this crate's set-up calls.

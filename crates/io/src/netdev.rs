@@ -81,6 +81,141 @@ fn control_socket(v6: bool) -> io::Result<OwnedFd> {
     sys::socket(if v6 { libc::AF_INET6 } else { libc::AF_INET }, libc::SOCK_DGRAM, 0)
 }
 
+/// The sockets the configuration ioctls go through. A socket belongs to the namespace it was
+/// opened in, so a `Control` opened there (by this process, or lent by one that may enter
+/// it, [`crate::netns::lend`]) configures that namespace's devices from any thread.
+#[derive(Debug)]
+pub struct Control {
+    v4: OwnedFd,
+    /// `None` where the namespace has no IPv6.
+    v6: Option<OwnedFd>,
+}
+
+impl Control {
+    /// Sockets in the calling thread's namespace.
+    pub fn here() -> Result<Self> {
+        let v4 = control_socket(false).map_err(syscall("socket", "AF_INET"))?;
+        Ok(Self { v4, v6: control_socket(true).ok() })
+    }
+
+    /// Sockets another process opened (both `SOCK_DGRAM`, of families `AF_INET` and
+    /// `AF_INET6`); their namespace is the one they were opened in.
+    pub fn from_sockets(v4: OwnedFd, v6: Option<OwnedFd>) -> Self {
+        Self { v4, v6 }
+    }
+
+    /// The sockets, to lend to another process.
+    pub fn sockets(&self) -> (BorrowedFd<'_>, Option<BorrowedFd<'_>>) {
+        (self.v4.as_fd(), self.v6.as_ref().map(AsFd::as_fd))
+    }
+
+    fn v6(&self, name: &str) -> Result<BorrowedFd<'_>> {
+        self.v6.as_ref().map(AsFd::as_fd).ok_or_else(|| Error::Invalid {
+            what: "IPv6 configuration of",
+            value: name.to_owned(),
+            why: "the device's namespace has no IPv6",
+        })
+    }
+
+    /// The interface index of `name` in the sockets' namespace.
+    pub fn index(&self, name: &str) -> Result<u32> {
+        let mut ifr = ifreq(name)?;
+        ioctl_ptr(self.v4.as_fd(), libc::SIOCGIFINDEX, &mut ifr).map_err(syscall("SIOCGIFINDEX", name))?;
+        // SAFETY: SIOCGIFINDEX filled the index member of the union.
+        let i = unsafe { ifr.ifr_ifru.ifru_ifindex };
+        u32::try_from(i).map_err(|_| Error::Invalid {
+            what: "interface index of",
+            value: name.to_owned(),
+            why: "negative",
+        })
+    }
+
+    /// Brings `name` up.
+    pub fn set_up(&self, name: &str) -> Result<()> {
+        let s = self.v4.as_fd();
+        let mut ifr = ifreq(name)?;
+        ioctl_ptr(s, libc::SIOCGIFFLAGS, &mut ifr).map_err(syscall("SIOCGIFFLAGS", name))?;
+        // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+        let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+        // IFF_UP is 1: it fits the c_short.
+        ifr.ifr_ifru.ifru_flags = flags | libc::c_short::try_from(libc::IFF_UP).unwrap_or(1);
+        ioctl_ptr(s, libc::SIOCSIFFLAGS, &mut ifr).map_err(syscall("SIOCSIFFLAGS", name))
+    }
+
+    /// Sets the MTU of `name`.
+    pub fn set_mtu(&self, name: &str, mtu: u32) -> Result<()> {
+        let mut ifr = ifreq(name)?;
+        ifr.ifr_ifru.ifru_mtu = libc::c_int::try_from(mtu).map_err(|_| Error::Invalid {
+            what: "MTU",
+            value: mtu.to_string(),
+            why: "too large",
+        })?;
+        ioctl_ptr(self.v4.as_fd(), libc::SIOCSIFMTU, &mut ifr).map_err(syscall("SIOCSIFMTU", name))
+    }
+
+    /// Adds the address `prefix` (e.g. `198.18.10.1/24`) to `name`.
+    pub fn add_address(&self, name: &str, prefix: Prefix) -> Result<()> {
+        match prefix.addr {
+            IpAddr::V4(a) => {
+                let s = self.v4.as_fd();
+                let mut ifr = ifreq(name)?;
+                ifr.ifr_ifru.ifru_addr = sockaddr_v4(a);
+                ioctl_ptr(s, libc::SIOCSIFADDR, &mut ifr).map_err(syscall("SIOCSIFADDR", name))?;
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix.len)).unwrap_or(0);
+                ifr.ifr_ifru.ifru_netmask = sockaddr_v4(Ipv4Addr::from(mask));
+                ioctl_ptr(s, libc::SIOCSIFNETMASK, &mut ifr).map_err(syscall("SIOCSIFNETMASK", name))
+            }
+            IpAddr::V6(a) => {
+                let mut req = libc::in6_ifreq {
+                    ifr6_addr: libc::in6_addr { s6_addr: a.octets() },
+                    ifr6_prefixlen: u32::from(prefix.len),
+                    ifr6_ifindex: libc::c_int::try_from(self.index(name)?).unwrap_or(0),
+                };
+                ioctl_ptr(self.v6(name)?, libc::SIOCSIFADDR, &mut req).map_err(syscall("SIOCSIFADDR", name))
+            }
+        }
+    }
+
+    /// Adds a route to `prefix` through `name` (no gateway).
+    pub fn add_route(&self, name: &str, prefix: Prefix) -> Result<()> {
+        match prefix.network() {
+            IpAddr::V4(net) => {
+                let dev = std::ffi::CString::new(name).map_err(|_| Error::Invalid {
+                    what: "device name",
+                    value: name.to_owned(),
+                    why: "contains a NUL byte",
+                })?;
+                // SAFETY: rtentry is plain old data with one pointer; all-zero (null) is valid.
+                let mut rt: libc::rtentry = unsafe { core::mem::zeroed() };
+                rt.rt_dst = sockaddr_v4(net);
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix.len)).unwrap_or(0);
+                rt.rt_genmask = sockaddr_v4(Ipv4Addr::from(mask));
+                rt.rt_flags = libc::RTF_UP;
+                // The kernel only reads the name through this pointer, during the call below,
+                // while `dev` is alive.
+                rt.rt_dev = dev.as_ptr().cast_mut();
+                ioctl_ptr(self.v4.as_fd(), libc::SIOCADDRT, &mut rt).map_err(syscall("SIOCADDRT", name))
+            }
+            IpAddr::V6(net) => {
+                let unspecified = libc::in6_addr { s6_addr: [0; 16] };
+                let mut rt = In6Rtmsg {
+                    dst: libc::in6_addr { s6_addr: net.octets() },
+                    src: unspecified,
+                    gateway: unspecified,
+                    rt_type: 0,
+                    dst_len: u16::from(prefix.len),
+                    src_len: 0,
+                    metric: IP6_RT_PRIO_USER,
+                    info: 0,
+                    flags: u32::from(libc::RTF_UP),
+                    ifindex: libc::c_int::try_from(self.index(name)?).unwrap_or(0),
+                };
+                ioctl_ptr(self.v6(name)?, libc::SIOCADDRT, &mut rt).map_err(syscall("SIOCADDRT", name))
+            }
+        }
+    }
+}
+
 fn ifreq(name: &str) -> Result<libc::ifreq> {
     let raw = sys::ifname(name).ok_or_else(|| Error::Invalid {
         what: "device name",
@@ -104,43 +239,14 @@ fn syscall<'a>(call: &'static str, name: &'a str) -> impl FnOnce(io::Error) -> E
     move |source| Error::Syscall { call, object: name.to_owned(), source }
 }
 
-/// The interface index of `name`.
-pub fn index(name: &str) -> Result<u32> {
-    let c = std::ffi::CString::new(name).map_err(|_| Error::Invalid {
-        what: "device name",
-        value: name.to_owned(),
-        why: "contains a NUL byte",
-    })?;
-    // SAFETY: `c` is NUL-terminated; if_nametoindex only reads it.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if i == 0 {
-        return Err(Error::last("if_nametoindex", name));
-    }
-    Ok(i)
-}
-
-/// Brings `name` up.
+/// Brings `name` (in the calling thread's namespace) up.
 pub fn set_up(name: &str) -> Result<()> {
-    let s = control_socket(false).map_err(syscall("socket", name))?;
-    let mut ifr = ifreq(name)?;
-    ioctl_ptr(s.as_fd(), libc::SIOCGIFFLAGS, &mut ifr).map_err(syscall("SIOCGIFFLAGS", name))?;
-    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
-    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
-    // IFF_UP is 1: it fits the c_short.
-    ifr.ifr_ifru.ifru_flags = flags | libc::c_short::try_from(libc::IFF_UP).unwrap_or(1);
-    ioctl_ptr(s.as_fd(), libc::SIOCSIFFLAGS, &mut ifr).map_err(syscall("SIOCSIFFLAGS", name))
+    Control::here()?.set_up(name)
 }
 
-/// Sets the MTU of `name`.
+/// Sets the MTU of `name` (in the calling thread's namespace).
 pub fn set_mtu(name: &str, mtu: u32) -> Result<()> {
-    let s = control_socket(false).map_err(syscall("socket", name))?;
-    let mut ifr = ifreq(name)?;
-    ifr.ifr_ifru.ifru_mtu = libc::c_int::try_from(mtu).map_err(|_| Error::Invalid {
-        what: "MTU",
-        value: mtu.to_string(),
-        why: "too large",
-    })?;
-    ioctl_ptr(s.as_fd(), libc::SIOCSIFMTU, &mut ifr).map_err(syscall("SIOCSIFMTU", name))
+    Control::here()?.set_mtu(name, mtu)
 }
 
 fn sockaddr_v4(a: Ipv4Addr) -> libc::sockaddr {
@@ -155,69 +261,15 @@ fn sockaddr_v4(a: Ipv4Addr) -> libc::sockaddr {
     unsafe { core::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
 }
 
-/// Adds the address `prefix` (e.g. `198.18.10.1/24`) to `name`.
+/// Adds the address `prefix` (e.g. `198.18.10.1/24`) to `name` (in the calling thread's
+/// namespace).
 pub fn add_address(name: &str, prefix: Prefix) -> Result<()> {
-    match prefix.addr {
-        IpAddr::V4(a) => {
-            let s = control_socket(false).map_err(syscall("socket", name))?;
-            let mut ifr = ifreq(name)?;
-            ifr.ifr_ifru.ifru_addr = sockaddr_v4(a);
-            ioctl_ptr(s.as_fd(), libc::SIOCSIFADDR, &mut ifr).map_err(syscall("SIOCSIFADDR", name))?;
-            let mask = u32::MAX.checked_shl(32 - u32::from(prefix.len)).unwrap_or(0);
-            ifr.ifr_ifru.ifru_netmask = sockaddr_v4(Ipv4Addr::from(mask));
-            ioctl_ptr(s.as_fd(), libc::SIOCSIFNETMASK, &mut ifr).map_err(syscall("SIOCSIFNETMASK", name))
-        }
-        IpAddr::V6(a) => {
-            let s = control_socket(true).map_err(syscall("socket", name))?;
-            let mut req = libc::in6_ifreq {
-                ifr6_addr: libc::in6_addr { s6_addr: a.octets() },
-                ifr6_prefixlen: u32::from(prefix.len),
-                ifr6_ifindex: libc::c_int::try_from(index(name)?).unwrap_or(0),
-            };
-            ioctl_ptr(s.as_fd(), libc::SIOCSIFADDR, &mut req).map_err(syscall("SIOCSIFADDR", name))
-        }
-    }
+    Control::here()?.add_address(name, prefix)
 }
 
-/// Adds a route to `prefix` through `name` (no gateway).
+/// Adds a route to `prefix` through `name` (no gateway; in the calling thread's namespace).
 pub fn add_route(name: &str, prefix: Prefix) -> Result<()> {
-    match prefix.network() {
-        IpAddr::V4(net) => {
-            let s = control_socket(false).map_err(syscall("socket", name))?;
-            let dev = std::ffi::CString::new(name).map_err(|_| Error::Invalid {
-                what: "device name",
-                value: name.to_owned(),
-                why: "contains a NUL byte",
-            })?;
-            // SAFETY: rtentry is plain old data with one pointer; all-zero (null) is valid.
-            let mut rt: libc::rtentry = unsafe { core::mem::zeroed() };
-            rt.rt_dst = sockaddr_v4(net);
-            let mask = u32::MAX.checked_shl(32 - u32::from(prefix.len)).unwrap_or(0);
-            rt.rt_genmask = sockaddr_v4(Ipv4Addr::from(mask));
-            rt.rt_flags = libc::RTF_UP;
-            // The kernel only reads the name through this pointer, during the call below,
-            // while `dev` is alive.
-            rt.rt_dev = dev.as_ptr().cast_mut();
-            ioctl_ptr(s.as_fd(), libc::SIOCADDRT, &mut rt).map_err(syscall("SIOCADDRT", name))
-        }
-        IpAddr::V6(net) => {
-            let s = control_socket(true).map_err(syscall("socket", name))?;
-            let unspecified = libc::in6_addr { s6_addr: [0; 16] };
-            let mut rt = In6Rtmsg {
-                dst: libc::in6_addr { s6_addr: net.octets() },
-                src: unspecified,
-                gateway: unspecified,
-                rt_type: 0,
-                dst_len: u16::from(prefix.len),
-                src_len: 0,
-                metric: IP6_RT_PRIO_USER,
-                info: 0,
-                flags: u32::from(libc::RTF_UP),
-                ifindex: libc::c_int::try_from(index(name)?).unwrap_or(0),
-            };
-            ioctl_ptr(s.as_fd(), libc::SIOCADDRT, &mut rt).map_err(syscall("SIOCADDRT", name))
-        }
-    }
+    Control::here()?.add_route(name, prefix)
 }
 
 #[cfg(test)]

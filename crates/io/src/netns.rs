@@ -1,11 +1,13 @@
-//! Moving the calling thread into a network namespace (`setns(2)`), so that the devices
-//! and sockets it then opens, and the threads it then starts, live there. The rest of the
+//! Network namespaces: moving the calling thread into one (`setns(2)`), so that the devices
+//! and sockets it then opens, and the threads it then starts, live there (the rest of the
 //! process stays where it was; this is how tests run gateways in `ip netns` namespaces
-//! inside one test process.
+//! inside one test process), and descriptors opened inside one for a process that may not
+//! enter it.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
+use crate::netdev::Control;
 use crate::sys::cvt;
 use crate::{Error, Result};
 
@@ -46,31 +48,24 @@ fn set(fd: &OwnedFd, shown: &str) -> Result<()> {
     Ok(())
 }
 
-/// A named namespace that a thread visits for a moment and leaves again: a tenant's TUN
-/// device lives in the tenant's own namespace (its cloud side, so tenants may use the same
-/// addresses), while the gateway's sockets stay where the gateway runs.
+/// A named namespace that a thread visits for a moment and leaves again.
 #[derive(Debug)]
-pub struct Visit {
+struct Visit {
     name: String,
     target: OwnedFd,
 }
 
 impl Visit {
     /// Opens the namespace `ip netns` knows as `name`.
-    pub fn named(name: &str) -> Result<Self> {
+    fn named(name: &str) -> Result<Self> {
         check_name(name)?;
         Ok(Self { name: name.to_owned(), target: open(&Path::new(NETNS_DIR).join(name))? })
-    }
-
-    /// The namespace's name.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Runs `f` with the calling thread in the namespace, then moves it back to the
     /// namespace it was in (whatever `f` returned). Devices and sockets opened by `f` stay
     /// in the visited namespace.
-    pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+    fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
         let home = open(Path::new("/proc/thread-self/ns/net"))?;
         set(&self.target, &self.name)?;
         let out = f();
@@ -78,6 +73,67 @@ impl Visit {
         // namespace; the caller must not go on as if nothing happened.
         set(&home, "the thread's own namespace")?;
         Ok(out)
+    }
+}
+
+/// What a data plane needs of a namespace it does not run in: a tenant's TUN device lives
+/// in the tenant's own namespace (its cloud side, so tenants may use the same addresses),
+/// while the gateway's sockets stay where the gateway runs. Every descriptor here belongs
+/// to that namespace, whichever thread or process uses it.
+#[derive(Debug)]
+pub struct Lent {
+    /// The namespace's name.
+    pub name: String,
+    /// Sockets for configuring its devices.
+    pub control: Control,
+    /// Open descriptors of `/dev/net/tun`, one per queue ([`crate::tun::Tun::open_on`]).
+    pub tun: Vec<OwnedFd>,
+}
+
+/// Most TUN queues one lending carries (a data plane has at most 64 workers).
+pub const MAX_LENT_QUEUES: usize = 64;
+
+/// Opens, inside the namespace `ip netns` knows as `name`, what [`Lent`] holds. Entering
+/// a namespace takes `CAP_SYS_ADMIN`: a service that dropped it asks a [`Lender`] instead.
+pub fn open_in(name: &str, tun_queues: usize) -> Result<Lent> {
+    if tun_queues == 0 || tun_queues > MAX_LENT_QUEUES {
+        return Err(Error::Invalid { what: "TUN queues", value: tun_queues.to_string(), why: "1 to 64" });
+    }
+    let visit = Visit::named(name)?;
+    let (control, tun) = visit.run(|| -> Result<_> {
+        let control = Control::here()?;
+        let tun = (0..tun_queues)
+            .map(|_| crate::tun::open_clone_device())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|source| Error::Syscall { call: "open", object: "/dev/net/tun".into(), source })?;
+        Ok((control, tun))
+    })??;
+    Ok(Lent { name: visit.name, control, tun })
+}
+
+/// Who opens namespaces for this process when it may not enter them itself.
+pub trait Lender: Send + Sync {
+    /// [`open_in`], done by someone who may.
+    fn lend(&self, name: &str, tun_queues: usize) -> Result<Lent>;
+}
+
+/// This process's lender, once it has dropped the right to enter namespaces.
+static LENDER: std::sync::OnceLock<Box<dyn Lender>> = std::sync::OnceLock::new();
+
+/// Makes `lender` open every namespace this process asks for from now on ([`lend`]). Which
+/// namespaces a process may enter is a property of the process (its capabilities), so the
+/// lender is too; it is set once, before the process drops `CAP_SYS_ADMIN`. Returns `false`
+/// if one was set already (the first stays).
+pub fn set_lender(lender: Box<dyn Lender>) -> bool {
+    LENDER.set(lender).is_ok()
+}
+
+/// [`open_in`], through this process's lender where it has one.
+pub fn lend(name: &str, tun_queues: usize) -> Result<Lent> {
+    check_name(name)?;
+    match LENDER.get() {
+        Some(l) => l.lend(name, tun_queues),
+        None => open_in(name, tun_queues),
     }
 }
 
@@ -107,7 +163,8 @@ mod tests {
         assert!(matches!(enter_named("../x"), Err(Error::Invalid { .. })));
         assert!(matches!(enter_named(""), Err(Error::Invalid { .. })));
         assert!(matches!(enter(Path::new("/nonexistent/ns")), Err(Error::Syscall { call: "open", .. })));
-        assert!(matches!(Visit::named("a/b"), Err(Error::Invalid { .. })));
-        assert!(matches!(Visit::named("cloister-no-such-ns"), Err(Error::Syscall { call: "open", .. })));
+        assert!(matches!(lend("a/b", 1), Err(Error::Invalid { .. })));
+        assert!(matches!(open_in("cloister-no-such-ns", 1), Err(Error::Syscall { call: "open", .. })));
+        assert!(matches!(open_in("x", 0), Err(Error::Invalid { .. })));
     }
 }

@@ -98,14 +98,19 @@ pub struct Tun {
     offloads: TunOffloads,
 }
 
-/// Opens `/dev/net/tun` and attaches it to the device `name` (creating it if needed).
-fn attach(name: &[libc::c_char; libc::IFNAMSIZ], multi_queue: bool) -> io::Result<(OwnedFd, String)> {
+/// Opens `/dev/net/tun` in the calling thread's namespace.
+pub(crate) fn open_clone_device() -> io::Result<OwnedFd> {
     // SAFETY: the path is a NUL-terminated literal; open(2) returns a new descriptor or -1.
     let fd = cvt(unsafe {
         libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC)
     })?;
     // SAFETY: `fd` was just returned by open(2): open, and owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Attaches an open `/dev/net/tun` to the device `name` (creating it if needed) in the
+/// namespace the descriptor was opened in.
+fn attach(fd: &OwnedFd, name: &[libc::c_char; libc::IFNAMSIZ], multi_queue: bool) -> io::Result<String> {
     // SAFETY: ifreq is plain old data (a name array and a union of integers and addresses);
     // all-zero is valid.
     let mut ifr: libc::ifreq = unsafe { core::mem::zeroed() };
@@ -119,7 +124,7 @@ fn attach(name: &[libc::c_char; libc::IFNAMSIZ], multi_queue: bool) -> io::Resul
     // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `ifr` is, on our stack
     // for the duration of the call.
     cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &raw mut ifr) })?;
-    Ok((fd, sys::ifname_string(&ifr.ifr_name)))
+    Ok(sys::ifname_string(&ifr.ifr_name))
 }
 
 /// An ioctl taking a pointer to an `int` argument (`TUNSETVNETHDRSZ`, `TUNSETVNETLE`).
@@ -137,18 +142,31 @@ fn set_offload(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result<()> {
 
 impl Tun {
     /// Creates (or attaches to) the TUN device `name` with `queues` queues and, if
-    /// `offload` is set, the largest set of offloads the kernel accepts.
+    /// `offload` is set, the largest set of offloads the kernel accepts, in the calling
+    /// thread's namespace.
     pub fn open(name: &str, queues: usize, offload: bool) -> Result<Self> {
+        let devices = (0..queues)
+            .map(|_| open_clone_device())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|source| Error::Syscall { call: "open", object: "/dev/net/tun".into(), source })?;
+        Self::open_on(devices, name, offload)
+    }
+
+    /// [`Self::open`] on descriptors of `/dev/net/tun` that are open already, one per
+    /// queue: the device is made in the namespace they were opened in, which need not be
+    /// this thread's ([`crate::netns::lend`]).
+    pub fn open_on(devices: Vec<OwnedFd>, name: &str, offload: bool) -> Result<Self> {
         let raw = sys::ifname(name).ok_or_else(|| Error::Invalid {
             what: "TUN name",
             value: name.to_owned(),
             why: "1 to 15 bytes, no NUL or '/'",
         })?;
-        if queues == 0 {
+        let multi = devices.len() > 1;
+        let mut devices = devices.into_iter();
+        let Some(first) = devices.next() else {
             return Err(Error::Invalid { what: "TUN queues", value: "0".into(), why: "at least one" });
-        }
-        let multi = queues > 1;
-        let (first, actual) = attach(&raw, multi).map_err(|source| Error::Syscall {
+        };
+        let actual = attach(&first, &raw, multi).map_err(|source| Error::Syscall {
             call: "TUNSETIFF",
             object: name.to_owned(),
             source,
@@ -170,8 +188,8 @@ impl Tun {
         let offloads = if offload { Self::probe_offloads(fd) } else { Self::set_none(fd, &actual)? };
         let mut all = vec![TunQueue { fd: first }];
         let raw_actual = sys::ifname(&actual).unwrap_or(raw);
-        for _ in 1..queues {
-            let (fd, _) = attach(&raw_actual, multi).map_err(|source| Error::Syscall {
+        for fd in devices {
+            attach(&fd, &raw_actual, multi).map_err(|source| Error::Syscall {
                 call: "TUNSETIFF",
                 object: actual.clone(),
                 source,

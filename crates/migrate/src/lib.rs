@@ -31,7 +31,7 @@ pub mod hsm;
 pub mod label;
 mod spki;
 
-pub use agent::{AgentSettings, HsmAgent};
+pub use agent::{AgentProcess, AgentSettings, HsmAgent};
 pub use audit::{verify, AuditHead, AuditLog, Operation};
 pub use cryptoki::{context::Function, error::RvError};
 pub use error::{ChainFault, MigrateError, PublicKeyFault, Result};

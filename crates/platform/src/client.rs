@@ -49,7 +49,9 @@ fn platform_error(why: impl Into<String>) -> ProcessError {
 
 impl PlatformClient {
     /// Starts `program args... --channel-fd N` (the platform process) and waits up to
-    /// `timeout` for its hello; its standard error is this process's.
+    /// `timeout` for its hello; its standard error and its environment are this process's
+    /// (an HSM agent's PKCS#11 module may read its settings from there; enclave processes
+    /// start with an empty one).
     pub fn start(program: &Path, args: &[OsString], timeout: Duration) -> Result<Self, ProcessError> {
         let (ours, theirs) = enclave_host::launch::seqpacket_pair()?;
         let fd = theirs.as_raw_fd();
@@ -57,7 +59,6 @@ impl PlatformClient {
         cmd.args(args)
             .arg("--channel-fd")
             .arg(fd.to_string())
-            .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -142,6 +143,8 @@ impl PlatformClient {
         let opcode = match req {
             Request::Launch(_) => op::LAUNCH,
             Request::End { .. } => op::END,
+            Request::Lend { .. } => op::LEND,
+            Request::Agent => op::AGENT,
         };
         if let Err(e) = channel::send(socket, &wire::encode_request(id, req), fds) {
             ch.socket = None;
@@ -212,6 +215,64 @@ impl ChildEnd for RemoteChild {
     }
 }
 
+impl PlatformClient {
+    /// Has the platform start the HSM agent it was configured with (under the agent's own
+    /// user): its input, its output, and the process.
+    pub fn start_agent(&self) -> Result<(OwnedFd, OwnedFd, RemoteProcess), ProcessError> {
+        let (reply, fds) = self.ask(&Request::Agent, &[])?;
+        match reply {
+            Reply::Launched { child, pid } => {
+                let end = RemoteChild { client: self.clone(), child };
+                match <[OwnedFd; 3]>::try_from(fds) {
+                    Ok([input, output, pidfd]) => {
+                        Ok((input, output, RemoteProcess { pid, pidfd, end: Some(end) }))
+                    }
+                    Err(_) => {
+                        let mut end = end;
+                        end.end();
+                        Err(platform_error("an agent's reply without its pipes and pidfd"))
+                    }
+                }
+            }
+            Reply::Refused(why) => Err(platform_error(why)),
+            _ => Err(platform_error("an answer that is not an agent's")),
+        }
+    }
+}
+
+/// A process the platform started for this service, other than an enclave (the HSM agent).
+#[derive(Debug)]
+pub struct RemoteProcess {
+    pid: u32,
+    pidfd: OwnedFd,
+    /// `None` once ended.
+    end: Option<RemoteChild>,
+}
+
+impl RemoteProcess {
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether it has exited (its pidfd is readable), without waiting.
+    pub fn exited(&self) -> bool {
+        use std::os::fd::AsFd as _;
+        !matches!(enclave_api::process::doorbell::wait(&[self.pidfd.as_fd()], Some(Duration::ZERO)), Ok(0))
+    }
+
+    /// Has the platform end it if it still runs, and reap it; how it ended.
+    pub fn end(&mut self) -> ExitReport {
+        self.end.take().map_or(ExitReport::Unknown, |mut e| e.end())
+    }
+}
+
+impl Drop for RemoteProcess {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 impl Launch for PlatformClient {
     fn launch(&self, child: &ChildFds<'_>, config: &PublicConfig) -> Result<Launched, ProcessError> {
         let req = Request::Launch(LaunchRequest {
@@ -235,6 +296,35 @@ impl Launch for PlatformClient {
             }
             Reply::Refused(why) => Err(platform_error(why)),
             _ => Err(platform_error("an answer that is not a launch's")),
+        }
+    }
+}
+
+impl cio::netns::Lender for PlatformClient {
+    fn lend(&self, name: &str, tun_queues: usize) -> cio::Result<cio::netns::Lent> {
+        let refused = |why: String| cio::Error::Lender { name: name.to_owned(), why };
+        let queues = u16::try_from(tun_queues).map_err(|_| refused(format!("{tun_queues} TUN queues")))?;
+        if name.is_empty() || name.len() > wire::MAX_NAMESPACE {
+            return Err(refused(format!("a name of 1 to {} bytes", wire::MAX_NAMESPACE)));
+        }
+        let req = Request::Lend { name: name.to_owned(), queues };
+        let (reply, fds) = self.ask(&req, &[]).map_err(|e| refused(e.to_string()))?;
+        match reply {
+            Reply::Lent { v6, queues: got }
+                if got == queues && fds.len() == 1 + usize::from(v6) + tun_queues =>
+            {
+                let mut fds = fds.into_iter();
+                let (Some(v4), v6) = (fds.next(), if v6 { fds.next() } else { None }) else {
+                    return Err(refused("no sockets in the reply".into()));
+                };
+                Ok(cio::netns::Lent {
+                    name: name.to_owned(),
+                    control: cio::netdev::Control::from_sockets(v4, v6),
+                    tun: fds.collect(),
+                })
+            }
+            Reply::Refused(why) => Err(refused(why)),
+            _ => Err(refused("an answer that does not carry what was asked for".into())),
         }
     }
 }

@@ -18,9 +18,9 @@ pub mod files;
 pub mod server;
 pub mod wire;
 
-pub use client::PlatformClient;
+pub use client::{PlatformClient, RemoteProcess};
 pub use files::{FileError, Roots, Secrets};
-pub use server::EnclaveProgram;
+pub use server::{AgentProgram, EnclaveProgram};
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
@@ -40,6 +40,7 @@ pub fn run(
     roots: &Roots,
     enclave: &EnclaveProgram,
     enclave_uid_base: Option<u32>,
+    agent: Option<&server::AgentProgram>,
 ) -> i32 {
     // Only a connected SOCK_SEQPACKET socket is taken: the descriptor number comes from the
     // command line, and anything else is refused before it is owned.
@@ -73,13 +74,16 @@ pub fn run(
     if enclave_uid_base.is_some() && !started_as_root() {
         return refuse("enclave users need the platform to start as root".into());
     }
+    if agent.is_some_and(|a| a.user.is_some()) && !started_as_root() {
+        return refuse("an HSM agent user needs the platform to start as root".into());
+    }
     let secrets = match Secrets::load(attestation_key, roots) {
         Ok(s) => s,
         Err(e) => return refuse(e.to_string()),
     };
     match enclave_uid_base {
-        Some(base) => server::serve(&secrets, &channel, enclave, &server::users_from(base)),
-        None => server::serve(&secrets, &channel, enclave, &|_| Ok(None)),
+        Some(base) => server::serve(&secrets, &channel, enclave, &server::users_from(base), agent),
+        None => server::serve(&secrets, &channel, enclave, &|_| Ok(None), agent),
     }
     0
 }

@@ -28,6 +28,19 @@ pub struct EnclaveProgram {
     pub args: Vec<OsString>,
 }
 
+/// How the platform starts the HSM agent: all of it is the platform's configuration. The
+/// platform adds `--platform-key` with its own key, so the agent rewraps only to enclaves
+/// whose evidence this platform signed.
+#[derive(Debug, Clone)]
+pub struct AgentProgram {
+    /// The executable (the platform's own binary).
+    pub program: PathBuf,
+    /// Its arguments (`hsm-agent` and the agent's flags).
+    pub args: Vec<OsString>,
+    /// The user it runs as (`None`: the platform's own).
+    pub user: Option<Credentials>,
+}
+
 /// The user each tenant's enclave runs as: `None` runs it as the platform's own user;
 /// an error refuses the launch.
 pub type UserOf<'a> = &'a dyn Fn(TenantId) -> Result<Option<Credentials>, String>;
@@ -46,7 +59,13 @@ pub fn users_from(base: u32) -> impl Fn(TenantId) -> Result<Option<Credentials>,
 /// Serves the service at the other end of `socket` until it closes its end, then ends
 /// every child still running. Refusals go to standard error, one line each, with their
 /// reason (never a secret).
-pub fn serve(secrets: &Secrets, socket: &OwnedFd, enclave: &EnclaveProgram, user_of: UserOf<'_>) {
+pub fn serve(
+    secrets: &Secrets,
+    socket: &OwnedFd,
+    enclave: &EnclaveProgram,
+    user_of: UserOf<'_>,
+    agent: Option<&AgentProgram>,
+) {
     let hello = wire::encode_reply(0, &Reply::Hello { public_key: secrets.public_key().to_vec() });
     if channel::send(socket, &hello, &[]).is_err() {
         return;
@@ -69,34 +88,102 @@ pub fn serve(secrets: &Secrets, socket: &OwnedFd, enclave: &EnclaveProgram, user
             eprintln!("platform: refused a request that does not decode ({n} bytes)");
             continue;
         };
-        let (reply, pidfd) = match req {
-            Request::Launch(_) if children.len() >= MAX_CHILDREN => {
-                (Reply::Refused(format!("already {MAX_CHILDREN} enclave processes")), None)
+        let (reply, carried): (Reply, Vec<OwnedFd>) = match req {
+            Request::Launch(_) | Request::Agent if children.len() >= MAX_CHILDREN => {
+                (Reply::Refused(format!("already {MAX_CHILDREN} children")), vec![])
             }
+            Request::Agent => match agent
+                .ok_or_else(|| "this platform has no HSM agent".to_owned())
+                .and_then(|a| start_agent(a, secrets.public_key()))
+            {
+                Ok((started, pipes)) => {
+                    let child = next;
+                    next += 1;
+                    children.insert(child, started.end);
+                    let mut fds = Vec::from(pipes);
+                    fds.push(started.pidfd);
+                    (Reply::Launched { child, pid: started.pid }, fds)
+                }
+                Err(why) => {
+                    eprintln!("platform: refused to start the HSM agent: {why}");
+                    (Reply::Refused(why), vec![])
+                }
+            },
             Request::Launch(l) => match launch(secrets, enclave, user_of, &l, fds) {
                 Ok(started) => {
                     let child = next;
                     next += 1;
                     children.insert(child, started.end);
-                    (Reply::Launched { child, pid: started.pid }, Some(started.pidfd))
+                    (Reply::Launched { child, pid: started.pid }, vec![started.pidfd])
                 }
                 Err(why) => {
                     eprintln!("platform: refused to start tenant {}'s enclave: {why}", l.config.tenant.0);
-                    (Reply::Refused(why), None)
+                    (Reply::Refused(why), vec![])
                 }
             },
             Request::End { child } => match children.remove(&child) {
-                Some(mut c) => (Reply::Ended(c.end()), None),
-                None => (Reply::Refused(format!("no child {child}")), None),
+                Some(mut c) => (Reply::Ended(c.end()), vec![]),
+                None => (Reply::Refused(format!("no child {child}")), vec![]),
+            },
+            Request::Lend { name, queues } => match lend(&name, queues) {
+                Ok(lent) => lent,
+                Err(why) => {
+                    eprintln!("platform: refused to open namespace {name:?}: {why}");
+                    (Reply::Refused(why), vec![])
+                }
             },
         };
-        let lend: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
+        let lend: Vec<_> = carried.iter().map(AsFd::as_fd).collect();
         if channel::send(socket, &wire::encode_reply(id, &reply), &lend).is_err() {
             break;
         }
     }
     for (_, mut c) in children {
         c.end();
+    }
+}
+
+/// Opens what a LEND asks for inside the namespace. Sockets there let the service configure
+/// that namespace's devices with the `CAP_NET_ADMIN` it kept; they reach no secret.
+fn lend(name: &str, queues: u16) -> Result<(Reply, Vec<OwnedFd>), String> {
+    let lent = cio::netns::open_in(name, usize::from(queues)).map_err(|e| e.to_string())?;
+    let (v4, v6) = lent.control.sockets();
+    let mut fds = vec![v4.try_clone_to_owned().map_err(|e| e.to_string())?];
+    if let Some(v6) = v6 {
+        fds.push(v6.try_clone_to_owned().map_err(|e| e.to_string())?);
+    }
+    fds.extend(lent.tun);
+    Ok((Reply::Lent { v6: v6.is_some(), queues }, fds))
+}
+
+/// Starts the HSM agent with pipes on its standard input and output, which go to the
+/// service; its standard error is the platform's.
+fn start_agent(
+    a: &AgentProgram,
+    public_key: &[u8],
+) -> Result<(enclave_host::Launched, [OwnedFd; 2]), String> {
+    use std::process::{Command, Stdio};
+    // As its own user, it keeps CAP_IPC_LOCK alone: it locks its memory, which holds the PIN.
+    let mut cmd = match a.user {
+        Some(c) => enclave_host::launch::command_as(&a.program, c),
+        None => Command::new(&a.program),
+    };
+    cmd.args(&a.args)
+        .arg("--platform-key")
+        .arg(crate::files::hex(public_key))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", a.program.display()))?;
+    let (input, output) = (child.stdin.take(), child.stdout.take());
+    let started = enclave_host::launch::adopt(child).map_err(|e| e.to_string())?;
+    match (input, output) {
+        (Some(i), Some(o)) => Ok((started, [OwnedFd::from(i), OwnedFd::from(o)])),
+        _ => {
+            let mut end = started.end;
+            end.end();
+            Err("no pipes to the agent".into())
+        }
     }
 }
 
@@ -186,7 +273,7 @@ mod tests {
         let (ours, theirs) = enclave_host::launch::seqpacket_pair().unwrap();
         // A program that exits before reading its configuration.
         let enclave = EnclaveProgram { program: "/bin/false".into(), args: vec![] };
-        let server = std::thread::spawn(move || serve(&secrets, &theirs, &enclave, &|_| Ok(None)));
+        let server = std::thread::spawn(move || serve(&secrets, &theirs, &enclave, &|_| Ok(None), None));
 
         let mut buf = vec![0u8; MAX_MESSAGE];
         let Received::Message(n, _) = channel::recv(&ours, &mut buf).unwrap() else { panic!("no hello") };
@@ -196,6 +283,9 @@ mod tests {
         channel::send(&ours, &[0xff; 40], &[]).unwrap();
         let (reply, _) = ask(&ours, &launch_request(1), &[], op::LAUNCH);
         assert!(matches!(&reply, Reply::Refused(why) if why.contains("0 descriptors")), "{reply:?}");
+
+        let (reply, _) = ask(&ours, &wire::encode_request(10, &Request::Agent), &[], op::AGENT);
+        assert!(matches!(&reply, Reply::Refused(why) if why.contains("no HSM agent")), "{reply:?}");
 
         let end = wire::encode_request(8, &Request::End { child: 99 });
         let (reply, _) = ask(&ours, &end, &[], op::END);

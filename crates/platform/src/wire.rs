@@ -10,9 +10,16 @@
 //!         | spin µs u32 | cpu count u16 | cpu u16 * count | public configuration
 //!         + SCM_RIGHTS: shared memory, request doorbell, completion doorbell
 //! END:    2 u8 | 0 0 0 | id u32 | child u64
+//! LEND:   3 u8 | 0 0 0 | id u32 | queues u16 | name length u8 | namespace name, UTF-8
+//!         (1 to 255 bytes, no NUL)
+//! AGENT:  4 u8 | 0 0 0 | id u32
 //! reply:  id u32 | status u8 | 0 0 0 | body
 //!   status 0, LAUNCH: child u64 | pid u32 + SCM_RIGHTS: pidfd
 //!   status 0, END:    how u8 (0 unknown, 1 exited, 2 signalled) | value i32
+//!   status 0, LEND:   v6 u8 (0 or 1) | queues u16 + SCM_RIGHTS: AF_INET socket,
+//!                     AF_INET6 socket if v6, /dev/net/tun * queues (all opened there)
+//!   status 0, AGENT:  child u64 | pid u32 + SCM_RIGHTS: the agent's input, its output,
+//!                     its pidfd
 //!   status 1:         why, UTF-8 (no secret is ever in it)
 //! ```
 //! The public configuration is [`enclave_api::process::config::encode_public`]'s.
@@ -30,6 +37,10 @@ pub mod op {
     pub const LAUNCH: u8 = 1;
     /// End one and say how it ended.
     pub const END: u8 = 2;
+    /// Open descriptors inside a named network namespace.
+    pub const LEND: u8 = 3;
+    /// Start the HSM agent.
+    pub const AGENT: u8 = 4;
 }
 
 /// Longest message either side sends or takes.
@@ -40,6 +51,8 @@ pub const MAX_CPUS: usize = 1024;
 pub const MAX_WHY: usize = 512;
 /// Descriptors a LAUNCH carries.
 pub const LAUNCH_FDS: usize = 3;
+/// Longest namespace name a LEND takes (`NAME_MAX`: it is a file name).
+pub const MAX_NAMESPACE: usize = 255;
 
 const STATUS_OK: u8 = 0;
 const STATUS_REFUSED: u8 = 1;
@@ -54,6 +67,18 @@ pub enum Request {
         /// The child, as the LAUNCH reply named it.
         child: u64,
     },
+    /// Open, inside the network namespace `ip netns` knows as `name`, the sockets that
+    /// configure its devices and `queues` descriptors of `/dev/net/tun`: a service that may
+    /// not enter namespaces makes its tenants' TUN devices there with them.
+    Lend {
+        /// The namespace.
+        name: String,
+        /// How many TUN queues.
+        queues: u16,
+    },
+    /// Start the HSM agent the platform was configured with (its program, arguments and
+    /// user are the platform's, never the service's), and hand over its pipes.
+    Agent,
 }
 
 /// A LAUNCH's body.
@@ -77,7 +102,7 @@ pub enum Reply {
         /// Uncompressed SEC1.
         public_key: Vec<u8>,
     },
-    /// The child started (its pidfd rides along).
+    /// The child started (its pidfd rides along, after the agent's pipes for AGENT).
     Launched {
         /// The name END takes.
         child: u64,
@@ -86,6 +111,13 @@ pub enum Reply {
     },
     /// The child ended.
     Ended(ExitReport),
+    /// The namespace's descriptors ride along.
+    Lent {
+        /// Whether an `AF_INET6` socket is among them (the namespace has IPv6).
+        v6: bool,
+        /// How many TUN descriptors follow the sockets.
+        queues: u16,
+    },
     /// The request was refused or failed.
     Refused(String),
 }
@@ -116,6 +148,17 @@ pub fn encode_request(id: u32, req: &Request) -> Vec<u8> {
             v.extend_from_slice(&[op::END, 0, 0, 0]);
             v.extend_from_slice(&id.to_le_bytes());
             v.extend_from_slice(&child.to_le_bytes());
+        }
+        Request::Agent => {
+            v.extend_from_slice(&[op::AGENT, 0, 0, 0]);
+            v.extend_from_slice(&id.to_le_bytes());
+        }
+        Request::Lend { name, queues } => {
+            v.extend_from_slice(&[op::LEND, 0, 0, 0]);
+            v.extend_from_slice(&id.to_le_bytes());
+            v.extend_from_slice(&queues.to_le_bytes());
+            v.push(u8::try_from(name.len()).unwrap_or(0));
+            v.extend_from_slice(name.as_bytes());
         }
     }
     v
@@ -152,6 +195,17 @@ pub fn decode_request(b: &[u8]) -> Option<(u32, Request)> {
         op::END if b.len() == 16 => {
             Some((id, Request::End { child: u64::from_le_bytes(b.get(8..16)?.try_into().ok()?) }))
         }
+        op::AGENT if b.len() == 8 => Some((id, Request::Agent)),
+        op::LEND => {
+            let queues = u16::from_le_bytes(b.get(8..10)?.try_into().ok()?);
+            let len = usize::from(*b.get(10)?);
+            let name = b.get(11..)?;
+            if len == 0 || name.len() != len || name.contains(&0) {
+                return None;
+            }
+            let name = core::str::from_utf8(name).ok()?.to_owned();
+            Some((id, Request::Lend { name, queues }))
+        }
         _ => None,
     }
 }
@@ -179,6 +233,11 @@ pub fn encode_reply(id: u32, reply: &Reply) -> Vec<u8> {
             v.push(how);
             v.extend_from_slice(&value.to_le_bytes());
         }
+        Reply::Lent { v6, queues } => {
+            v.extend_from_slice(&[STATUS_OK, 0, 0, 0]);
+            v.push(u8::from(*v6));
+            v.extend_from_slice(&queues.to_le_bytes());
+        }
         Reply::Refused(why) => {
             v.extend_from_slice(&[STATUS_REFUSED, 0, 0, 0]);
             let mut end = why.len().min(MAX_WHY);
@@ -203,7 +262,7 @@ pub fn decode_reply(b: &[u8], op: Option<u8>) -> Option<(u32, Reply)> {
             Reply::Refused(String::from_utf8_lossy(body.get(..body.len().min(MAX_WHY))?).into())
         }
         (STATUS_OK, None) => Reply::Hello { public_key: body.to_vec() },
-        (STATUS_OK, Some(op::LAUNCH)) if body.len() == 12 => Reply::Launched {
+        (STATUS_OK, Some(op::LAUNCH | op::AGENT)) if body.len() == 12 => Reply::Launched {
             child: u64::from_le_bytes(body.get(..8)?.try_into().ok()?),
             pid: u32_at(body, 8)?,
         },
@@ -214,6 +273,9 @@ pub fn decode_reply(b: &[u8], op: Option<u8>) -> Option<(u32, Reply)> {
                 2 => ExitReport::Signaled(value),
                 _ => ExitReport::Unknown,
             })
+        }
+        (STATUS_OK, Some(op::LEND)) if body.len() == 3 && body[0] <= 1 => {
+            Reply::Lent { v6: body[0] == 1, queues: u16::from_le_bytes(body.get(1..3)?.try_into().ok()?) }
         }
         _ => return None,
     };
@@ -243,7 +305,9 @@ mod tests {
 
     #[test]
     fn requests_round_trip_and_junk_is_refused() {
-        for req in [launch(), Request::End { child: 9 }] {
+        for req in
+            [launch(), Request::End { child: 9 }, Request::Lend { name: "acme-cloud".into(), queues: 2 }]
+        {
             let b = encode_request(42, &req);
             assert_eq!(decode_request(&b), Some((42, req.clone())));
             for cut in 0..b.len() {
@@ -257,6 +321,13 @@ mod tests {
             assert!(decode_request(&bad).is_none(), "reserved bytes");
         }
         assert!(decode_request(&[9, 0, 0, 0, 1, 0, 0, 0]).is_none(), "unknown op");
+        assert!(
+            decode_request(&[op::LEND, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 0xff]).is_none(),
+            "a name not UTF-8"
+        );
+        assert!(decode_request(&[op::LEND, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 0]).is_none(), "a NUL in the name");
+        let long = encode_request(1, &Request::Lend { name: "n".repeat(MAX_NAMESPACE + 1), queues: 1 });
+        assert!(decode_request(&long).is_none(), "a name longer than a file name");
         // The signers come last, sorted ([4; 65] then [5; 65]): swapped, or repeated, they
         // are not the encoding of any configuration.
         let b = encode_request(42, &launch());
@@ -279,6 +350,9 @@ mod tests {
             (Some(op::END), Reply::Ended(ExitReport::Signaled(9))),
             (Some(op::END), Reply::Ended(ExitReport::Unknown)),
             (Some(op::LAUNCH), Reply::Refused("no such thing".into())),
+            (Some(op::LEND), Reply::Lent { v6: true, queues: 4 }),
+            (Some(op::LEND), Reply::Lent { v6: false, queues: 1 }),
+            (Some(op::AGENT), Reply::Launched { child: 2, pid: 77 }),
         ];
         for (op, r) in cases {
             assert_eq!(decode_reply(&encode_reply(5, &r), op), Some((5, r)));

@@ -34,6 +34,13 @@ pub(crate) struct Args {
     /// root); without it, as the platform's own user.
     #[arg(long)]
     enclave_uid_base: Option<u32>,
+    /// One argument of the HSM agent (`cloister hsm-agent`), repeated in order; the
+    /// platform adds `--platform-key` with its own key. Without any, it starts no agent.
+    #[arg(long = "hsm-agent-arg", allow_hyphen_values = true)]
+    hsm_agent_args: Vec<std::ffi::OsString>,
+    /// Runs the HSM agent as user and group N (the platform must start as root).
+    #[arg(long, requires = "hsm_agent_args")]
+    hsm_agent_uid: Option<u32>,
     /// The inherited descriptor of the launch channel.
     #[arg(long)]
     channel_fd: i32,
@@ -50,12 +57,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
         _ => anyhow::bail!("--sealing-root, or --provisioning-key with --tenant and --ledger-dir"),
     };
+    let agent = (!args.hsm_agent_args.is_empty()).then(|| {
+        let mut a = vec![std::ffi::OsString::from("hsm-agent")];
+        a.extend(args.hsm_agent_args);
+        platform::AgentProgram {
+            program: "/proc/self/exe".into(),
+            args: a,
+            user: args.hsm_agent_uid.map(|uid| enclave_host::Credentials { uid, gid: uid }),
+        }
+    });
     match platform::run(
         args.channel_fd,
         args.attestation_key.as_deref(),
         &roots,
         &enclave,
         args.enclave_uid_base,
+        agent.as_ref(),
     ) {
         0 => Ok(()),
         code => anyhow::bail!("the platform process stopped (status {code})"),

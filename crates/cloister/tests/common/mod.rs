@@ -242,3 +242,31 @@ secrets {{
 "#
     )
 }
+
+/// The real user ID of process `pid`.
+#[allow(dead_code)] // the privilege tests' only
+pub(crate) fn uid_of(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The effective capabilities of process `pid` (the `CapEff` mask).
+#[allow(dead_code)] // the privilege tests' only
+pub(crate) fn capabilities_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("CapEff:")).unwrap();
+    u64::from_str_radix(line.trim(), 16).unwrap()
+}
+
+/// Asserts that user `uid` (group `uid`; std drops root's other groups) may not read one byte of `target` (a
+/// file, or a process's `/proc/PID/mem`): EACCES or EPERM.
+#[allow(dead_code)] // the privilege tests' only
+pub(crate) fn assert_denied_as(uid: u32, target: &str) {
+    use std::os::unix::process::CommandExt as _;
+    let out =
+        std::process::Command::new("head").args(["-c", "1", target]).uid(uid).gid(uid).output().unwrap();
+    assert!(!out.status.success(), "user {uid} read {target}");
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("Permission denied") || why.contains("Operation not permitted"), "{target}: {why}");
+}

@@ -1,9 +1,11 @@
 //! The gateway's side: starts the agent process and asks it for keys and rewraps. Nothing
 //! here sees the user PIN; what comes back is public (labels, public keys) or wrapped.
 
+use std::fs::File;
 use std::io::{BufReader, BufWriter};
+use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use enclave::migration::DestinationKey;
@@ -19,17 +21,44 @@ use crate::label::{KeyLabel, Measurement};
 /// How long the agent may take to exit once its input is closed.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
 
+/// The agent's process, as whoever started it holds it: this process (its child), or the
+/// platform process, which starts it under a user of its own for a service that dropped
+/// root.
+pub trait AgentProcess: Send {
+    /// Its process ID, for logs.
+    fn pid(&self) -> u32;
+    /// Whether it has exited (without waiting).
+    fn exited(&mut self) -> bool;
+    /// Ends it if it still runs, and reaps it.
+    fn end(&mut self);
+}
+
+impl AgentProcess for Child {
+    fn pid(&self) -> u32 {
+        self.id()
+    }
+
+    fn exited(&mut self) -> bool {
+        !matches!(self.try_wait(), Ok(None))
+    }
+
+    fn end(&mut self) {
+        let _ = self.kill();
+        let _ = self.wait();
+    }
+}
+
 /// A running HSM agent process.
 pub struct HsmAgent {
-    child: Child,
-    input: Option<BufWriter<ChildStdin>>,
-    output: BufReader<ChildStdout>,
+    process: Box<dyn AgentProcess>,
+    input: Option<BufWriter<File>>,
+    output: BufReader<File>,
     oaep: OaepHash,
 }
 
 impl core::fmt::Debug for HsmAgent {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("HsmAgent").field("pid", &self.child.id()).finish_non_exhaustive()
+        f.debug_struct("HsmAgent").field("pid", &self.process.pid()).finish_non_exhaustive()
     }
 }
 
@@ -48,24 +77,41 @@ impl HsmAgent {
     /// and waits for it to open the HSM; its refusal (wrong PIN, HSM away) comes back as
     /// [`MigrateError::AgentRefused`]. Its standard error goes to ours.
     pub fn start(program: &Path, subcommand: &[&str], settings: &AgentSettings) -> Result<Self> {
-        let mut child = Command::new(program)
-            .args(subcommand)
+        Self::start_command(Command::new(program), subcommand, settings)
+    }
+
+    /// [`Self::start`] with `cmd` (the program, and how it is to run: e.g. as a user of its
+    /// own, so that the files the agent makes in the HSM's store and its audit log are
+    /// that user's).
+    pub fn start_command(mut cmd: Command, subcommand: &[&str], settings: &AgentSettings) -> Result<Self> {
+        cmd.args(subcommand)
             .args(settings.to_args())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(io("start"))?;
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().map_err(io("start"))?;
         let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();
             return Err(MigrateError::AgentProtocol { why: "no pipes to the agent" });
         };
+        Self::over(OwnedFd::from(input), OwnedFd::from(output), Box::new(child), settings.oaep)
+    }
+
+    /// The agent at the other end of `input` (its standard input) and `output` (its
+    /// standard output), started by someone else as `process`; waits for it to open the
+    /// HSM, as [`Self::start`] does.
+    pub fn over(
+        input: OwnedFd,
+        output: OwnedFd,
+        process: Box<dyn AgentProcess>,
+        oaep: OaepHash,
+    ) -> Result<Self> {
         let mut agent = Self {
-            child,
-            input: Some(BufWriter::new(input)),
-            output: BufReader::new(output),
-            oaep: settings.oaep,
+            process,
+            input: Some(BufWriter::new(File::from(input))),
+            output: BufReader::new(File::from(output)),
+            oaep,
         };
         agent.response(0)?;
         Ok(agent)
@@ -78,7 +124,7 @@ impl HsmAgent {
 
     /// The process id, for logs.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     fn response(&mut self, fields: usize) -> Result<Vec<Vec<u8>>> {
@@ -173,17 +219,13 @@ impl HsmAgent {
 
 impl Drop for HsmAgent {
     /// Closes the agent's input, which ends it; one that does not go within
-    /// three seconds is killed (it is our child: its PID is still ours until we wait).
+    /// three seconds is killed; either way it is reaped.
     fn drop(&mut self) {
         drop(self.input.take());
         let deadline = Instant::now() + EXIT_GRACE;
-        while Instant::now() < deadline {
-            match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            }
+        while Instant::now() < deadline && !self.process.exited() {
+            std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.end();
     }
 }

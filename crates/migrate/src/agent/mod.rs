@@ -11,5 +11,5 @@ pub mod client;
 pub mod serve;
 pub mod wire;
 
-pub use client::HsmAgent;
+pub use client::{AgentProcess, HsmAgent};
 pub use serve::AgentSettings;

@@ -44,6 +44,10 @@ pub struct AgentSettings {
 impl AgentSettings {
     /// The command line that [`AgentSettings::parse`] reads back.
     pub fn to_args(&self) -> Vec<OsString> {
+        self.flags().into_iter().flat_map(|(k, v)| [OsString::from(k), v]).collect()
+    }
+
+    fn flags(&self) -> [(&'static str, OsString); 7] {
         let oaep = match self.oaep {
             OaepHash::Sha1 => "sha1",
             OaepHash::Sha256 => "sha256",
@@ -57,9 +61,17 @@ impl AgentSettings {
             ("--audit", self.audit.clone().into_os_string()),
             ("--platform-key", encode_hex(&self.platform_key).into()),
         ]
-        .into_iter()
-        .flat_map(|(k, v)| [OsString::from(k), v])
-        .collect()
+    }
+
+    /// [`Self::to_args`] without `--platform-key`, for the platform process, which adds its
+    /// own key: an agent it starts trusts the evidence of that platform only, whatever the
+    /// service says.
+    pub fn args_for_platform(&self) -> Vec<OsString> {
+        self.flags()
+            .into_iter()
+            .filter(|(k, _)| *k != "--platform-key")
+            .flat_map(|(k, v)| [OsString::from(k), v])
+            .collect()
     }
 
     /// Parses the agent's command line; every flag is required once.
