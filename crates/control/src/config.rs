@@ -378,7 +378,14 @@ impl TenantConfig {
                 }
             }
         }
-        let settings = Settings { tenant: id, enclave, provisioning_key: None, control_socket: None, engine };
+        let settings = Settings {
+            tenant: id,
+            enclave,
+            provisioning_key: None,
+            control_socket: None,
+            engine,
+            users: gateway::config::Users::default(),
+        };
         let gateway = GatewayConfig::from_table(settings, t, dir).map_err(|e| gateway_error(name, e))?;
         for c in &initiate {
             if !gateway.ike.connections.iter().any(|k| &k.name == c) {

@@ -148,27 +148,13 @@ fn start_platform(
     Ok((client, base))
 }
 
-/// The capabilities the service keeps as its own user: making TUN devices and configuring
-/// them (CAP_NET_ADMIN), the raw ESP sockets (CAP_NET_RAW), and IKE's ports 500 and 4500
-/// (CAP_NET_BIND_SERVICE). None of them reads another user's memory or files.
-const KEPT_CAPABILITIES: [u32; 3] = [CAP_NET_BIND_SERVICE, CAP_NET_ADMIN, CAP_NET_RAW];
-const CAP_NET_BIND_SERVICE: u32 = 10;
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_NET_RAW: u32 = 13;
-
-/// Makes the service `uid` (and group `uid`) with [`KEPT_CAPABILITIES`], once the platform
-/// runs and the service's private files are read: from here on it can read neither the
-/// platform's nor any enclave's memory or files. Namespaces it may no longer enter, the
-/// platform opens for it (`cio::netns::Lender`).
+/// Makes the service `uid` (and group `uid`) with the network capabilities only, once the
+/// platform runs and the service's private files are read.
 fn become_service_user(client: &platform::PlatformClient, uid: u32, log: &Log) -> Result<()> {
-    if !cio::netns::set_lender(Box::new(client.clone())) {
-        return Err(Error::Internal { what: "a second service in one process".into() });
-    }
-    enclave_host::launch::become_user(enclave_host::Credentials { uid, gid: uid }, &KEPT_CAPABILITIES)
+    client
+        .become_network_user(uid)
         .map_err(|e| Error::Internal { what: format!("becoming user {uid}: {e}") })?;
-    log(&format!(
-        "service: runs as user {uid} with CAP_NET_ADMIN, CAP_NET_RAW and CAP_NET_BIND_SERVICE only"
-    ));
+    log(&format!("service: runs as user {uid} with {} only", platform::NETWORK_CAPABILITY_NAMES));
     Ok(())
 }
 

@@ -12,6 +12,8 @@
 //! retransmit_tries = 5                     # sends of a request before the peer counts as gone
 //! half_open_timeout = "30s"                # responder SAs waiting for IKE_AUTH
 //! cookie_threshold = 10                    # half-open SAs from which cookies are required
+//! enclave_uid_base = 1900000000            # the enclave process runs as user base + tenant (0: ours)
+//! gateway_uid = 1899999999                 # the user the gateway becomes after set-up (0: stays root)
 //!
 //! [dataplane]
 //! tun = "clgw0"
@@ -61,6 +63,8 @@ struct RawGateway {
     retransmit_tries: Option<u32>,
     half_open_timeout: Option<String>,
     cookie_threshold: Option<usize>,
+    enclave_uid_base: Option<u32>,
+    gateway_uid: Option<u32>,
 }
 
 /// The `[gateway]` table, checked.
@@ -78,6 +82,79 @@ pub struct Settings {
     pub control_socket: Option<PathBuf>,
     /// The IKE engine's timers and thresholds (retransmission, half-open SAs, cookies).
     pub engine: ike::EndpointConfig,
+    /// Who `cloister gateway` runs as, started as root with the process enclave; the
+    /// service's tenants take the service's users instead ([`Users::default`]).
+    pub users: Users,
+}
+
+/// Where a gateway started as root with the process enclave puts its processes, when the
+/// file says nothing: the enclave process as user and group 1,900,000,000 + tenant (a
+/// range no distribution hands out, below the service's), the gateway as that minus one.
+pub const DEFAULT_ENCLAVE_UID_BASE: u32 = 1_900_000_000;
+
+/// `enclave_uid_base` and `gateway_uid` as written (`None`: unset).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Users {
+    /// The enclave process runs as user and group base + tenant; 0 runs it as the
+    /// gateway's (root's) own user; unset, [`DEFAULT_ENCLAVE_UID_BASE`].
+    pub enclave_uid_base: Option<u32>,
+    /// The user and group the gateway becomes once it has read its files and opened its
+    /// TUN device and sockets; unset, the enclave user base minus one; 0 keeps root.
+    pub gateway_uid: Option<u32>,
+}
+
+impl Users {
+    /// Checks the two as a file gives them: each 0 or at least 1000, and the gateway's
+    /// below the enclaves'.
+    fn check(enclave_uid_base: Option<u32>, gateway_uid: Option<u32>) -> Result<Self> {
+        let user = |field, v: Option<u32>| match v {
+            Some(u) if u != 0 && u < 1000 => {
+                Err(Error::Config { field, why: "0 (root) or a user ID of at least 1000".into() })
+            }
+            _ => Ok(v),
+        };
+        let enclave_uid_base = user("gateway.enclave_uid_base", enclave_uid_base)?;
+        let gateway_uid = user("gateway.gateway_uid", gateway_uid)?;
+        let base = enclave_uid_base.filter(|&b| b != 0).unwrap_or(DEFAULT_ENCLAVE_UID_BASE);
+        if gateway_uid.is_some_and(|u| u != 0 && u >= base) {
+            return Err(Error::Config {
+                field: "gateway.gateway_uid",
+                why: "below enclave_uid_base: the users from it on are the enclaves'".into(),
+            });
+        }
+        Ok(Self { enclave_uid_base, gateway_uid })
+    }
+
+    /// The enclave user base where the gateway starts as root (`root`): `None` runs the
+    /// enclave as the gateway's own user. Refused when the file asks for enclave users
+    /// but the gateway did not start as root.
+    pub fn enclave_base(&self, root: bool) -> Result<Option<u32>> {
+        match self.enclave_uid_base {
+            Some(0) => Ok(None),
+            Some(b) if root => Ok(Some(b)),
+            Some(_) => Err(Error::Config {
+                field: "gateway.enclave_uid_base",
+                why: "enclave users need the gateway to start as root".into(),
+            }),
+            None => Ok(root.then_some(DEFAULT_ENCLAVE_UID_BASE)),
+        }
+    }
+
+    /// The user the gateway becomes after set-up where it started as root (`root`), given
+    /// the enclave user base it uses: `gateway_uid`, or unset the base minus one; `None`
+    /// stays as it started (no enclave users and no user named, or 0). Refused when the
+    /// file names a user but the gateway did not start as root.
+    pub fn gateway_user(&self, root: bool, base: Option<u32>) -> Result<Option<u32>> {
+        match self.gateway_uid {
+            Some(0) => Ok(None),
+            Some(u) if root => Ok(Some(u)),
+            Some(_) => Err(Error::Config {
+                field: "gateway.gateway_uid",
+                why: "becoming a user of its own needs the gateway to start as root".into(),
+            }),
+            None => Ok(base.filter(|_| root).map(|b| b - 1)),
+        }
+    }
 }
 
 /// The whole checked configuration.
@@ -134,6 +211,8 @@ impl GatewayConfig {
                 retransmit_tries: None,
                 half_open_timeout: None,
                 cookie_threshold: None,
+                enclave_uid_base: None,
+                gateway_uid: None,
             },
         };
         let engine = engine_settings(&raw)?;
@@ -153,7 +232,23 @@ impl GatewayConfig {
                 raw.control_socket.as_deref().unwrap_or(DEFAULT_CONTROL_SOCKET),
             )),
             engine,
+            users: Users::check(raw.enclave_uid_base, raw.gateway_uid)?,
         };
+        if settings.enclave == Backend::Inline {
+            // The inline enclave's root and ledger are this process's: it stays as it started.
+            for (field, v) in [
+                ("gateway.enclave_uid_base", settings.users.enclave_uid_base),
+                ("gateway.gateway_uid", settings.users.gateway_uid),
+            ] {
+                if v.is_some_and(|u| u != 0) {
+                    return Err(Error::Config {
+                        field,
+                        why: "users of their own need enclave = \"process\" (the inline enclave is this process)"
+                            .into(),
+                    });
+                }
+            }
+        }
         Self::from_table(settings, table, dir)
     }
 
@@ -239,6 +334,8 @@ pub fn engine_from_toml(value: toml::Value, field: &'static str) -> Result<ike::
         enclave: None,
         provisioning_key: None,
         control_socket: None,
+        enclave_uid_base: None,
+        gateway_uid: None,
         retransmit_timeout: e.retransmit_timeout,
         retransmit_tries: e.retransmit_tries,
         half_open_timeout: e.half_open_timeout,
@@ -345,6 +442,51 @@ file = "psk.blob"
         assert_eq!(c.ike_listeners(), vec!["198.18.0.2:500".parse().unwrap()]);
         assert_eq!(c.ike.connections.len(), 1);
         assert_eq!(c.secret_path("psk.blob"), PathBuf::from("/etc/cl/psk.blob"));
+    }
+
+    #[test]
+    fn users_default_below_the_service_and_refuse_what_cannot_work() {
+        let users =
+            |extra: &str| GatewayConfig::parse(&gateway(extra), Path::new(".")).map(|c| c.settings.users);
+        let field = |extra: &str| match users(extra) {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("{extra}: {other:?}"),
+        };
+        // Unset: enclave users from 1,900,000,000 and the gateway just below, as root only.
+        let u = users("").unwrap();
+        assert_eq!(u.enclave_base(true).unwrap(), Some(DEFAULT_ENCLAVE_UID_BASE));
+        assert_eq!(u.gateway_user(true, Some(DEFAULT_ENCLAVE_UID_BASE)).unwrap(), Some(1_899_999_999));
+        assert_eq!(u.enclave_base(false).unwrap(), None);
+        assert_eq!(u.gateway_user(false, None).unwrap(), None);
+        // Named users, and 0 for root.
+        let u = users("enclave_uid_base = 5000\ngateway_uid = 4000").unwrap();
+        assert_eq!(
+            (u.enclave_base(true).unwrap(), u.gateway_user(true, Some(5000)).unwrap()),
+            (Some(5000), Some(4000))
+        );
+        let u = users("enclave_uid_base = 0\ngateway_uid = 0").unwrap();
+        assert_eq!((u.enclave_base(true).unwrap(), u.gateway_user(true, None).unwrap()), (None, None));
+        assert_eq!(
+            users("enclave_uid_base = 0\ngateway_uid = 4000").unwrap().gateway_user(true, None).unwrap(),
+            Some(4000)
+        );
+        // Refused: system users, the gateway among the enclaves, users without root, inline.
+        assert_eq!(field("enclave_uid_base = 999"), "gateway.enclave_uid_base");
+        assert_eq!(field("gateway_uid = 1"), "gateway.gateway_uid");
+        assert_eq!(field("gateway_uid = 1900000000"), "gateway.gateway_uid");
+        assert_eq!(field("enclave_uid_base = 5000\ngateway_uid = 6000"), "gateway.gateway_uid");
+        assert_eq!(field("enclave = \"inline\"\ngateway_uid = 4000"), "gateway.gateway_uid");
+        assert_eq!(field("enclave = \"inline\"\nenclave_uid_base = 5000"), "gateway.enclave_uid_base");
+        assert!(users("enclave = \"inline\"\ngateway_uid = 0").is_ok());
+        let u = users("enclave_uid_base = 5000\ngateway_uid = 4000").unwrap();
+        assert!(matches!(
+            u.enclave_base(false),
+            Err(Error::Config { field: "gateway.enclave_uid_base", .. })
+        ));
+        assert!(matches!(
+            u.gateway_user(false, None),
+            Err(Error::Config { field: "gateway.gateway_uid", .. })
+        ));
     }
 
     #[test]

@@ -220,25 +220,60 @@ impl PlatformClient {
     /// user): its input, its output, and the process.
     pub fn start_agent(&self) -> Result<(OwnedFd, OwnedFd, RemoteProcess), ProcessError> {
         let (reply, fds) = self.ask(&Request::Agent, &[])?;
+        let (end, pid, [input, output, pidfd]) = self.launched(reply, fds, "an agent's")?;
+        Ok((input, output, RemoteProcess { pid, pidfd, end: Some(end) }))
+    }
+
+    /// Makes the calling process user and group `uid` with [`NETWORK_CAPABILITIES`] only,
+    /// once it has read every private file it needs and opened its devices and ports (the
+    /// service, a gateway): from then on it can read neither this platform's memory and
+    /// files nor any enclave's. The namespaces it may no longer enter, this platform opens
+    /// for it (`cio::netns::Lender`). Call it from the thread that starts the others (see
+    /// `enclave_host::launch::become_user`). Refused for a second client in one process.
+    pub fn become_network_user(&self, uid: u32) -> Result<(), ProcessError> {
+        if !cio::netns::set_lender(Box::new(self.clone())) {
+            return Err(platform_error("a second platform client in one process"));
+        }
+        enclave_host::launch::become_user(enclave_host::Credentials { uid, gid: uid }, &NETWORK_CAPABILITIES)
+            .map_err(|e| ProcessError::Os {
+                what: "becoming a user of its own",
+                errno: e.raw_os_error().unwrap_or(0),
+            })
+    }
+
+    /// A `Launched` reply with exactly `N` descriptors: the child's handle, pid and
+    /// descriptors. Any other reply is refused; a child whose descriptors did not all come
+    /// is ended at once, so no process outlives a failed start.
+    fn launched<const N: usize>(
+        &self,
+        reply: Reply,
+        fds: Vec<OwnedFd>,
+        what: &str,
+    ) -> Result<(RemoteChild, u32, [OwnedFd; N]), ProcessError> {
         match reply {
             Reply::Launched { child, pid } => {
-                let end = RemoteChild { client: self.clone(), child };
-                match <[OwnedFd; 3]>::try_from(fds) {
-                    Ok([input, output, pidfd]) => {
-                        Ok((input, output, RemoteProcess { pid, pidfd, end: Some(end) }))
-                    }
+                let mut end = RemoteChild { client: self.clone(), child };
+                match <[OwnedFd; N]>::try_from(fds) {
+                    Ok(fds) => Ok((end, pid, fds)),
                     Err(_) => {
-                        let mut end = end;
                         end.end();
-                        Err(platform_error("an agent's reply without its pipes and pidfd"))
+                        Err(platform_error(format!("{what} reply without its {N} descriptors")))
                     }
                 }
             }
             Reply::Refused(why) => Err(platform_error(why)),
-            _ => Err(platform_error("an answer that is not an agent's")),
+            _ => Err(platform_error(format!("an answer that is not {what}"))),
         }
     }
 }
+
+/// What a platform's caller keeps as its own user ([`PlatformClient::become_network_user`]):
+/// making and configuring TUN devices (CAP_NET_ADMIN, 12), the raw ESP sockets
+/// (CAP_NET_RAW, 13) and IKE's ports 500 and 4500 (CAP_NET_BIND_SERVICE, 10). None of them
+/// reads another user's memory or files.
+pub const NETWORK_CAPABILITIES: [u32; 3] = [10, 12, 13];
+/// [`NETWORK_CAPABILITIES`] by name, for logs.
+pub const NETWORK_CAPABILITY_NAMES: &str = "CAP_NET_ADMIN, CAP_NET_RAW and CAP_NET_BIND_SERVICE";
 
 /// A process the platform started for this service, other than an enclave (the HSM agent).
 #[derive(Debug)]
@@ -282,21 +317,8 @@ impl Launch for PlatformClient {
             config: config.clone(),
         });
         let (reply, fds) = self.ask(&req, &[child.shm, child.request, child.completion])?;
-        match reply {
-            Reply::Launched { child, pid } => {
-                let end = Box::new(RemoteChild { client: self.clone(), child });
-                match <[OwnedFd; 1]>::try_from(fds) {
-                    Ok([pidfd]) => Ok(Launched { pid, pidfd, end }),
-                    Err(_) => {
-                        let mut end = end;
-                        end.end();
-                        Err(platform_error("a launch's reply without its pidfd"))
-                    }
-                }
-            }
-            Reply::Refused(why) => Err(platform_error(why)),
-            _ => Err(platform_error("an answer that is not a launch's")),
-        }
+        let (end, pid, [pidfd]) = self.launched(reply, fds, "a launch's")?;
+        Ok(Launched { pid, pidfd, end: Box::new(end) })
     }
 }
 

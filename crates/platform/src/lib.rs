@@ -18,7 +18,7 @@ pub mod files;
 pub mod server;
 pub mod wire;
 
-pub use client::{PlatformClient, RemoteProcess};
+pub use client::{PlatformClient, RemoteProcess, NETWORK_CAPABILITIES, NETWORK_CAPABILITY_NAMES};
 pub use files::{FileError, Roots, Secrets};
 pub use server::{AgentProgram, EnclaveProgram};
 

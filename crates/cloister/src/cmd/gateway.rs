@@ -6,6 +6,10 @@
 //! platform process (`cloister platform-process`) reads and hands straight to the enclave
 //! process it starts. The tenant's ledger (seal counters, live sealed secrets, static keys
 //! installed) lies in `ledger/` beside the provisioning key, so it outlasts restarts.
+//! Started as root, the gateway runs the enclave process as a user of its own
+//! (`enclave_uid_base` + tenant) and, once it has read its files and opened its TUN device
+//! and sockets, becomes `gateway_uid` with the network capabilities only; the platform
+//! process alone stays root.
 //!
 //! Output for scripts: one `gateway: ...` line once running, then one line per IKE or child
 //! SA event (`ike: ...`, `child: ...`), and the data plane's counters at exit.
@@ -50,15 +54,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let roots = platform::Roots::Tenant { tenant, key: key_file.to_path_buf(), ledger_dir };
     match config.settings.enclave {
         Backend::Process => {
+            let root = platform::started_as_root();
+            let users = config.settings.users;
+            let base = users.enclave_base(root)?;
             let mut args: Vec<OsString> = vec!["platform-process".into()];
             args.extend(roots.args());
+            if let Some(b) = base {
+                args.extend(["--enclave-uid-base".into(), b.to_string().into()]);
+            }
             let platform = PlatformClient::start(Path::new("/proc/self/exe"), &args, Duration::from_secs(20))
                 .context("starting the platform process")?;
+            let drop_to = users.gateway_user(root, base)?.map(|uid| (platform.clone(), uid));
             let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
             let e = ProcessEnclave::launch(spec, Arc::new(platform), public)
                 .context("starting the enclave process")?;
             let pid = e.pid().map_or_else(|| "?".into(), |p| p.to_string());
-            serve(&config, e, &signals, &format!("process pid {pid}"))
+            serve(&config, e, &signals, &format!("process pid {pid}"), drop_to)
         }
         Backend::Inline => {
             // The enclave runs in this process, so this process holds its root and ledger.
@@ -73,7 +84,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let ledger = secrets.ledger(tenant)?;
             let e =
                 InlineEnclave::start_with_ledger(enclave_config, Box::new(attestation), Box::new(ledger))?;
-            serve(&config, e, &signals, "inline")
+            serve(&config, e, &signals, "inline", None)
         }
     }
 }
@@ -83,8 +94,14 @@ fn serve<E: Enclave + 'static>(
     enclave: E,
     signals: &cio::signal::Signals,
     backend: &str,
+    drop_to: Option<(PlatformClient, u32)>,
 ) -> anyhow::Result<()> {
     let mut gw = Gateway::start(config, enclave, Box::new(|line| println!("{line}")))?;
+    // Its files are read, its TUN device and sockets open: root's other powers go now.
+    if let Some((platform, uid)) = drop_to {
+        platform.become_network_user(uid).with_context(|| format!("becoming user {uid}"))?;
+        println!("gateway: runs as user {uid} with {} only", platform::NETWORK_CAPABILITY_NAMES);
+    }
     let dp = gw.dataplane();
     let ike: Vec<String> = gw.ike_addresses().iter().map(ToString::to_string).collect();
     let (udp, _) = dp.listeners();
