@@ -339,6 +339,9 @@ pub mod refusal {
     /// A nonce in an IKE SA or child SA derivation that this enclave did not issue
     /// ([`crate::Enclave::ike_nonces`]), where one of the two must be its own.
     pub const NONCE_NOT_ISSUED: &str = "neither nonce was issued by this enclave";
+    /// A child SA, IKE SA rekey or clear-and-seal of an IKE SA whose peer's AUTH this
+    /// enclave has not verified ([`crate::Enclave::auth_verify`]).
+    pub const PEER_NOT_AUTHENTICATED: &str = "the IKE SA's peer has not authenticated";
     /// A nonce of this enclave that an earlier derivation already used.
     pub const NONCE_USED: &str = "the enclave's nonce was used before";
     /// A nonce of this enclave issued so long ago that its use is no longer tracked.

@@ -22,6 +22,8 @@ pub mod migration;
 pub mod process;
 pub mod provision;
 pub mod report;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use alg::{AuthMethod, Cipher, DhGroup, Integ, Prf, Role, SecretKind, SignatureScheme, SkLayout, Suite};
 pub use error::{refusal, BlobRejection, Error, ErrorKind, Result};

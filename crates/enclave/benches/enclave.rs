@@ -24,11 +24,13 @@
 #![allow(clippy::cast_possible_truncation)]
 
 use cloister_enclave::attest::{CodeIdentity, SoftwareAttestation};
+use cloister_enclave::provision::wrap_secret;
 use cloister_enclave::{
-    Backend, ChildSaPair, ChildSaParams, Cipher, DhExchange, DhGroup, Enclave, EnclaveConfig, EspDescriptor,
-    EspSaHandle, EspStatus, IkeSaHandle, IkeSaParams, Limits, MemoryReport, Prf, ProvisioningKey, Role,
+    Backend, ChildSaPair, ChildSaParams, Cipher, DhGroup, Enclave, EnclaveConfig, EspDescriptor, EspSaHandle,
+    EspStatus, IkeSaHandle, Limits, MemoryReport, Prf, ProvisioningKey, Role, SecretHandle, SecretKind,
     Suite, TenantId, IKE_NONCE_LEN,
 };
+use enclave_api::testing;
 use enclave_host::{InFlight, PacketArea, ProcessEnclave, ProcessSpec};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -115,39 +117,26 @@ fn start_process(tenant: u32) -> ProcessEnclave {
     ProcessEnclave::start(spec(), config(tenant), &pk).unwrap()
 }
 
-/// IKE_SA_INIT and IKE_AUTH's child SA between `a` (initiator) and `peer` (responder).
+/// IKE_SA_INIT and IKE_AUTH (PSK) and its child SA between `a` (initiator) and `peer`
+/// (responder).
 fn tunnel(a: &mut dyn Enclave, peer: &mut dyn Enclave, spi: u32) -> (ChildSaPair, ChildSaPair) {
-    let group = DhGroup::Curve25519;
-    let (mut ni, mut nr) = ([0u8; IKE_NONCE_LEN], [0u8; IKE_NONCE_LEN]);
-    a.ike_nonces(&mut ni).unwrap();
-    peer.ike_nonces(&mut nr).unwrap();
-    let (mut ke_a, mut ke_p) = ([0u8; 32], [0u8; 32]);
-    let dh_a = a.dh_generate(group, &mut ke_a).unwrap();
-    let dh_p = peer.dh_generate(group, &mut ke_p).unwrap();
-    let ike = |role| IkeSaParams {
-        role,
-        prf: Prf::HmacSha256,
-        suite: SUITE,
-        nonce_i: &ni,
-        nonce_r: &nr,
-        spi_i: u64::from(spi),
-        spi_r: u64::from(spi) + 1,
-    };
-    let ike_a = a.ike_sa_create(DhExchange { dh: dh_a, peer_public: &ke_p }, &ike(Role::Initiator)).unwrap();
-    let ike_p =
-        peer.ike_sa_create(DhExchange { dh: dh_p, peer_public: &ke_a }, &ike(Role::Responder)).unwrap();
-    let child = |role, spi_inbound, spi_outbound| ChildSaParams {
-        role,
-        suite: SUITE,
-        esn: false,
-        nonce_i: &ni,
-        nonce_r: &nr,
-        spi_inbound,
-        spi_outbound,
-    };
-    let sa_a = a.child_sa_create(ike_a, None, None, &child(Role::Initiator, spi, spi + 1)).unwrap();
-    let sa_p = peer.child_sa_create(ike_p, None, None, &child(Role::Responder, spi + 1, spi)).unwrap();
-    (sa_a, sa_p)
+    let spis = (u64::from(spi), u64::from(spi) + 1);
+    let h = testing::ike_sa_init(a, peer, DhGroup::Curve25519, Prf::HmacSha256, SUITE, spis).unwrap();
+    let (psk_a, psk_p) = (psk(a), psk(peer));
+    h.authenticate_psk(a, peer, psk_a, psk_p).unwrap();
+    h.first_child(a, peer, SUITE, (spi, spi + 1)).unwrap()
+}
+
+/// The bench tenant's PSK, provisioned into `e`.
+fn psk(e: &mut dyn Enclave) -> SecretHandle {
+    let blob = wrap_secret(
+        &ProvisioningKey::from_bytes(PROV_KEY),
+        e.tenant(),
+        SecretKind::PreSharedKey,
+        b"bench psk",
+    )
+    .unwrap();
+    e.provision_secret(&blob).unwrap()
 }
 
 /// Lays out one ESP packet carrying `inner` bytes at `off` (per `EspDescriptor`'s docs:
@@ -809,26 +798,18 @@ fn memory() {
     let mut reports: Vec<[MemoryReport; 5]> = Vec::new();
     for e in [&mut inline as &mut dyn Enclave, &mut process as &mut dyn Enclave] {
         let empty = e.memory_report();
-        let mut ke_peer = [0u8; 32];
-        let _unused = peer.dh_generate(DhGroup::Curve25519, &mut ke_peer).unwrap();
-        let nr = [2u8; 32];
+        let (psk_e, psk_p) = (psk(e), psk(&mut peer));
         let mut ikes: Vec<IkeSaHandle> = Vec::with_capacity(IKE);
         for i in 0..IKE {
-            // Each derivation names a fresh nonce of the enclave's own.
-            let mut ni = [0u8; IKE_NONCE_LEN];
-            e.ike_nonces(&mut ni).unwrap();
-            let mut ke = [0u8; 32];
-            let dh = e.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
-            let params = IkeSaParams {
-                role: Role::Initiator,
-                prf: Prf::HmacSha256,
-                suite: SUITE,
-                nonce_i: &ni,
-                nonce_r: &nr,
-                spi_i: 0x1000 + i as u64,
-                spi_r: 0x9000 + i as u64,
-            };
-            ikes.push(e.ike_sa_create(DhExchange { dh, peer_public: &ke_peer }, &params).unwrap());
+            // Each SA as IKE_AUTH leaves it before clear-and-seal: the peer authenticated.
+            // The peer's half is deleted at once: only `e`'s memory is measured.
+            let spis = (0x1000 + i as u64, 0x9000 + i as u64);
+            let h =
+                testing::ike_sa_init(&mut *e, &mut peer, DhGroup::Curve25519, Prf::HmacSha256, SUITE, spis)
+                    .unwrap();
+            h.authenticate_psk(&mut *e, &mut peer, psk_e, psk_p).unwrap();
+            peer.ike_sa_delete(h.ike_b).unwrap();
+            ikes.push(h.ike_a);
         }
         let with_ike = e.memory_report();
         let mut blobs = Vec::with_capacity(IKE);
@@ -836,6 +817,8 @@ fn memory() {
             blobs.push(e.clear_and_seal(h).unwrap());
         }
         let sealed = e.memory_report();
+        // The peer's Nonce Data of each CREATE_CHILD_SA.
+        let nr = [2u8; 32];
         let mut outbound = Vec::with_capacity(ESP_PAIRS);
         for i in 0..ESP_PAIRS {
             let mut ni = [0u8; IKE_NONCE_LEN];

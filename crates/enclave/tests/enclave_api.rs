@@ -60,22 +60,15 @@ fn ike_sa_init(group: DhGroup, prf: Prf, suite: Suite) -> Pair {
     ike_sa_init_with(group, prf, suite, InboundMode::Decrypt)
 }
 
-/// As [`ike_sa_init`], the responder's inbound SAs bound to `r_inbound`.
+/// As [`ike_sa_init`], the responder's inbound SAs bound to `r_inbound`. Both then
+/// authenticate with a PSK, as IKE_AUTH does before any child SA.
 fn ike_sa_init_with(group: DhGroup, prf: Prf, suite: Suite, r_inbound: InboundMode) -> Pair {
     let r_limits = Limits { inbound: r_inbound, ..Limits::default() };
     let (mut i, mut r) = (start(1), start_limits(1, PROV_KEY, MemoryLedger::new(), r_limits));
-    let (ni, nr) = (support::nonce(&mut i), support::nonce(&mut r));
-    let (mut ke_i, mut ke_r) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
-    let dh_i = i.dh_generate(group, &mut ke_i).unwrap();
-    let dh_r = r.dh_generate(group, &mut ke_r).unwrap();
-    let params =
-        |role| IkeSaParams { role, prf, suite, nonce_i: &ni, nonce_r: &nr, spi_i: 0x1111, spi_r: 0x2222 };
-    let ike_i =
-        i.ike_sa_create(DhExchange { dh: dh_i, peer_public: &ke_r }, &params(Role::Initiator)).unwrap();
-    let ike_r =
-        r.ike_sa_create(DhExchange { dh: dh_r, peer_public: &ke_i }, &params(Role::Responder)).unwrap();
-    let msg1 = support::sa_init_message(0x1111, 0, true, &ke_i, &ni);
-    let msg2 = support::sa_init_message(0x1111, 0x2222, false, &ke_r, &nr);
+    let h = enclave_api::testing::ike_sa_init(&mut i, &mut r, group, prf, suite, (0x1111, 0x2222)).unwrap();
+    let (psk_i, psk_r) = (support::psk(&mut i, PROV_KEY), support::psk(&mut r, PROV_KEY));
+    h.authenticate_psk(&mut i, &mut r, psk_i, psk_r).unwrap();
+    let enclave_api::testing::Handshake { ike_a: ike_i, ike_b: ike_r, msg1, msg2, ni, nr, .. } = h;
     Pair { i, r, ike_i, ike_r, ni, nr, msg1, msg2 }
 }
 
@@ -765,22 +758,20 @@ fn a_later_instance_seals_above_its_platforms_counter_and_refuses_older_blobs() 
         ledger.issue(false).unwrap();
     }
     let mut later = start_with(1, PROV_KEY, ledger);
-    let mut ke = [0u8; 32];
-    let mut ke2 = [0u8; 32];
-    let dh = later.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
-    let peer = later.dh_generate(DhGroup::Curve25519, &mut ke2).unwrap();
-    later.dh_delete(peer).unwrap();
-    let (ours, child_nonce) = (support::nonce(&mut later), support::nonce(&mut later));
-    let params = IkeSaParams {
-        role: Role::Initiator,
-        prf: Prf::HmacSha256,
+    // The same SPIs as the old SA's, with a peer of its own.
+    let mut peer = start(1);
+    let x = enclave_api::testing::ike_sa_init(
+        &mut later,
+        &mut peer,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
         suite,
-        nonce_i: &ours,
-        nonce_r: &[2; 16],
-        spi_i: 0x1111,
-        spi_r: 0x2222,
-    };
-    let h = later.ike_sa_create(DhExchange { dh, peer_public: &ke2 }, &params).unwrap();
+        (0x1111, 0x2222),
+    )
+    .unwrap();
+    let (psk, peer_psk) = (support::psk(&mut later, PROV_KEY), support::psk(&mut peer, PROV_KEY));
+    x.authenticate_psk(&mut later, &mut peer, psk, peer_psk).unwrap();
+    let (h, child_nonce) = (x.ike_a, support::nonce(&mut later));
     let fresh = later.clear_and_seal(h).unwrap();
     assert_eq!(fresh.counter(), Some(101));
     // The old instance's blob (same tenant, same SPIs, counter 1) is a rollback here.

@@ -254,6 +254,12 @@ fn no_key_byte_is_in_the_gateway_and_the_enclave_holds_them() {
     let msg1 = support::sa_init_message(spi_i, 0, true, &ke_i, &ni);
     let input = AuthInput { real_message: &msg1, peer_nonce: &nr, id_body: &id };
     e.auth_compute(ike, psk, AuthSpec::SharedKey, &input, &mut auth).unwrap();
+    // The tenant's AUTH over its IKE_SA_INIT response: verified before any child SA.
+    let ke_r = unhex(&answer["ke_r"]);
+    let msg2 = support::sa_init_message(spi_i, spi_r, false, &ke_r, &nr);
+    let id_r = unhex(&answer["id_r"]);
+    let theirs = AuthInput { real_message: &msg2, peer_nonce: &ni, id_body: &id_r };
+    e.auth_verify(ike, PeerCredential::SharedKey(psk), 2, &unhex(&answer["auth_r"]), &theirs).unwrap();
     let layout = SUITE.sk_layout(40);
     let mut msg = vec![0u8; 32 + layout.body_len(40)];
     e.sk_encrypt(ike, &mut msg, 32, 40).unwrap();

@@ -10,7 +10,8 @@ can search memory for them without holding them.
 
 Protocol, one "name value" pair per line, a blank line ends a message:
   in:  prov_key tenant ni ke_i spi_i spi_r child_gw_in child_gw_out packets inner_len
-  out: wrapped_psk ke_r nr, masked_<key> for each key, packet_<k> for each ESP packet
+  out: wrapped_psk ke_r nr id_r auth_r, masked_<key> for each key, packet_<k> for each ESP
+       packet
   in:  out_<k> for each packet the gateway encrypted
   out: verified <count>
 """
@@ -106,7 +107,19 @@ def main():
     keymat = prf_plus(keys["sk_d"], ni + nr, 72)
     esp_i2r, esp_r2i = keymat[:36], keymat[36:]
 
+    # The responder's AUTH (§2.15) over its IKE_SA_INIT response as the enclave's
+    # transcript expects it (enclave_api::testing::sa_init_message: SA, KE, Nonce), Ni and
+    # prf(SK_pr, IDr'): the enclave derives the child SA only once it verified this.
+    ke_payload = bytes([40, 0]) + struct.pack(">HH", 8 + len(ke_r), 31) + bytes(2) + ke_r
+    nonce_payload = bytes([0, 0]) + struct.pack(">H", 4 + len(nr)) + nr
+    body = bytes([34, 0, 0, 4]) + ke_payload + nonce_payload
+    msg2 = struct.pack(">QQ", spi_i, spi_r) + bytes([33, 0x20, 34, 0x20]) + bytes(4)
+    msg2 += struct.pack(">I", 28 + len(body)) + body
+    id_r = bytes([1, 0, 0, 0, 198, 18, 0, 2])
+    auth_r = prf(prf(psk, b"Key Pad for IKEv2"), msg2 + ni + prf(keys["sk_pr"], id_r))
+
     out = [("wrapped_psk", wrapped.hex()), ("ke_r", ke_r.hex()), ("nr", nr.hex())]
+    out += [("id_r", id_r.hex()), ("auth_r", auth_r.hex())]
     out.append(("masked_psk", masked(psk)))
     for name in ("sk_d", "sk_ei", "sk_er", "sk_pi", "sk_pr"):
         out.append((f"masked_{name}", masked(keys[name])))

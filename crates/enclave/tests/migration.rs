@@ -105,12 +105,9 @@ struct Tunnel {
 }
 
 fn tunnel(e: &mut dyn Enclave, peer: &mut InlineEnclave, tenant: u32) -> Tunnel {
-    let x = support::exchange(e, peer);
-    let (ike, peer_ike, sa, peer_sa) = (x.ike_a, x.ike_b, x.sa_a, x.sa_b);
-    let blob =
-        wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(tenant), SecretKind::PreSharedKey, PSK)
-            .unwrap();
-    let psk = e.provision_secret(&blob).unwrap();
+    let x = support::exchange_with_psk(e, peer, PROV_KEY, PSK);
+    assert_eq!(e.tenant(), TenantId(tenant));
+    let (ike, peer_ike, sa, peer_sa, psk) = (x.ike_a, x.ike_b, x.sa_a, x.sa_b, x.psk_a);
     Tunnel { ike, sa, psk, peer_ike, peer_sa, msg1: x.msg1, nr: x.nr }
 }
 

@@ -77,7 +77,7 @@ struct Tunnel {
 
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, then IKE_AUTH's child SA */
 fn tunnel(p: &mut ProcessEnclave, i: &mut InlineEnclave) -> Tunnel {
-    let x = support::exchange(p, i);
+    let x = support::exchange(p, i, PROV_KEY);
     Tunnel { ike_p: x.ike_a, ike_i: x.ike_b, p: x.sa_a, i: x.sa_b, x }
 }
 

@@ -216,7 +216,7 @@ struct Tunnel {
 fn tunnel(t: &mut Target) -> Tunnel {
     let Target { e, .. } = t;
     let mut peer = inline_peer();
-    let (ike, peer_ike, sa, peer_sa) = ike_and_child(e.as_mut(), &mut peer);
+    let (ike, peer_ike, sa, peer_sa) = ike_and_child(e.as_mut(), &mut peer, PROV_KEY);
     Tunnel { peer, ike, peer_ike, sa, peer_sa }
 }
 
@@ -240,19 +240,20 @@ struct Exchange {
     ike: IkeSaHandle,
 }
 
-/* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, the target initiating */
+/* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, the target initiating, then both AUTHs */
 fn exchange(t: &mut Target, peer: &mut InlineEnclave) -> Exchange {
-    let (ni, nr) = (nonce(t.e.as_mut()), nonce(peer));
-    let (mut ke_t, mut ke_p) = ([0u8; 32], [0u8; 32]);
-    let dh_t = t.e.dh_generate(DhGroup::Curve25519, &mut ke_t).unwrap();
-    let dh_p = peer.dh_generate(DhGroup::Curve25519, &mut ke_p).unwrap();
-    let ike = t
-        .e
-        .ike_sa_create(DhExchange { dh: dh_t, peer_public: &ke_p }, &ike_params(Role::Initiator, &ni, &nr))
-        .unwrap();
-    peer.ike_sa_create(DhExchange { dh: dh_p, peer_public: &ke_t }, &ike_params(Role::Responder, &ni, &nr))
-        .unwrap();
-    Exchange { ni, nr, ike }
+    let h = enclave_api::testing::ike_sa_init(
+        t.e.as_mut(),
+        peer,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
+        SUITE,
+        (0x51, 0x52),
+    )
+    .unwrap();
+    let (psk, peer_psk) = (support::psk(t.e.as_mut(), PROV_KEY), support::psk(peer, PROV_KEY));
+    h.authenticate_psk(t.e.as_mut(), peer, psk, peer_psk).unwrap();
+    Exchange { ni: h.ni, nr: h.nr, ike: h.ike_a }
 }
 
 // ---- attack 4: child SA derivation ---------------------------------------------------------
@@ -315,6 +316,47 @@ fn attack_derivations_from_caller_chosen_nonces() {
         let theirs = nonce(&mut peer);
         let r = derive(t, x.ike, Role::Initiator, &theirs, &[2; 32]);
         refused(t, r, refusal::NONCE_NOT_ISSUED);
+    });
+}
+
+/// IKE_SA_INIT with whoever answers, then keys without IKE_AUTH: an attacker posing as the
+/// tenant's peer (or a gateway that skips the check) would get child SAs, a rekeyed IKE SA
+/// or a sealed state of an exchange with a peer that never proved who it is. Where the
+/// inbound SA forwards to a tenant endpoint, that is traffic injected into the tenant.
+#[test]
+fn attack_keys_from_an_ike_sa_whose_peer_never_authenticated() {
+    on_both(|t| {
+        let mut peer = inline_peer();
+        let h = enclave_api::testing::ike_sa_init(
+            t.e.as_mut(),
+            &mut peer,
+            DhGroup::Curve25519,
+            Prf::HmacSha256,
+            SUITE,
+            (0x61, 0x62),
+        )
+        .unwrap();
+        let (psk, peer_psk) = (support::psk(t.e.as_mut(), PROV_KEY), support::psk(&mut peer, PROV_KEY));
+        // The peer's AUTH, wrong: verification fails and proves nothing.
+        let r = t.e.auth_verify(h.ike_a, PeerCredential::SharedKey(psk), 2, &[0; 32], &h.auth_b(b"id"));
+        assert_eq!(r.map(|_| ()), Err(Error::AuthenticationFailed { method: 2 }), "{}", t.name);
+        let r = derive(t, h.ike_a, Role::Initiator, &h.ni, &h.nr);
+        refused(t, r, refusal::PEER_NOT_AUTHENTICATED);
+        let ours = nonce(t.e.as_mut());
+        let r = derive(t, h.ike_a, Role::Initiator, &ours, &[7; 32]);
+        refused(t, r, refusal::PEER_NOT_AUTHENTICATED);
+        let mut ke = [0u8; 32];
+        let dh = t.e.dh_generate(DhGroup::Curve25519, &mut ke).unwrap();
+        let (ours, peer_ke) = (nonce(t.e.as_mut()), [9u8; 32]);
+        let rekey = IkeSaParams { spi_i: 0x63, spi_r: 0x64, ..ike_params(Role::Initiator, &ours, &[8; 32]) };
+        let r = t.e.ike_sa_rekey(h.ike_a, None, DhExchange { dh, peer_public: &peer_ke }, &rekey);
+        refused(t, r, refusal::PEER_NOT_AUTHENTICATED);
+        let r = t.e.clear_and_seal(h.ike_a);
+        refused(t, r, refusal::PEER_NOT_AUTHENTICATED);
+        // Positive control: once the peer's AUTH verifies, IKE_AUTH's child comes.
+        h.authenticate_psk(t.e.as_mut(), &mut peer, psk, peer_psk).unwrap();
+        h.first_child(t.e.as_mut(), &mut peer, SUITE, (0x100, 0x200))
+            .unwrap_or_else(|e| panic!("{}: the child once authenticated: {e}", t.name));
     });
 }
 
@@ -642,7 +684,7 @@ fn attack_export_to_evidence_of_another_purpose() {
 fn attack_auth_over_a_transcript_the_enclave_did_not_see() {
     on_both(|t| {
         let mut peer = inline_peer();
-        let x = support::exchange(t.e.as_mut(), &mut peer);
+        let x = support::exchange(t.e.as_mut(), &mut peer, PROV_KEY);
         let wrapped = wrap_secret(
             &ProvisioningKey::from_bytes(PROV_KEY),
             TenantId(1),
@@ -695,7 +737,7 @@ fn attack_auth_over_a_transcript_the_enclave_did_not_see() {
 fn attack_ike_sa_state_restored_beside_the_live_sa() {
     on_both(|t| {
         let mut peer = inline_peer();
-        let x = support::exchange(t.e.as_mut(), &mut peer);
+        let x = support::exchange(t.e.as_mut(), &mut peer, PROV_KEY);
         t.e.clear_and_seal(x.ike_a).unwrap();
         let state = t.e.ike_sa_seal_state(x.ike_a).unwrap();
         let r = t.e.ike_sa_restore(&state);
@@ -723,7 +765,7 @@ fn attack_ike_sa_state_restored_beside_the_live_sa() {
 fn attack_ike_sa_state_rolled_back_after_a_later_seal() {
     on_both(|t| {
         let mut peer = inline_peer();
-        let x = support::exchange(t.e.as_mut(), &mut peer);
+        let x = support::exchange(t.e.as_mut(), &mut peer, PROV_KEY);
         t.e.clear_and_seal(x.ike_a).unwrap();
         let old = t.e.ike_sa_seal_state(x.ike_a).unwrap();
         let newer = t.e.ike_sa_seal_state(x.ike_a).unwrap();

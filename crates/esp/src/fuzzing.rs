@@ -23,15 +23,17 @@ use core::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use enclave_core::attest::{CodeIdentity, SoftwareAttestation};
+use enclave_core::provision::wrap_secret;
 use enclave_core::{
-    ChildSaParams, Cipher, DhExchange, DhGroup, Enclave, EnclaveConfig, EspDescriptor, EspSaHandle,
-    EspStatus, IkeSaParams, InlineEnclave, Integ, Limits, Prf, ProvisioningKey, Role, Suite, TenantId,
+    ChildSaParams, Cipher, DhGroup, Enclave, EnclaveConfig, EspDescriptor, EspSaHandle, EspStatus,
+    InlineEnclave, Integ, Limits, Prf, ProvisioningKey, Role, SecretKind, Suite, TenantId,
 };
 use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpPacket, UdpRepr};
 
 use crate::{Action, Batch, Encapsulation, Frame, Packet, SaConfig, Sad, Worker, WorkerConfig};
 
 const SLOT: usize = 4096;
+const PROV_KEY: [u8; 32] = [7; 32];
 const OFFSET: usize = 128;
 
 struct Sa {
@@ -60,7 +62,7 @@ struct State {
 fn start() -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(1),
-        provisioning_key: ProvisioningKey::from_bytes([7; 32]),
+        provisioning_key: ProvisioningKey::from_bytes(PROV_KEY),
         trusted_platforms: Vec::new(),
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
@@ -83,27 +85,30 @@ fn setup() -> State {
         let mut n = [0u8; enclave_core::IKE_NONCE_LEN];
         e.ike_nonces(&mut n).map(|()| n)
     };
-    let (ni, nr) = (nonce(&mut peer).expect("nonce"), nonce(&mut local).expect("nonce"));
-    let group = DhGroup::Curve25519;
-    let (mut ke_p, mut ke_l) = ([0u8; 32], [0u8; 32]);
-    let dh_p = peer.dh_generate(group, &mut ke_p).expect("dh");
-    let dh_l = local.dh_generate(group, &mut ke_l).expect("dh");
+    // IKE_SA_INIT and IKE_AUTH (PSK) as the engine drives them: child SAs need both.
     let ike_suite = Suite::aead(Cipher::AesGcm16_256);
-    let params = |role| IkeSaParams {
-        role,
-        prf: Prf::HmacSha256,
-        suite: ike_suite,
-        nonce_i: &ni,
-        nonce_r: &nr,
-        spi_i: 1,
-        spi_r: 2,
+    let h = enclave::testing::ike_sa_init(
+        &mut peer,
+        &mut local,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
+        ike_suite,
+        (1, 2),
+    )
+    .expect("ike");
+    let psk = |e: &mut InlineEnclave| {
+        let blob = wrap_secret(
+            &ProvisioningKey::from_bytes(PROV_KEY),
+            e.tenant(),
+            SecretKind::PreSharedKey,
+            b"fuzz",
+        )
+        .expect("wrap");
+        e.provision_secret(&blob).expect("psk")
     };
-    let ike_p = peer
-        .ike_sa_create(DhExchange { dh: dh_p, peer_public: &ke_l }, &params(Role::Initiator))
-        .expect("ike");
-    let ike_l = local
-        .ike_sa_create(DhExchange { dh: dh_l, peer_public: &ke_p }, &params(Role::Responder))
-        .expect("ike");
+    let (psk_p, psk_l) = (psk(&mut peer), psk(&mut local));
+    h.authenticate_psk(&mut peer, &mut local, psk_p, psk_l).expect("auth");
+    let (ike_p, ike_l) = (h.ike_a, h.ike_b);
     let shapes = [
         (0x1001, Suite::aead(Cipher::AesGcm16_128), false, false, false),
         (0x1002, Suite::cbc(Cipher::AesCbc256, Integ::HmacSha256_128), true, false, true),

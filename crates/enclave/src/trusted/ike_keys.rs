@@ -52,6 +52,10 @@ pub(crate) struct IkeSa {
     /// What AUTH may cover (see `transcript`): set when the SA is made by IKE_SA_INIT,
     /// gone at clear-and-seal.
     pub(crate) transcript: Option<Box<super::transcript::Transcript>>,
+    /// The peer's AUTH verified here, or the SA descends from one whose did (a rekey, a
+    /// sealed state, an import of one): what child SAs, rekeys and clear-and-seal require,
+    /// so no key derives from an exchange with a peer that never proved who it is.
+    pub(crate) authenticated: bool,
 }
 
 /// SHA-256 of `len(Ni) || Ni || Nr`: which nonce pair a derivation names.
@@ -173,6 +177,9 @@ impl IkeSa {
             next_iv: next_iv & (u64::MAX >> 1),
             first_child: None,
             transcript: None,
+            // Only clear-and-seal makes a state worth sealing, and it needs an
+            // authenticated peer.
+            authenticated: true,
         })
     }
 }
@@ -275,6 +282,7 @@ pub(crate) fn derive_ike_sa(
         next_iv: 1,
         first_child: None,
         transcript: None,
+        authenticated: false,
     })
 }
 

@@ -507,10 +507,12 @@ impl TrustedCore {
         p: &IkeSaParams<'_>,
     ) -> Result<IkeSaHandle> {
         let (g_ir, _) = self.agree(x)?;
+        require_authenticated(self.ike.get(old.0)?)?;
         let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
-        let sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
+        let mut sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
             ike_keys::derive_ike_sa(SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d }, &g_ir, p)
         })?;
+        sa.authenticated = true;
         let h = self.ike.insert(sa)?;
         self.nonces.spend(claim);
         Ok(IkeSaHandle(h))
@@ -548,7 +550,9 @@ impl TrustedCore {
             },
             PeerCredential::PublicKey(pk) => PeerKey::Public(pk),
         };
-        auth::verify(sa, key, method, auth_data, input)
+        let verified = auth::verify(sa, key, method, auth_data, input)?;
+        self.ike.get_mut(ike.0)?.authenticated = true;
+        Ok(verified)
     }
 
     pub(crate) fn sk_encrypt(
@@ -592,6 +596,7 @@ impl TrustedCore {
             None => None,
         };
         let sa = self.ike.get(ike.0)?;
+        require_authenticated(sa)?;
         // IKE_AUTH's child derives from IKE_SA_INIT's nonces, spent on the IKE SA: allowed
         // once, in the SA's own role. Every other child needs a fresh nonce of ours. Either
         // is spent only once the keys are installed: a refused call derived nothing.
@@ -634,6 +639,10 @@ impl TrustedCore {
     }
 
     pub(crate) fn clear_and_seal(&mut self, ike: IkeSaHandle) -> Result<SealedBlob> {
+        // Checked before a counter is spent on a seal that will not happen.
+        let sa = self.ike.get(ike.0)?;
+        sa.sk_d.as_ref().ok_or(Error::AlreadySealed)?;
+        require_authenticated(sa)?;
         let counter = self.next_seal_counter(false)?;
         let tenant = self.tenant;
         let sa = self.ike.get_mut(ike.0)?;
@@ -1061,6 +1070,15 @@ impl TrustedCore {
     }
 }
 
+/// Keys derive only from an IKE SA whose peer proved who it is (see `IkeSa::authenticated`).
+fn require_authenticated(sa: &IkeSa) -> Result<()> {
+    if sa.authenticated {
+        Ok(())
+    } else {
+        Err(Error::ProtocolRefused { why: enclave_api::error::refusal::PEER_NOT_AUTHENTICATED })
+    }
+}
+
 /// AUTH input of `signer` must be the SA's own IKE_SA_INIT (see `transcript`). An SA
 /// without SK_p passes here: AUTH refuses it for the missing key, as before clear-and-seal
 /// was checked; one with SK_p but no record (never made by IKE_SA_INIT here) is refused.
@@ -1077,7 +1095,8 @@ fn encode_ike_sa(w: &mut StateWriter<'_>, handle: u32, sa: &IkeSa) -> Result<()>
     let flags = u8::from(sa.sk_d.is_some())
         | u8::from(sa.sk_p.is_some()) << 1
         | u8::from(sa.sealed_counter.is_some()) << 2
-        | u8::from(sa.transcript.is_some()) << 3;
+        | u8::from(sa.transcript.is_some()) << 3
+        | u8::from(sa.authenticated) << 4;
     w.u32(handle).u8(u8::from(sa.role == Role::Responder)).u16(sa.prf.id());
     w.u16(sa.suite.cipher.id()).u16(ike_keys::cipher_key_bits(sa.suite.cipher));
     w.u16(sa.suite.integ.map_or(0, |i| i.id())).u64(sa.spi_i).u64(sa.spi_r);
@@ -1128,8 +1147,13 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
     let (spi_i, spi_r) = (r.u64()?, r.u64()?);
     let flags = r.u8()?;
     let counter = r.u64()?;
-    // The transcript (8) goes with SK_p (2) only: it is what AUTH may cover.
-    if flags & !15 != 0 || (flags & 1 != 0 && flags & 4 != 0) || (flags & 8 != 0 && flags & 2 == 0) {
+    // The transcript (8) goes with SK_p (2) only: it is what AUTH may cover. A sealed SA
+    // (4) was authenticated (16) before clear-and-seal.
+    if flags & !31 != 0
+        || (flags & 1 != 0 && flags & 4 != 0)
+        || (flags & 8 != 0 && flags & 2 == 0)
+        || (flags & 4 != 0 && flags & 16 == 0)
+    {
         return Err(malformed());
     }
     let mut take = |len: usize| -> Result<&[u8]> {
@@ -1181,5 +1205,6 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
         next_iv: next_iv & (u64::MAX >> 1),
         first_child: None,
         transcript,
+        authenticated: flags & 16 != 0,
     })
 }

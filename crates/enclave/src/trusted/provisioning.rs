@@ -442,6 +442,8 @@ mod tests {
             spi_r: 6,
         };
         let ike = c.ike_sa_create(DhExchange { dh, peer_public: &pubs[1] }, &params).unwrap();
+        // As IKE_AUTH leaves it (the AUTH exchange itself is tests/enclave_api.rs's).
+        c.ike.get_mut(ike.0).unwrap().authenticated = true;
         let sk_d = c.clear_and_seal(ike).unwrap();
         let state = c.ike_sa_seal_state(ike).unwrap();
         assert!(state.counter() > blob.counter(), "one instance-wide counter");

@@ -97,6 +97,7 @@ fn ike_sa_with_peer_key(suite: Suite, peer_enc: &[u8]) -> IkeSa {
         next_iv: 1,
         first_child: None,
         transcript: None,
+        authenticated: false,
     }
 }
 

@@ -25,17 +25,19 @@ pub fn inner(k: usize, len: usize) -> Vec<u8> {
 
 /// An IKE SA (x25519, HMAC-SHA256, AES-GCM-256) and its first child SA between two
 /// enclaves, `a` the initiator: (a's IKE SA, b's IKE SA, a's child SA, b's child SA). Child
-/// SPIs 0xc100 (a inbound) and 0xc200 (b inbound). Each side's nonce is its enclave's own.
+/// SPIs 0xc100 (a inbound) and 0xc200 (b inbound). Each side's nonce is its enclave's own;
+/// both authenticate with a PSK wrapped under `key`, their provisioning key.
 pub fn ike_and_child(
     a: &mut dyn cloister_enclave::Enclave,
     b: &mut dyn cloister_enclave::Enclave,
+    key: [u8; 32],
 ) -> (
     cloister_enclave::IkeSaHandle,
     cloister_enclave::IkeSaHandle,
     cloister_enclave::ChildSaPair,
     cloister_enclave::ChildSaPair,
 ) {
-    let x = exchange(a, b);
+    let x = exchange(a, b, key);
     (x.ike_a, x.ike_b, x.sa_a, x.sa_b)
 }
 
@@ -50,6 +52,9 @@ pub struct Exchange {
     pub msg2: Vec<u8>,
     pub ni: Vec<u8>,
     pub nr: Vec<u8>,
+    /// The PSK both authenticated with, in a and in b.
+    pub psk_a: cloister_enclave::SecretHandle,
+    pub psk_b: cloister_enclave::SecretHandle,
 }
 
 impl Exchange {
@@ -64,43 +69,56 @@ impl Exchange {
     }
 }
 
-/// As [`ike_and_child`], with the IKE_SA_INIT messages for AUTH.
-pub fn exchange(a: &mut dyn cloister_enclave::Enclave, b: &mut dyn cloister_enclave::Enclave) -> Exchange {
+/// As [`ike_and_child`], with the IKE_SA_INIT messages for AUTH and the PSK handles.
+pub fn exchange(
+    a: &mut dyn cloister_enclave::Enclave,
+    b: &mut dyn cloister_enclave::Enclave,
+    key: [u8; 32],
+) -> Exchange {
+    exchange_with_psk(a, b, key, b"test psk")
+}
+
+/// As [`exchange`], authenticating with `psk`.
+pub fn exchange_with_psk(
+    a: &mut dyn cloister_enclave::Enclave,
+    b: &mut dyn cloister_enclave::Enclave,
+    key: [u8; 32],
+    psk: &[u8],
+) -> Exchange {
     use cloister_enclave::*;
     let suite = Suite::aead(Cipher::AesGcm16_256);
-    let group = DhGroup::Curve25519;
-    let (ni, nr) = (nonce(a), nonce(b));
-    let (nonce_i, nonce_r) = (&ni[..], &nr[..]);
-    let (mut ke_a, mut ke_b) = (vec![0u8; group.public_len()], vec![0u8; group.public_len()]);
-    let dh_a = a.dh_generate(group, &mut ke_a).unwrap();
-    let dh_b = b.dh_generate(group, &mut ke_b).unwrap();
-    let params = |role| IkeSaParams {
-        role,
-        prf: Prf::HmacSha256,
+    let h = enclave_api::testing::ike_sa_init(
+        a,
+        b,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
         suite,
-        nonce_i,
-        nonce_r,
-        spi_i: 0x1111,
-        spi_r: 0x2222,
-    };
-    let ike_a =
-        a.ike_sa_create(DhExchange { dh: dh_a, peer_public: &ke_b }, &params(Role::Initiator)).unwrap();
-    let ike_b =
-        b.ike_sa_create(DhExchange { dh: dh_b, peer_public: &ke_a }, &params(Role::Responder)).unwrap();
-    let child = |role, spi_inbound, spi_outbound| ChildSaParams {
-        role,
-        suite,
-        esn: false,
-        nonce_i,
-        nonce_r,
-        spi_inbound,
-        spi_outbound,
-    };
-    let sa_a = a.child_sa_create(ike_a, None, None, &child(Role::Initiator, 0xc100, 0xc200)).unwrap();
-    let sa_b = b.child_sa_create(ike_b, None, None, &child(Role::Responder, 0xc200, 0xc100)).unwrap();
-    let msg1 = sa_init_message(0x1111, 0, true, &ke_a, &ni);
-    let msg2 = sa_init_message(0x1111, 0x2222, false, &ke_b, &nr);
-    Exchange { ike_a, ike_b, sa_a, sa_b, msg1, msg2, ni, nr }
+        (0x1111, 0x2222),
+    )
+    .unwrap();
+    let (psk_a, psk_b) = (provision_psk(a, key, psk), provision_psk(b, key, psk));
+    h.authenticate_psk(a, b, psk_a, psk_b).unwrap();
+    let (sa_a, sa_b) = h.first_child(a, b, suite, (0xc100, 0xc200)).unwrap();
+    let enclave_api::testing::Handshake { ike_a, ike_b, msg1, msg2, ni, nr, .. } = h;
+    Exchange { ike_a, ike_b, sa_a, sa_b, msg1, msg2, ni, nr, psk_a, psk_b }
+}
+
+/// The PSK [`exchange`]'s peers share, provisioned into `e` (whose provisioning key is `key`).
+pub fn psk(e: &mut dyn cloister_enclave::Enclave, key: [u8; 32]) -> cloister_enclave::SecretHandle {
+    provision_psk(e, key, b"test psk")
+}
+
+/// `psk` wrapped under `key` for `e`'s tenant and provisioned into `e`.
+pub fn provision_psk(
+    e: &mut dyn cloister_enclave::Enclave,
+    key: [u8; 32],
+    psk: &[u8],
+) -> cloister_enclave::SecretHandle {
+    use cloister_enclave::provision::wrap_secret;
+    use cloister_enclave::{ProvisioningKey, SecretKind};
+    let blob =
+        wrap_secret(&ProvisioningKey::from_bytes(key), e.tenant(), SecretKind::PreSharedKey, psk).unwrap();
+    e.provision_secret(&blob).unwrap()
 }
 
 /// One IKE nonce of `e`'s: what our side of an exchange must send and name in derivations.
@@ -110,26 +128,16 @@ pub fn nonce(e: &mut (impl cloister_enclave::Enclave + ?Sized)) -> Vec<u8> {
     n
 }
 
-/// An IKE_SA_INIT message as its sender puts it on the wire (RFC 7296 §1.2): header, an
-/// SA payload (empty here), KE (group 31) and Nonce. The enclave takes AUTH input only
-/// from the exchange it derived the IKE SA from: these SPIs, this KE and nonce.
+/// [`enclave_api::testing::sa_init_message`] of an X25519 (group 31) exchange.
 pub fn sa_init_message(spi_i: u64, spi_r: u64, initiator: bool, ke: &[u8], nonce: &[u8]) -> Vec<u8> {
-    let flags = if initiator { 0x08 } else { 0x20 };
-    let mut m = Vec::new();
-    m.extend_from_slice(&spi_i.to_be_bytes());
-    m.extend_from_slice(&spi_r.to_be_bytes());
-    m.extend_from_slice(&[33, 0x20, 34, flags, 0, 0, 0, 0, 0, 0, 0, 0]);
-    m.extend_from_slice(&[34, 0, 0, 4]);
-    m.extend_from_slice(&[40, 0]);
-    m.extend_from_slice(&((8 + ke.len()) as u16).to_be_bytes());
-    m.extend_from_slice(&[0, 31, 0, 0]);
-    m.extend_from_slice(ke);
-    m.extend_from_slice(&[0, 0]);
-    m.extend_from_slice(&((4 + nonce.len()) as u16).to_be_bytes());
-    m.extend_from_slice(nonce);
-    let len = m.len() as u32;
-    m[24..28].copy_from_slice(&len.to_be_bytes());
-    m
+    enclave_api::testing::sa_init_message(
+        spi_i,
+        spi_r,
+        initiator,
+        cloister_enclave::DhGroup::Curve25519,
+        ke,
+        nonce,
+    )
 }
 
 /// The test cluster's platform, made once per test binary: its key (PKCS#8) and public key.
