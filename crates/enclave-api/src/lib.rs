@@ -380,8 +380,9 @@ pub trait Enclave: Send {
         Err(crate::Error::Unsupported { what: "SK_d unsealing on this backend", value: 0 })
     }
 
-    /// Forgets an IKE SA: its keys are zeroized and its SK_d blob no longer opens here (no
-    /// SA holds its counter). Its state blob still restores it (see docs/threat-model.md).
+    /// Forgets an IKE SA: its keys are zeroized, its SK_d blob no longer opens here (no SA
+    /// holds its counter), and its state blob restores it nowhere (the platform's ledger
+    /// retires the blob's counter).
     fn ike_sa_delete(&mut self, ike: IkeSaHandle) -> Result<()>;
 
     /// Processes a batch of ESP packets in one crossing; one status per descriptor.

@@ -96,7 +96,7 @@ fn harness() -> Option<Harness> {
     )
     .ok()?;
     let psk = e.provision_secret(&blob).ok()?;
-    let msg1 = crate::trusted::transcript::message(0x1111, 0, true, &ke, &ni);
+    let msg1 = enclave_api::testing::sa_init_message(0x1111, 0, true, DhGroup::Curve25519, &ke, &ni);
     Some(Harness { e, signing, core, ike, psk, msg1, nr: nr.to_vec() })
 }
 

@@ -308,7 +308,7 @@ mod tests {
             spi_r: 2,
         };
         let ike = c.ike_sa_create(DhExchange { dh: dh_a, peer_public: &b }, &params).unwrap();
-        let msg1 = crate::trusted::transcript::message(1, 0, true, &a, &ni);
+        let msg1 = enclave_api::testing::sa_init_message(1, 0, true, crate::DhGroup::Curve25519, &a, &ni);
         let input = AuthInput { real_message: &msg1, peer_nonce: &[2; 32], id_body: b"id" };
         psks.iter()
             .map(|&h| {

@@ -106,34 +106,13 @@ fn sa_init_values(msg: &[u8], signer: Role, spi_i: u64, spi_r: u64) -> Option<(&
     Some((ke?, nonce?))
 }
 
-/// An IKE_SA_INIT message (tests, fuzzing): header, then SA (empty body), KE, Nonce.
-#[cfg(any(test, fuzzing))]
-pub(crate) fn message(spi_i: u64, spi_r: u64, initiator: bool, ke: &[u8], nonce: &[u8]) -> Vec<u8> {
-    let flags = if initiator { FLAG_INITIATOR } else { FLAG_RESPONSE };
-    let mut m = Vec::new();
-    m.extend_from_slice(&spi_i.to_be_bytes());
-    m.extend_from_slice(&spi_r.to_be_bytes());
-    m.extend_from_slice(&[33, 0x20, IKE_SA_INIT, flags, 0, 0, 0, 0, 0, 0, 0, 0]);
-    m.extend_from_slice(&[KEY_EXCHANGE, 0, 0, 4]);
-    let ke_len = u16::try_from(8 + ke.len()).unwrap_or(u16::MAX);
-    m.extend_from_slice(&[NONCE, 0]);
-    m.extend_from_slice(&ke_len.to_be_bytes());
-    m.extend_from_slice(&[0, 31, 0, 0]);
-    m.extend_from_slice(ke);
-    m.extend_from_slice(&[0, 0]);
-    m.extend_from_slice(&u16::try_from(4 + nonce.len()).unwrap_or(u16::MAX).to_be_bytes());
-    m.extend_from_slice(nonce);
-    let len = u32::try_from(m.len()).unwrap_or(u32::MAX);
-    m[24..28].copy_from_slice(&len.to_be_bytes());
-    m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn msg(spi_i: u64, spi_r: u64, flags: u8, ke: &[u8], nonce: &[u8]) -> Vec<u8> {
-        message(spi_i, spi_r, flags == FLAG_INITIATOR, ke, nonce)
+        let group = enclave_api::alg::DhGroup::Curve25519;
+        enclave_api::testing::sa_init_message(spi_i, spi_r, flags == FLAG_INITIATOR, group, ke, nonce)
     }
 
     fn transcript() -> Transcript {
