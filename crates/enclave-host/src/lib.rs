@@ -1279,7 +1279,7 @@ impl Enclave for ProcessEnclave {
     fn auth_verify_compute(
         &mut self,
         ike: IkeSaHandle,
-        peer: &PeerAuthCheck<'_>,
+        peer: PeerAuthCheck<'_>,
         ours: &OurAuth<'_>,
         out: &mut [u8],
     ) -> Result<AuthAnswered> {

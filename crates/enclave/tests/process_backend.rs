@@ -826,7 +826,7 @@ fn merged_ike_auth_calls_match_the_separate_ones() {
     };
     let ours = OurAuth { credential: psk_p, spec: AuthSpec::SharedKey, input: mine };
     let mut out = [0u8; 64];
-    let a = p.auth_verify_compute(t.ike_p, &check(&peer_auth[..n]), &ours, &mut out).unwrap();
+    let a = p.auth_verify_compute(t.ike_p, check(&peer_auth[..n]), &ours, &mut out).unwrap();
     assert_eq!(a.verified.method, AuthMethod::SharedKey);
     let (m, len) = a.ours.unwrap();
     let mut separate = [0u8; 64];
@@ -836,12 +836,12 @@ fn merged_ike_auth_calls_match_the_separate_ones() {
 
     // A refused peer: the verification's error, and our output untouched.
     let mut untouched = [0u8; 64];
-    let refused = p.auth_verify_compute(t.ike_p, &check(&[0; 32]), &ours, &mut untouched);
+    let refused = p.auth_verify_compute(t.ike_p, check(&[0; 32]), &ours, &mut untouched);
     assert_eq!(refused, Err(Error::AuthenticationFailed { method: 2 }));
     assert_eq!(untouched, [0u8; 64]);
     // Ours failing after the peer verified: its own error, beside the verification.
     let unknown = OurAuth { credential: SecretHandle(0xdead_beef), ..ours };
-    let a = p.auth_verify_compute(t.ike_p, &check(&peer_auth[..n]), &unknown, &mut out).unwrap();
+    let a = p.auth_verify_compute(t.ike_p, check(&peer_auth[..n]), &unknown, &mut out).unwrap();
     let separate = p.auth_compute(t.ike_p, SecretHandle(0xdead_beef), AuthSpec::SharedKey, &mine, &mut out);
     assert!(a.ours.is_err());
     assert_eq!(a.ours.err(), separate.err());

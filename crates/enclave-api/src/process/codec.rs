@@ -19,64 +19,11 @@ use crate::migration::{DestinationKey, MigrationRestore};
 use crate::provision::ProvisioningOffer;
 use crate::report::{Counters, MemoryReport};
 
-/// Call opcodes: one per [`crate::Enclave`] method that is not the ESP batch.
+/// Call opcodes: one per call of the table ([`crate::calls`]), and the staging steps of the
+/// calls whose arguments or results may exceed the call area.
 pub mod op {
-    /// [`crate::Enclave::identity_evidence`].
-    pub const IDENTITY_EVIDENCE: u16 = 1;
-    /// [`crate::Enclave::memory_report`].
-    pub const MEMORY_REPORT: u16 = 2;
-    /// [`crate::Enclave::counters`].
-    pub const COUNTERS: u16 = 3;
-    /// [`crate::Enclave::provision_secret`].
-    pub const PROVISION_SECRET: u16 = 4;
-    /// [`crate::Enclave::secret_kind`].
-    pub const SECRET_KIND: u16 = 5;
-    /// [`crate::Enclave::delete_secret`].
-    pub const DELETE_SECRET: u16 = 6;
-    /// [`crate::Enclave::random_nonce`].
-    pub const RANDOM_NONCE: u16 = 7;
-    /// [`crate::Enclave::dh_generate`].
-    pub const DH_GENERATE: u16 = 8;
-    /// [`crate::Enclave::dh_delete`].
-    pub const DH_DELETE: u16 = 9;
-    /// [`crate::Enclave::ike_sa_create`].
-    pub const IKE_SA_CREATE: u16 = 10;
-    /// [`crate::Enclave::ike_sa_rekey`].
-    pub const IKE_SA_REKEY: u16 = 11;
-    /// [`crate::Enclave::auth_compute`].
-    pub const AUTH_COMPUTE: u16 = 12;
-    /// [`crate::Enclave::auth_verify`].
-    pub const AUTH_VERIFY: u16 = 13;
-    /// [`crate::Enclave::sk_encrypt`].
-    pub const SK_ENCRYPT: u16 = 14;
-    /// [`crate::Enclave::sk_decrypt`].
-    pub const SK_DECRYPT: u16 = 15;
-    /// [`crate::Enclave::child_sa_create`].
-    pub const CHILD_SA_CREATE: u16 = 16;
-    /// [`crate::Enclave::clear_and_seal`].
-    pub const CLEAR_AND_SEAL: u16 = 17;
-    /// [`crate::Enclave::ike_sa_delete`].
-    pub const IKE_SA_DELETE: u16 = 18;
-    /// [`crate::Enclave::esp_sa_delete`].
-    pub const ESP_SA_DELETE: u16 = 19;
-    /// [`crate::Enclave::ike_sa_seal_state`].
-    pub const IKE_SA_SEAL_STATE: u16 = 20;
-    /// [`crate::Enclave::ike_sa_restore`].
-    pub const IKE_SA_RESTORE: u16 = 21;
-    /// [`crate::Enclave::esp_sa_install_wrapped`].
-    pub const ESP_SA_INSTALL_WRAPPED: u16 = 22;
-    /// [`crate::Enclave::provisioning_offer`].
-    pub const PROVISIONING_OFFER: u16 = 23;
-    /// [`crate::Enclave::provision_attested`].
-    pub const PROVISION_ATTESTED: u16 = 24;
-    /// [`crate::Enclave::unseal_secret`].
-    pub const UNSEAL_SECRET: u16 = 25;
-    /// [`crate::Enclave::export_state`].
-    pub const EXPORT_STATE: u16 = 26;
-    /// [`crate::Enclave::migration_destination_key`].
-    pub const MIGRATION_DESTINATION_KEY: u16 = 27;
-    /// [`crate::Enclave::import_state`].
-    pub const IMPORT_STATE: u16 = 28;
+    crate::enclave_calls!({ crate::__enclave_opcodes } []);
+
     /// Chunked export, first call: `u64` length of the untrusted state to come.
     pub const EXPORT_BEGIN: u16 = 29;
     /// Chunked export or import: `u64` offset, then the next piece of the staged argument.
@@ -89,24 +36,22 @@ pub mod op {
     pub const IMPORT_FINISH: u16 = 33;
     /// A staged result: `u64` offset and `u32` most bytes wanted; answers the next piece.
     pub const RESULT_CHUNK: u16 = 34;
-    /// [`crate::Enclave::ike_sa_unseal_sk_d`].
-    pub const IKE_SA_UNSEAL_SK_D: u16 = 35;
-    /// [`crate::Enclave::seal_secret`].
-    pub const SEAL_SECRET: u16 = 36;
-    /// [`crate::Enclave::export_secrets`]: single call only (a backup's untrusted state
-    /// must fit the call area); answers as [`EXPORT_STATE`] does.
-    pub const EXPORT_SECRETS: u16 = 37;
-    /// [`crate::Enclave::establish_seal`].
-    pub const ESTABLISH_SEAL: u16 = 38;
-    /// [`crate::Enclave::ike_sa_respond`].
-    pub const IKE_SA_RESPOND: u16 = 39;
-    /// [`crate::Enclave::auth_verify_compute`].
-    pub const AUTH_VERIFY_COMPUTE: u16 = 40;
-    /// [`crate::Enclave::sk_encrypt_establish`].
-    pub const SK_ENCRYPT_ESTABLISH: u16 = 41;
-    /// [`crate::Enclave::ike_nonces`].
-    pub const IKE_NONCES: u16 = 42;
     // 43 was `export_evidence`: the source's evidence is inside the package now.
+
+    /// The staging opcodes, none of them a call's.
+    pub const STAGING: &[u16] =
+        &[EXPORT_BEGIN, STAGE_CHUNK, EXPORT_FINISH, IMPORT_BEGIN, IMPORT_FINISH, RESULT_CHUNK];
+    const _: () = {
+        let mut i = 0;
+        while i < STAGING.len() {
+            let mut j = 0;
+            while j < CALLS.len() {
+                assert!(STAGING[i] != CALLS[j], "a staging step shares a call's opcode");
+                j += 1;
+            }
+            i += 1;
+        }
+    };
 }
 
 /// How [`op::EXPORT_STATE`], [`op::EXPORT_SECRETS`], [`op::IMPORT_STATE`],

@@ -543,7 +543,7 @@ pub fn dispatch<E: Enclave + ?Sized>(
                 PeerAuthCheck { credential: peer.as_credential(), method, auth_data, input: peer_input };
             let ours = OurAuth { credential, spec, input: our_input };
             let mut out = vec![0u8; n];
-            e.auth_verify_compute(ike, &check, &ours, &mut out).map(|a| {
+            e.auth_verify_compute(ike, check, &ours, &mut out).map(|a| {
                 codec::put_auth_verified(w, &a.verified);
                 match a.ours {
                     Ok((m, len)) => {

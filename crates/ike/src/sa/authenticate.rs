@@ -145,7 +145,7 @@ pub(super) fn verify_and_answer<E: Enclave>(
     let mut data = vec![0u8; MAX_AUTH_LEN];
     let answered = ctx
         .enclave
-        .auth_verify_compute(ike, &check, &ours, &mut data)
+        .auth_verify_compute(ike, check, &ours, &mut data)
         .map_err(|_| Error::AuthenticationFailed { side: Side::Local })?;
     let peer = PeerAuth::by_shared_key(answered.verified, id);
     let ours = answered.ours.map_err(Error::from).map(|(method, len)| {
