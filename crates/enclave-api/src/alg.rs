@@ -422,7 +422,7 @@ pub enum SecretKind {
     /// An ECDSA P-384 private key.
     EcdsaP384PrivateKey,
     /// One direction of a static ESP SA's keys, bound to its SPI and transform
-    /// ([`crate::provision::esp_sa_keys`]); installed by [`crate::Enclave::esp_sa_install_wrapped`],
+    /// (`cloister_attest::provision::esp_sa_keys`); installed by [`crate::Enclave::esp_sa_install_wrapped`],
     /// never kept as a secret.
     EspSaKeys,
 }

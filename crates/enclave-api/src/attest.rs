@@ -15,17 +15,17 @@ pub enum EvidenceKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EvidencePurpose {
     /// "This enclave runs this measurement for this tenant", fresh for a verifier's
-    /// challenge ([`crate::Enclave::identity_evidence`], [`identity_report_data`]).
+    /// challenge ([`crate::Enclave::identity_evidence`], `cloister_attest::evidence::identity_report_data`).
     Identity,
-    /// An attested-provisioning offer's X25519 key ([`crate::provision::offer_report_data`]).
+    /// An attested-provisioning offer's X25519 key (`cloister_attest::provision::offer_report_data`).
     ProvisioningOffer,
-    /// A migration destination's RSA key ([`crate::migration::destination_report_data`]).
+    /// A migration destination's RSA key (`cloister_attest::migration::destination_report_data`).
     MigrationDestination,
     /// A migration package this enclave exported, for one destination key
-    /// ([`crate::migration::export_report_data`]).
+    /// (`cloister_attest::migration::export_report_data`).
     MigrationSource,
     /// A backup package this enclave exported, for one backup key
-    /// ([`crate::migration::export_report_data`]).
+    /// (`cloister_attest::migration::export_report_data`).
     Backup,
 }
 

@@ -3,10 +3,13 @@
 //! [`enclave_calls!`](crate::enclave_calls) holds one entry per call: its kind, its opcode,
 //! its documentation and its Rust signature. Everything else that names the calls is made
 //! from it: the [`crate::Enclave`] trait (below), the opcodes
-//! ([`crate::process::codec::op`]) and the wrappers that forward every call
-//! ([`forward_enclave!`](crate::forward_enclave)). A new call is one entry here, its
-//! trusted implementation, and its encoding in the process backend's host stub
-//! (`cloister-enclave-host`) and guest dispatch (`cloister-enclave`).
+//! ([`crate::process::codec::op`]), the process backend's host stubs
+//! (`cloister-enclave-host`) and guest dispatch (`cloister-enclave`), and the wrappers
+//! that forward every call ([`forward_enclave!`](crate::forward_enclave)). A new call is
+//! one entry here plus its trusted implementation; its arguments and result cross the
+//! process boundary as their [`crate::process::wire`] encodings say (a new parameter or
+//! return type needs one there). Test doubles that implement the trait by hand (the
+//! guest's mock core, a tampering enclave in the IKE tests) name the calls they use.
 //!
 //! Kinds:
 //! - `query`: `&self`, answers a plain value (a failed crossing answers the default);
@@ -31,7 +34,7 @@ macro_rules! enclave_calls {
 
 /// Evidence that this enclave runs its measurement for its tenant, fresh for a
 /// verifier's `challenge`: purpose [`crate::attest::EvidencePurpose::Identity`], over
-/// [`crate::attest::identity_report_data`]. There is no call for evidence over report
+/// `cloister_attest::evidence::identity_report_data`. There is no call for evidence over report
 /// data the caller chooses: every other piece of evidence comes with the value it
 /// vouches for (an offer, a destination key, inside an exported package).
 call IDENTITY_EVIDENCE = 1
@@ -61,7 +64,7 @@ fn provisioning_offer() -> $crate::ProvisioningOffer = |_this| {
 };
 
 /// Attested provisioning, step 3: opens a tenant's envelope
-/// ([`crate::provision::seal_to_offer`]) with the offer it names, which it consumes
+/// (`cloister_attest::provision::seal_to_offer`) with the offer it names, which it consumes
 /// (single use), checks the secret as [`Self::provision_secret`] does for its kind, and
 /// keeps it. Also returns the secret sealed for restarts (kind 3,
 /// [`crate::seal_format`]): store it; [`Self::unseal_secret`] brings the secret back.
@@ -98,7 +101,7 @@ fn seal_secret(secret: $crate::SecretHandle) -> $crate::SealedBlob = |_this| {
 
 /// Backup, source side ([`crate::migration`], "Backup packages"): checks that
 /// `certificate` is a backup root's certificate of `wrap_spki` for this enclave's
-/// measurement ([`crate::migration::backup_key_message`], roots from the measured
+/// measurement (`cloister_attest::migration::backup_key_message`, roots from the measured
 /// configuration; otherwise [`crate::Error::ProtocolRefused`]), then makes a package of
 /// kind `Backup`, importable by [`Self::import_state`] with the HSM's rewrap of its one
 /// share (wrapped with RSA-OAEP `oaep` to `wrap_spki`), that carries the seal counter,
@@ -145,7 +148,7 @@ fn export_state(
 /// Migration, destination side: a fresh RSA key pair of `bits` (2048..=4096; see
 /// [`crate::migration::DEFAULT_DESTINATION_BITS`]), the private key kept inside for one
 /// import (a new call destroys the previous one), the public key returned with evidence
-/// whose report data is [`crate::migration::destination_report_data`] of it.
+/// whose report data is `cloister_attest::migration::destination_report_data` of it.
 ///
 /// The default refuses: every backend implements it.
 call MIGRATION_DESTINATION_KEY = 27
@@ -368,7 +371,7 @@ call ESP_SA_DELETE = 19
 fn esp_sa_delete(sa: $crate::EspSaHandle) -> ();
 
 /// Installs one direction of a static ESP SA (no IKE) from keys the tenant wrapped for
-/// this enclave ([`crate::provision::wrap_esp_sa_keys`]): the blob is opened, its
+/// this enclave (`cloister_attest::provision::wrap_esp_sa_keys`): the blob is opened, its
 /// direction, SPI and transform must be `params`', its key lengths the transform's, and
 /// the keys go straight into the SA; they are not kept as a secret. Refused when the
 /// encryption key is already an outbound SA's of this instance, or used in the other

@@ -4,7 +4,7 @@
 //! [`crate::Enclave::migration_destination_key`] and [`crate::Enclave::import_state`].
 //!
 //! 1. The destination enclave makes an ephemeral RSA key pair and evidence whose report data
-//!    is [`destination_report_data`] of its SPKI ([`DestinationKey`]).
+//!    is `cloister_attest::migration::destination_report_data` of its SPKI ([`DestinationKey`]).
 //! 2. The source enclave checks that evidence itself ([`crate::Enclave::export_state`]): it
 //!    verifies under one of the platform keys of its measured configuration
 //!    ([`crate::EnclaveConfig::trusted_platforms`]), for this purpose, this tenant and this
@@ -383,7 +383,7 @@ impl MigrationPackage {
 }
 
 /// The destination enclave's ephemeral public key for one import, with evidence whose
-/// report data is [`destination_report_data`] of it.
+/// report data is `cloister_attest::migration::destination_report_data` of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DestinationKey {
     /// RSA public key, DER SubjectPublicKeyInfo (rsaEncryption).

@@ -113,7 +113,7 @@ pub enum Backend {
     /// One hardened process per tenant ([`crate::process`]): keys never in the caller.
     #[default]
     Process,
-    /// The trusted code in the caller's process ([`crate::InlineEnclave`]): for a gateway
+    /// The trusted code in the caller's process (`cloister_enclave::InlineEnclave`): for a gateway
     /// that itself runs in a TEE, and for tests.
     Inline,
 }
@@ -168,7 +168,7 @@ pub struct EnclaveConfig {
     pub trusted_platforms: Vec<Vec<u8>>,
     /// The HSM backup roots (uncompressed P-256 public keys, as `cloister migrate
     /// backup-root` prints them) whose certificate makes an RSA key a backup key
-    /// ([`crate::migration::backup_key_message`]). Measured, so a tenant that checks the
+    /// (`cloister_attest::migration::backup_key_message`). Measured, so a tenant that checks the
     /// measurement has approved where its backups go; empty refuses every backup.
     pub backup_roots: Vec<Vec<u8>>,
     /// The tenant's provisioning signers (uncompressed P-256 public keys, as `cloister

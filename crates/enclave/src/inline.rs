@@ -11,7 +11,9 @@ use crate::trusted::lane::EspLaneParts;
 use crate::trusted::TrustedCore;
 use enclave_api::error::Result;
 use enclave_api::esp::{BatchSummary, EspDescriptor, EspStatus};
-use enclave_api::handle::{EspSaHandle, TenantId};
+#[cfg(any(feature = "test-export", feature = "test-keys"))]
+use enclave_api::handle::EspSaHandle;
+use enclave_api::handle::TenantId;
 use enclave_api::ledger::{Ledger, MemoryLedger};
 use enclave_api::report::EnclaveConfig;
 use enclave_api::EspCrossing;

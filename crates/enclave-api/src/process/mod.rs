@@ -15,6 +15,7 @@ pub mod layout;
 pub mod ring;
 pub mod shm;
 pub mod validate;
+pub mod wire;
 
 use layout::Geometry;
 use std::ffi::OsString;
@@ -58,7 +59,7 @@ pub enum ProcessError {
         /// `errno` as the kernel returned it.
         errno: i32,
     },
-    /// The enclave process has died; every call fails with this until [`ProcessEnclave::restart`].
+    /// The enclave process has died; every call fails with this until `cloister_enclave_host::ProcessEnclave::restart`.
     #[error("enclave process {pid} {exit}")]
     Died {
         /// Its process ID.

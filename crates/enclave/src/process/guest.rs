@@ -19,11 +19,10 @@ use super::ring::{Consumer, Producer};
 use super::shm::SharedMem;
 use super::staging::{self, Staging};
 use super::validate::{self, RejectCounters, RejectReason};
+use super::wire::{Arg, Ret};
 use super::ProcessError;
 use super::{bits, config, GuestArgs};
 use enclave_api::esp::{EspDescriptor, EspStatus};
-use enclave_api::handle::{DhHandle, EspSaHandle, SecretHandle};
-use enclave_api::ike::{OurAuth, PeerAuthCheck, SealedBlob};
 use enclave_api::Enclave;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -370,289 +369,94 @@ fn check_descriptors(
     refused
 }
 
-/// Decodes a call's arguments, runs it, encodes its result. `Err` is a transport refusal
-/// (unknown opcode, undecodable arguments); `Ok(Err(_))` the trusted core's refusal. Export
-/// and import are [`staging::dispatch`]'s: they keep state between calls.
-pub fn dispatch<E: Enclave + ?Sized>(
-    e: &mut E,
-    opcode: u16,
-    args: &[u8],
-    w: &mut Writer,
-    max_out: usize,
-) -> Result<crate::Result<()>, RejectReason> {
-    let mut r = Reader::new(args);
-    // Output buffers the caller sizes are bounded by what could ever be returned.
-    let out_len = |r: &mut Reader<'_>| -> Result<usize, RejectReason> {
-        let n = r.u32()? as usize;
-        (n <= max_out).then_some(n).ok_or(RejectReason::BadArguments)
+/// The guest's dispatch, made from the call table: `dispatch` decodes a call's arguments
+/// (as [`enclave_api::process::wire`] says), runs it, encodes its result.
+macro_rules! guest_dispatch {
+    ([] $(
+        $(#[$attr:meta])*
+        $kind:ident $opname:ident = $opnum:literal
+        fn $name:ident ( $( $(#[$pm:ident])? $p:ident : $t:ty ),* ) -> $ret:ty $( = |$dthis:ident| $default:block )? ;
+    )*) => {
+        /// Decodes a call's arguments, runs it, encodes its result. `Err` is a transport
+        /// refusal (unknown opcode, undecodable arguments); `Ok(Err(_))` the trusted core's
+        /// refusal. Export and import are [`staging::dispatch`]'s: they keep state between
+        /// calls. An output buffer may be at most `max_out` bytes (what could ever return).
+        pub fn dispatch<E: Enclave + ?Sized>(
+            e: &mut E,
+            opcode: u16,
+            args: &[u8],
+            w: &mut Writer,
+            max_out: usize,
+        ) -> Result<crate::Result<()>, RejectReason> {
+            let mut r = Reader::new(args);
+            match opcode {
+                $( op::$opname => guest_arm!($kind e, r, w, max_out; $name ( $( [$($pm)?] $p : $t ),* ) -> $ret), )*
+                _ => Err(RejectReason::UnknownOpcode),
+            }
+        }
     };
-    let sealed = |r: &mut Reader<'_>| -> Result<Option<SealedBlob>, RejectReason> {
-        Ok(if r.bool()? { Some(SealedBlob(r.bytes()?.to_vec())) } else { None })
-    };
-    let res = match opcode {
-        op::IDENTITY_EVIDENCE => {
-            let challenge: [u8; 32] = r.bytes()?.try_into().map_err(|_| RejectReason::BadArguments)?;
-            r.finish()?;
-            e.identity_evidence(&challenge).map(|ev| codec::put_evidence(w, &ev))
-        }
-        op::MEMORY_REPORT => {
-            r.finish()?;
-            codec::put_memory_report(w, &e.memory_report());
-            Ok(())
-        }
-        op::COUNTERS => {
-            r.finish()?;
-            codec::put_counters(w, &e.counters());
-            Ok(())
-        }
-        op::PROVISION_SECRET => {
-            let b = r.bytes()?;
-            r.finish()?;
-            e.provision_secret(b).map(|h| {
-                w.u32(h.0);
-            })
-        }
-        op::PROVISIONING_OFFER => {
-            r.finish()?;
-            e.provisioning_offer().map(|o| codec::put_offer(w, &o))
-        }
-        op::PROVISION_ATTESTED => {
-            // The envelope borrows the private copy of the arguments; the trusted core checks it.
-            let env = r.bytes()?;
-            r.finish()?;
-            e.provision_attested(env).map(|(h, blob)| {
-                w.u32(h.0).bytes(&blob.0);
-            })
-        }
-        op::UNSEAL_SECRET => {
-            let blob = SealedBlob(r.bytes()?.to_vec());
-            r.finish()?;
-            e.unseal_secret(&blob).map(|h| {
-                w.u32(h.0);
-            })
-        }
-        op::SEAL_SECRET => {
-            let h = SecretHandle(r.u32()?);
-            r.finish()?;
-            e.seal_secret(h).map(|b| {
-                w.bytes(&b.0);
-            })
-        }
-        op::MIGRATION_DESTINATION_KEY => {
-            let bits = r.usize()?;
-            r.finish()?;
-            e.migration_destination_key(bits).map(|k| codec::put_destination_key(w, &k))
-        }
-        op::SECRET_KIND => {
-            let h = SecretHandle(r.u32()?);
-            r.finish()?;
-            e.secret_kind(h).map(|k| codec::put_secret_kind(w, k))
-        }
-        op::DELETE_SECRET => {
-            let h = SecretHandle(r.u32()?);
-            r.finish()?;
-            e.delete_secret(h)
-        }
-        op::RANDOM_NONCE | op::IKE_NONCES => {
-            let n = out_len(&mut r)?;
-            r.finish()?;
-            let mut out = vec![0u8; n];
-            let filled =
-                if opcode == op::RANDOM_NONCE { e.random_nonce(&mut out) } else { e.ike_nonces(&mut out) };
-            filled.map(|()| {
-                w.bytes(&out);
-            })
-        }
-        op::DH_GENERATE => {
-            let group = codec::get_dh_group(&mut r)?;
-            let n = out_len(&mut r)?;
-            r.finish()?;
-            let mut out = vec![0u8; n];
-            e.dh_generate(group, &mut out).map(|h| {
-                w.u32(h.0).bytes(&out);
-            })
-        }
-        op::DH_DELETE => {
-            let h = DhHandle(r.u32()?);
-            r.finish()?;
-            e.dh_delete(h)
-        }
-        op::IKE_SA_CREATE => {
-            let x = codec::get_dh_exchange(&mut r)?;
-            let p = codec::get_ike_params(&mut r)?;
-            r.finish()?;
-            e.ike_sa_create(x, &p).map(|h| {
-                w.u32(h.0);
-            })
-        }
-        op::IKE_SA_RESPOND => {
-            let group = codec::get_dh_group(&mut r)?;
-            let n = out_len(&mut r)?;
-            let peer_public = r.bytes()?;
-            let p = codec::get_ike_params(&mut r)?;
-            r.finish()?;
-            let mut out = vec![0u8; n];
-            e.ike_sa_respond(group, peer_public, &mut out, &p).map(|h| {
-                w.u32(h.0).bytes(&out);
-            })
-        }
-        op::IKE_SA_REKEY => {
-            let old = codec::get_ike(&mut r)?;
-            let blob = sealed(&mut r)?;
-            let x = codec::get_dh_exchange(&mut r)?;
-            let p = codec::get_ike_params(&mut r)?;
-            r.finish()?;
-            e.ike_sa_rekey(old, blob.as_ref(), x, &p).map(|h| {
-                w.u32(h.0);
-            })
-        }
-        op::AUTH_COMPUTE => {
-            let ike = codec::get_ike(&mut r)?;
-            let cred = SecretHandle(r.u32()?);
-            let spec = codec::get_auth_spec(&mut r)?;
-            let input = codec::get_auth_input(&mut r)?;
-            let n = out_len(&mut r)?;
-            r.finish()?;
-            let mut out = vec![0u8; n];
-            e.auth_compute(ike, cred, spec, &input, &mut out).map(|(m, len)| {
-                w.u8(m.id()).bytes(out.get(..len).unwrap_or(&[]));
-            })
-        }
-        op::AUTH_VERIFY => {
-            let ike = codec::get_ike(&mut r)?;
-            let peer = codec::get_peer(&mut r)?;
-            let method = r.u8()?;
-            let data = r.bytes()?;
-            let input = codec::get_auth_input(&mut r)?;
-            r.finish()?;
-            e.auth_verify(ike, peer.as_credential(), method, data, &input)
-                .map(|v| codec::put_auth_verified(w, &v))
-        }
-        op::AUTH_VERIFY_COMPUTE => {
-            let ike = codec::get_ike(&mut r)?;
-            let peer = codec::get_peer(&mut r)?;
-            let method = r.u8()?;
-            let auth_data = r.bytes()?;
-            let peer_input = codec::get_auth_input(&mut r)?;
-            let credential = SecretHandle(r.u32()?);
-            let spec = codec::get_auth_spec(&mut r)?;
-            let our_input = codec::get_auth_input(&mut r)?;
-            let n = out_len(&mut r)?;
-            r.finish()?;
-            let check =
-                PeerAuthCheck { credential: peer.as_credential(), method, auth_data, input: peer_input };
-            let ours = OurAuth { credential, spec, input: our_input };
-            let mut out = vec![0u8; n];
-            e.auth_verify_compute(ike, check, &ours, &mut out).map(|a| {
-                codec::put_auth_verified(w, &a.verified);
-                match a.ours {
-                    Ok((m, len)) => {
-                        w.u8(0).u8(m.id()).bytes(out.get(..len).unwrap_or(&[]));
-                    }
-                    Err(err) => {
-                        w.u8(1);
-                        codec::put_error(w, &err);
-                    }
-                }
-            })
-        }
-        op::SK_ENCRYPT_ESTABLISH => {
-            let ike = codec::get_ike(&mut r)?;
-            let mut msg = r.bytes()?.to_vec();
-            let aad = r.usize()?;
-            let pt = r.usize()?;
-            r.finish()?;
-            e.sk_encrypt_establish(ike, &mut msg, aad, pt).map(|s| {
-                w.bytes(&msg);
-                w.bytes(&s.sk_d.0).bytes(&s.state.0).usize(s.ike_sa_bytes_before).usize(s.ike_sa_bytes_after);
-            })
-        }
-        op::SK_ENCRYPT => {
-            let ike = codec::get_ike(&mut r)?;
-            let mut msg = r.bytes()?.to_vec();
-            let aad = r.usize()?;
-            let pt = r.usize()?;
-            r.finish()?;
-            e.sk_encrypt(ike, &mut msg, aad, pt).map(|()| {
-                w.bytes(&msg);
-            })
-        }
-        op::SK_DECRYPT => {
-            let ike = codec::get_ike(&mut r)?;
-            let mut msg = r.bytes()?.to_vec();
-            let aad = r.usize()?;
-            r.finish()?;
-            e.sk_decrypt(ike, &mut msg, aad).map(|range| {
-                w.bytes(&msg).usize(range.start).usize(range.end);
-            })
-        }
-        op::CHILD_SA_CREATE => {
-            let ike = codec::get_ike(&mut r)?;
-            let blob = sealed(&mut r)?;
-            let pfs = if r.bool()? { Some(codec::get_dh_exchange(&mut r)?) } else { None };
-            let p = codec::get_child_params(&mut r)?;
-            r.finish()?;
-            e.child_sa_create(ike, blob.as_ref(), pfs, &p).map(|pair| {
-                w.u32(pair.inbound.0).u32(pair.outbound.0);
-            })
-        }
-        op::CLEAR_AND_SEAL => {
-            let ike = codec::get_ike(&mut r)?;
-            r.finish()?;
-            e.clear_and_seal(ike).map(|b| {
-                w.bytes(&b.0);
-            })
-        }
-        op::ESTABLISH_SEAL => {
-            let ike = codec::get_ike(&mut r)?;
-            r.finish()?;
-            e.establish_seal(ike).map(|s| {
-                w.bytes(&s.sk_d.0).bytes(&s.state.0).usize(s.ike_sa_bytes_before).usize(s.ike_sa_bytes_after);
-            })
-        }
-        op::IKE_SA_SEAL_STATE => {
-            let ike = codec::get_ike(&mut r)?;
-            r.finish()?;
-            e.ike_sa_seal_state(ike).map(|b| {
-                w.bytes(&b.0);
-            })
-        }
-        op::IKE_SA_RESTORE => {
-            let blob = SealedBlob(r.bytes()?.to_vec());
-            r.finish()?;
-            e.ike_sa_restore(&blob).map(|h| {
-                w.u32(h.0);
-            })
-        }
-        op::IKE_SA_DELETE => {
-            let ike = codec::get_ike(&mut r)?;
-            r.finish()?;
-            e.ike_sa_delete(ike)
-        }
-        op::IKE_SA_UNSEAL_SK_D => {
-            let ike = codec::get_ike(&mut r)?;
-            let blob = SealedBlob(r.bytes()?.to_vec());
-            r.finish()?;
-            e.ike_sa_unseal_sk_d(ike, &blob)
-        }
-        op::ESP_SA_DELETE => {
-            let sa = EspSaHandle(r.u32()?);
-            r.finish()?;
-            e.esp_sa_delete(sa)
-        }
-        op::ESP_SA_INSTALL_WRAPPED => {
-            // The blob borrows the private copy of the arguments; the trusted core checks it.
-            let blob = r.bytes()?;
-            let p = codec::get_esp_sa_params(&mut r)?;
-            r.finish()?;
-            e.esp_sa_install_wrapped(blob, &p).map(|h| {
-                w.u32(h.0);
-            })
-        }
-        _ => return Err(RejectReason::UnknownOpcode),
-    };
-    Ok(res)
 }
+
+/// One call. A query's value is the whole result; a staged call never reaches here.
+macro_rules! guest_arm {
+    (staged $($rest:tt)*) => {
+        Err(RejectReason::UnknownOpcode)
+    };
+    (query $e:ident, $r:ident, $w:ident, $max:ident; $name:ident () -> $ret:ty) => {{
+        $r.finish()?;
+        Ret::put(&$e.$name(), $w);
+        Ok(Ok(()))
+    }};
+    ($kind:ident $e:ident, $r:ident, $w:ident, $max:ident;
+        $name:ident ( $( [$($pm:ident)?] $p:ident : $t:ty ),* ) -> $ret:ty) => {{
+        $(
+            #[allow(unused_mut)] // only the buffers the call writes change
+            let mut $p = guest_get!([$($pm)?] $r, $max, $t);
+        )*
+        $r.finish()?;
+        Ok($e.$name($( guest_pass!([$($pm)?] $p, $t) ),*).map(|ret| {
+            Ret::put(&ret, $w);
+            $( guest_give!([$($pm)?] $w, $p); )*
+        }))
+    }};
+}
+
+/// Reads an argument into private memory: an `#[out]` buffer is made zeroed, of the length
+/// asked (bounded), an `#[inout]` one copied.
+macro_rules! guest_get {
+    ([out] $r:ident, $max:ident, $t:ty) => {{
+        let n = $r.u32()? as usize;
+        if n > $max {
+            return Err(RejectReason::BadArguments);
+        }
+        vec![0u8; n]
+    }};
+    ([inout] $r:ident, $max:ident, $t:ty) => {
+        $r.bytes()?.to_vec()
+    };
+    ([] $r:ident, $max:ident, $t:ty) => {
+        <$t as Arg>::get(&mut $r)?
+    };
+}
+
+macro_rules! guest_pass {
+    ([] $p:ident, $t:ty) => {
+        <$t as Arg>::pass(&$p)
+    };
+    ([$m:ident] $p:ident, $t:ty) => {
+        &mut $p[..]
+    };
+}
+
+/// After the return value: each buffer the call wrote.
+macro_rules! guest_give {
+    ([] $w:ident, $p:ident) => {};
+    ([$m:ident] $w:ident, $p:ident) => {
+        $w.bytes(&$p);
+    };
+}
+
+enclave_api::enclave_calls!({ guest_dispatch } []);
 
 // ---- the enclave process -----------------------------------------------------------------
 
@@ -884,7 +688,7 @@ mod tests {
     use crate::process::ring;
     use enclave_api::alg::{Cipher, Role, Suite};
     use enclave_api::esp::EspOpcode;
-    use enclave_api::handle::IkeSaHandle;
+    use enclave_api::handle::{EspSaHandle, IkeSaHandle};
     use enclave_api::ike::{ChildSaPair, ChildSaParams};
 
     const G: Geometry = Geometry { slots: 8, descriptors: 64, packet_len: 4096, call_len: 64 << 10 };
