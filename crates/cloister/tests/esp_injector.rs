@@ -33,6 +33,8 @@
 //! prints a notice and passes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[allow(dead_code)] // the privilege helpers only
+mod common;
 mod test_keys;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -347,6 +349,7 @@ fn hostile_esp_is_dropped_and_counted_by_reason_and_valid_traffic_flows() {
     ];
     let mut dataplane: Process = gw.spawn("dataplane", &argv).unwrap();
     dataplane.wait_for_log("offloads:", Duration::from_secs(20)).unwrap();
+    users_of_their_own(&dataplane, gw.dir());
 
     // The injector, bounded: a few seconds of work, every wait in it capped.
     let spec = format!(
@@ -440,4 +443,42 @@ fn hostile_esp_is_dropped_and_counted_by_reason_and_valid_traffic_flows() {
         started.elapsed().as_secs_f64(),
         summary.join("\n  ")
     );
+}
+
+/// The privilege test's data plane half: started as root with the enclave process,
+/// `cloister dataplane` runs the enclave as a user of its own and, once its TUN device and
+/// sockets are open, becomes another with the three network capabilities (the rest of the
+/// test shows traffic flowing all the same). As that user, neither the enclave's nor the
+/// platform's memory opens, nor the provisioning key or the ledger.
+fn users_of_their_own(dataplane: &Process, dir: &Path) {
+    let log = dataplane.log();
+    let uid = 1_899_999_999;
+    assert!(log.contains(&format!("dataplane: runs as user {uid} with ")), "{log}");
+    let pid = dataplane.pid();
+    assert_eq!(common::uid_of(pid), uid, "{log}");
+    assert_eq!(
+        common::capabilities_of(pid),
+        1 << 10 | 1 << 12 | 1 << 13,
+        "NET_BIND_SERVICE, NET_ADMIN, NET_RAW"
+    );
+    let enclave_pid: u32 = log
+        .split("enclave process pid ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the enclave's pid in the start line");
+    let tenant: u32 = TENANT.parse().unwrap();
+    assert_eq!(common::uid_of(enclave_pid), 1_900_000_000 + tenant, "the tenant's enclave user");
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let platform_pid: u32 =
+        children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the platform");
+    assert_eq!(common::uid_of(platform_pid), 0, "the platform keeps root to start enclaves");
+    let mut targets = vec![format!("/proc/{enclave_pid}/mem"), format!("/proc/{platform_pid}/mem")];
+    for f in ["provisioning.key".to_owned(), format!("ledger/{tenant}")] {
+        assert!(dir.join(&f).exists(), "positive control: {f} is there");
+        targets.push(dir.join(&f).display().to_string());
+    }
+    for target in &targets {
+        common::assert_denied_as(uid, target);
+    }
 }

@@ -93,7 +93,7 @@ pub struct Settings {
 pub const DEFAULT_ENCLAVE_UID_BASE: u32 = 1_900_000_000;
 
 /// `enclave_uid_base` and `gateway_uid` as written (`None`: unset).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Users {
     /// The enclave process runs as user and group base + tenant; 0 runs it as the
     /// gateway's (root's) own user; unset, [`DEFAULT_ENCLAVE_UID_BASE`].
@@ -101,28 +101,52 @@ pub struct Users {
     /// The user and group the gateway becomes once it has read its files and opened its
     /// TUN device and sockets; unset, the enclave user base minus one; 0 keeps root.
     pub gateway_uid: Option<u32>,
+    /// What refusals call the two: the file's keys or a command's flags.
+    names: [&'static str; 2],
+}
+
+const FILE_NAMES: [&str; 2] = ["gateway.enclave_uid_base", "gateway.gateway_uid"];
+
+impl Default for Users {
+    fn default() -> Self {
+        Self { enclave_uid_base: None, gateway_uid: None, names: FILE_NAMES }
+    }
 }
 
 impl Users {
+    /// The two as a command's flags give them (`cloister dataplane`), checked as a file's
+    /// are; refusals name `--enclave-uid-base` and `--user`.
+    pub fn from_flags(enclave_uid_base: Option<u32>, user: Option<u32>) -> Result<Self> {
+        Self::check_named(enclave_uid_base, user, ["--enclave-uid-base", "--user"])
+    }
+
     /// Checks the two as a file gives them: each 0 or at least 1000, and the gateway's
     /// below the enclaves'.
     fn check(enclave_uid_base: Option<u32>, gateway_uid: Option<u32>) -> Result<Self> {
+        Self::check_named(enclave_uid_base, gateway_uid, FILE_NAMES)
+    }
+
+    fn check_named(
+        enclave_uid_base: Option<u32>,
+        gateway_uid: Option<u32>,
+        names: [&'static str; 2],
+    ) -> Result<Self> {
         let user = |field, v: Option<u32>| match v {
             Some(u) if u != 0 && u < 1000 => {
                 Err(Error::Config { field, why: "0 (root) or a user ID of at least 1000".into() })
             }
             _ => Ok(v),
         };
-        let enclave_uid_base = user("gateway.enclave_uid_base", enclave_uid_base)?;
-        let gateway_uid = user("gateway.gateway_uid", gateway_uid)?;
+        let enclave_uid_base = user(names[0], enclave_uid_base)?;
+        let gateway_uid = user(names[1], gateway_uid)?;
         let base = enclave_uid_base.filter(|&b| b != 0).unwrap_or(DEFAULT_ENCLAVE_UID_BASE);
         if gateway_uid.is_some_and(|u| u != 0 && u >= base) {
             return Err(Error::Config {
-                field: "gateway.gateway_uid",
-                why: "below enclave_uid_base: the users from it on are the enclaves'".into(),
+                field: names[1],
+                why: "below the enclave user base: the users from it on are the enclaves'".into(),
             });
         }
-        Ok(Self { enclave_uid_base, gateway_uid })
+        Ok(Self { enclave_uid_base, gateway_uid, names })
     }
 
     /// The enclave user base where the gateway starts as root (`root`): `None` runs the
@@ -133,7 +157,7 @@ impl Users {
             Some(0) => Ok(None),
             Some(b) if root => Ok(Some(b)),
             Some(_) => Err(Error::Config {
-                field: "gateway.enclave_uid_base",
+                field: self.names[0],
                 why: "enclave users need the gateway to start as root".into(),
             }),
             None => Ok(root.then_some(DEFAULT_ENCLAVE_UID_BASE)),
@@ -149,7 +173,7 @@ impl Users {
             Some(0) => Ok(None),
             Some(u) if root => Ok(Some(u)),
             Some(_) => Err(Error::Config {
-                field: "gateway.gateway_uid",
+                field: self.names[1],
                 why: "becoming a user of its own needs the gateway to start as root".into(),
             }),
             None => Ok(base.filter(|_| root).map(|b| b - 1)),

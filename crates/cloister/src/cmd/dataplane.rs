@@ -8,7 +8,9 @@
 //! `ledger/` beside that key, so an outbound static key installs once across runs. The
 //! enclave runs in this process (`--enclave inline`, the default) or in a hardened child
 //! process (`--enclave process`: the platform process then reads the provisioning key and
-//! keeps the ledger, and this process never holds an ESP key or the provisioning key). Raw keys in the file are a test and debugging
+//! keeps the ledger, and this process never holds an ESP key or the provisioning key;
+//! started as root, the enclave runs as a user of its own and this process, once set up,
+//! becomes another with the network capabilities only). Raw keys in the file are a test and debugging
 //! aid: only builds with `--features static-keys` accept them (the enclave's raw-key install
 //! exists only there), with the inline enclave; they are wiped once installed and never
 //! printed.
@@ -49,6 +51,16 @@ pub(crate) struct Args {
     /// process, `cloister enclave-process`, reached through shared memory).
     #[arg(long, default_value = "inline")]
     enclave: Backend,
+    /// With `--enclave process` started as root: the enclave process runs as user and group
+    /// this + tenant (0: as root; default 1,900,000,000, as `cloister gateway`'s
+    /// `enclave_uid_base`).
+    #[arg(long)]
+    enclave_uid_base: Option<u32>,
+    /// With `--enclave process` started as root: the user and group this process becomes
+    /// once its TUN device and sockets are open, with the network capabilities only (0:
+    /// stays root; default the enclave user base minus one).
+    #[arg(long)]
+    user: Option<u32>,
 }
 
 #[cfg(not(feature = "static-keys"))]
@@ -135,6 +147,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         !config.has_wrapped_keys() || args.provisioning_key.is_some(),
         "{path}: wrapped keys need --provisioning-key (the tenant's key they were wrapped under)"
     );
+    // The process enclave's keys come only from wrapped blobs; its platform process reads
+    // the key they were wrapped under.
+    anyhow::ensure!(
+        args.enclave == Backend::Inline || args.provisioning_key.is_some(),
+        "--enclave process needs --provisioning-key (its SAs' keys are wrapped under it)"
+    );
+    let users = gateway::config::Users::from_flags(args.enclave_uid_base, args.user)?;
+    anyhow::ensure!(
+        args.enclave == Backend::Process
+            || [args.enclave_uid_base, args.user].iter().all(|u| u.is_none_or(|u| u == 0)),
+        "--enclave-uid-base and --user need --enclave process (the inline enclave is this process)"
+    );
     if let Some(w) = args.workers {
         anyhow::ensure!((1..=64).contains(&w), "--workers must be 1 to 64");
         config.settings.workers = Some(w);
@@ -157,35 +181,35 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             serve(dp, &signals, "inline", args.stats_every)
         }
         Backend::Process => {
-            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
-            let enclave = match &roots {
-                // The platform process reads the key and keeps the ledger; this process
-                // holds neither.
-                Some(roots @ platform::Roots::Tenant { tenant, .. }) => {
-                    let mut args: Vec<std::ffi::OsString> = vec!["platform-process".into()];
-                    args.extend(roots.args());
-                    let platform = platform::PlatformClient::start(
-                        Path::new("/proc/self/exe"),
-                        &args,
-                        Duration::from_secs(20),
-                    )
-                    .context("starting the platform process")?;
-                    ProcessEnclave::launch(spec, std::sync::Arc::new(platform), public_config(*tenant))
-                }
-                // Nothing wrapped: a fresh root for this run, which nothing outlives.
-                _ => {
-                    let platform_key = SoftwareAttestation::generate_platform_key()?;
-                    ProcessEnclave::start(
-                        spec,
-                        enclave_config(args.tenant, ProvisioningKey::generate()?),
-                        &platform_key,
-                    )
-                }
+            let roots = roots.context("--enclave process needs --provisioning-key")?;
+            // The platform process reads the key, keeps the ledger and starts the enclave
+            // process; this process holds neither and, started as root, drops it below.
+            let root = platform::started_as_root();
+            let base = users.enclave_base(root)?;
+            let mut platform_args: Vec<std::ffi::OsString> = vec!["platform-process".into()];
+            platform_args.extend(roots.args());
+            if let Some(b) = base {
+                platform_args.extend(["--enclave-uid-base".into(), b.to_string().into()]);
             }
-            .context("starting the enclave process")?;
+            let platform = platform::PlatformClient::start(
+                Path::new("/proc/self/exe"),
+                &platform_args,
+                Duration::from_secs(20),
+            )
+            .context("starting the platform process")?;
+            let drop_to = users.gateway_user(root, base)?.map(|uid| (platform.clone(), uid));
+            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
+            let enclave =
+                ProcessEnclave::launch(spec, std::sync::Arc::new(platform), public_config(args.tenant))
+                    .context("starting the enclave process")?;
             let pid = enclave.pid().map_or_else(|| "?".into(), |p| p.to_string());
             let dp = Dataplane::start(&config, enclave, dataplane::keys::install_wrapped::<ProcessEnclave>)?;
             config.wipe_keys();
+            // The TUN device and the sockets are open: root's other powers go now.
+            if let Some((platform, uid)) = drop_to {
+                platform.become_network_user(uid).with_context(|| format!("becoming user {uid}"))?;
+                println!("dataplane: runs as user {uid} with {} only", platform::NETWORK_CAPABILITY_NAMES);
+            }
             serve(dp, &signals, &format!("process pid {pid}"), args.stats_every)
         }
     }
