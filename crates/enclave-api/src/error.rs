@@ -342,6 +342,8 @@ pub mod refusal {
     /// A child SA, IKE SA rekey or clear-and-seal of an IKE SA whose peer's AUTH this
     /// enclave has not verified ([`crate::Enclave::auth_verify`]).
     pub const PEER_NOT_AUTHENTICATED: &str = "the IKE SA's peer has not authenticated";
+    /// A second `auth_compute` on one IKE SA: our AUTH is computed once per exchange.
+    pub const ALREADY_SIGNED: &str = "our AUTH for this IKE SA was computed already";
     /// A nonce of this enclave that an earlier derivation already used.
     pub const NONCE_USED: &str = "the enclave's nonce was used before";
     /// A nonce of this enclave issued so long ago that its use is no longer tracked.

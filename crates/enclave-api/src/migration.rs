@@ -58,7 +58,8 @@
 //! handle, `u8` kind, `u16` length, encoding (PSK or PKCS#8); `u32` count of IKE SAs, each
 //! `u32` old handle, `u8` role, `u16` PRF, cipher ID, key bits, integrity ID, `u64` SPIi,
 //! SPIr, `u8` flags (1: SK_d resident, 2: SK_p* resident, 4: SK_d sealed, 8: IKE_SA_INIT
-//! transcript, only with 2, 16: the peer authenticated, always with 4), `u64` seal counter of SK_d, then SK_ai, SK_ar, SK_ei, SK_er,
+//! transcript, only with 2, 16: the peer authenticated, always with 4, 32: our AUTH computed,
+//! only with 2), `u64` seal counter of SK_d, then SK_ai, SK_ar, SK_ei, SK_er,
 //! \[SK_d\], \[SK_pi, SK_pr\], \[the SHA-256 digests of KEi, KEr, Ni, Nr\], each after a
 //! `u8` length; `u32` count of ESP SA directions, each `u32` old handle, `u32` SPI, `u8`
 //! direction (0 outbound, 1 inbound: the destination applies its own measured inbound mode,

@@ -33,6 +33,17 @@ pub struct Handshake {
     pub spi_r: u64,
 }
 
+/// The Authentication Data [`Handshake::authenticate_psk`] exchanged: each side computes
+/// its AUTH once per IKE SA, so these are what a test checks a moved or restored SA against
+/// (with `auth_verify`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PskAuths {
+    /// `a`'s AUTH, over [`Handshake::auth_a`] with [`ID_A`].
+    pub a: Vec<u8>,
+    /// `b`'s AUTH, over [`Handshake::auth_b`] with [`ID_B`].
+    pub b: Vec<u8>,
+}
+
 /// ID payload body (ID_FQDN) of `a` in [`Handshake::authenticate_psk`].
 pub const ID_A: &[u8] = b"\x02\0\0\0a.example";
 /// ID payload body of `b`.
@@ -81,14 +92,15 @@ impl Handshake {
         b: &mut (impl Enclave + ?Sized),
         psk_a: SecretHandle,
         psk_b: SecretHandle,
-    ) -> Result<()> {
+    ) -> Result<PskAuths> {
         let mut auth = [0u8; 64];
         let (m, n) = a.auth_compute(self.ike_a, psk_a, AuthSpec::SharedKey, &self.auth_a(ID_A), &mut auth)?;
         b.auth_verify(self.ike_b, PeerCredential::SharedKey(psk_b), m.id(), &auth[..n], &self.auth_a(ID_A))?;
+        let a_auth = auth[..n].to_vec();
         let (m, n) = b.auth_compute(self.ike_b, psk_b, AuthSpec::SharedKey, &self.auth_b(ID_B), &mut auth)?;
         debug_assert_eq!(m, AuthMethod::SharedKey);
         a.auth_verify(self.ike_a, PeerCredential::SharedKey(psk_a), m.id(), &auth[..n], &self.auth_b(ID_B))?;
-        Ok(())
+        Ok(PskAuths { a: a_auth, b: auth[..n].to_vec() })
     }
 
     /// IKE_AUTH's child SA from IKE_SA_INIT's nonces (once the peers authenticated):

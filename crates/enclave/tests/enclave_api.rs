@@ -68,6 +68,18 @@ fn ike_sa_init_with(group: DhGroup, prf: Prf, suite: Suite, r_inbound: InboundMo
     let h = enclave_api::testing::ike_sa_init(&mut i, &mut r, group, prf, suite, (0x1111, 0x2222)).unwrap();
     let (psk_i, psk_r) = (support::psk(&mut i, PROV_KEY), support::psk(&mut r, PROV_KEY));
     h.authenticate_psk(&mut i, &mut r, psk_i, psk_r).unwrap();
+    pair(i, r, h)
+}
+
+/// IKE_SA_INIT only: neither side has computed or verified an AUTH (each computes its own
+/// once per IKE SA).
+fn before_auth(group: DhGroup, prf: Prf, suite: Suite) -> Pair {
+    let (mut i, mut r) = (start(1), start(1));
+    let h = enclave_api::testing::ike_sa_init(&mut i, &mut r, group, prf, suite, (0x1111, 0x2222)).unwrap();
+    pair(i, r, h)
+}
+
+fn pair(i: InlineEnclave, r: InlineEnclave, h: enclave_api::testing::Handshake) -> Pair {
     let enclave_api::testing::Handshake { ike_a: ike_i, ike_b: ike_r, msg1, msg2, ni, nr, .. } = h;
     Pair { i, r, ike_i, ike_r, ni, nr, msg1, msg2 }
 }
@@ -113,7 +125,7 @@ fn ike_steps_agree_for_every_group_and_suite() {
 
 #[test]
 fn psk_auth_verifies_both_ways_and_rejects_a_wrong_key() {
-    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_256));
+    let mut p = before_auth(DhGroup::Curve25519, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_256));
     let psk_i = provision(&mut p.i, SecretKind::PreSharedKey, b"tenant shared secret");
     let psk_r = provision(&mut p.r, SecretKind::PreSharedKey, b"tenant shared secret");
     let wrong = provision(&mut p.r, SecretKind::PreSharedKey, b"another secret");
@@ -172,14 +184,13 @@ fn psk_auth_verifies_both_ways_and_rejects_a_wrong_key() {
 
 #[test]
 fn signature_auth_with_rsa_and_ecdsa() {
-    let mut p = ike_sa_init(DhGroup::EcpP256, Prf::HmacSha256, Suite::aead(Cipher::AesGcm16_128));
-    let rsa = provision(&mut p.i, SecretKind::RsaPrivateKey, include_bytes!("data/rsa2048_test_key.pk8"));
+    let suite = Suite::aead(Cipher::AesGcm16_128);
+    let rsa_pk8 = include_bytes!("data/rsa2048_test_key.pk8");
     let rsa_pub = PublicKey::from_spki_der(include_bytes!("data/rsa2048_test_key.spki")).unwrap();
     let rng = ring::rand::SystemRandom::new();
     let p384 =
         ring::signature::EcdsaKeyPair::generate_pkcs8(&ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING, &rng)
             .unwrap();
-    let ec = provision(&mut p.i, SecretKind::EcdsaP384PrivateKey, p384.as_ref());
     let ec_pair = ring::signature::EcdsaKeyPair::from_pkcs8(
         &ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING,
         p384.as_ref(),
@@ -190,16 +201,21 @@ fn signature_auth_with_rsa_and_ecdsa() {
         kind: PublicKeyKind::EcdsaP384,
         bytes: ring::signature::KeyPair::public_key(&ec_pair).as_ref().to_vec(),
     };
-    let (msg1, idi) = (p.msg1.clone(), b"\x09\0\0\0CN=site-a".to_vec());
-    let input = auth_input(&msg1, &p.nr, &idi);
+    let (rsa, ec) = (SecretKind::RsaPrivateKey, SecretKind::EcdsaP384PrivateKey);
+    let idi = b"\x09\0\0\0CN=site-a".to_vec();
     let mut out = [0u8; 600];
-    for (key, spec, pk) in [
-        (rsa, AuthSpec::DigitalSignature(SignatureScheme::RsaPkcs1Sha256), &rsa_pub),
-        (rsa, AuthSpec::DigitalSignature(SignatureScheme::RsaPssSha384), &rsa_pub),
-        (rsa, AuthSpec::DigitalSignature(SignatureScheme::RsaPssSha512), &rsa_pub),
-        (ec, AuthSpec::DigitalSignature(SignatureScheme::EcdsaP384Sha384), &ec_pub),
-        (ec, AuthSpec::Ecdsa, &ec_pub),
+    for (kind, pk8, spec, pk) in [
+        (rsa, &rsa_pk8[..], AuthSpec::DigitalSignature(SignatureScheme::RsaPkcs1Sha256), &rsa_pub),
+        (rsa, &rsa_pk8[..], AuthSpec::DigitalSignature(SignatureScheme::RsaPssSha384), &rsa_pub),
+        (rsa, &rsa_pk8[..], AuthSpec::DigitalSignature(SignatureScheme::RsaPssSha512), &rsa_pub),
+        (ec, p384.as_ref(), AuthSpec::DigitalSignature(SignatureScheme::EcdsaP384Sha384), &ec_pub),
+        (ec, p384.as_ref(), AuthSpec::Ecdsa, &ec_pub),
     ] {
+        // Our AUTH is computed once per IKE SA: an exchange for each key and scheme.
+        let mut p = before_auth(DhGroup::EcpP256, Prf::HmacSha256, suite);
+        let key = provision(&mut p.i, kind, pk8);
+        let msg1 = p.msg1.clone();
+        let input = auth_input(&msg1, &p.nr, &idi);
         let (method, n) = p.i.auth_compute(p.ike_i, key, spec, &input, &mut out).unwrap();
         let v =
             p.r.auth_verify(p.ike_r, PeerCredential::PublicKey(pk), method.id(), &out[..n], &input).unwrap();
@@ -210,8 +226,14 @@ fn signature_auth_with_rsa_and_ecdsa() {
         *bad.last_mut().unwrap() ^= 1;
         assert!(p.r.auth_verify(p.ike_r, PeerCredential::PublicKey(pk), method.id(), &bad, &input).is_err());
     }
-    // A key cannot sign with a scheme of another family; a PSK handle is no signing key.
+    // A key cannot sign with a scheme of another family; a PSK handle is no signing key; too
+    // small an output buffer is refused, not truncated. None of these signs, so the
+    // exchange's one AUTH is still to come.
+    let mut p = before_auth(DhGroup::EcpP256, Prf::HmacSha256, suite);
+    let rsa = provision(&mut p.i, rsa, rsa_pk8);
     let psk = provision(&mut p.i, SecretKind::PreSharedKey, b"x");
+    let msg1 = p.msg1.clone();
+    let input = auth_input(&msg1, &p.nr, &idi);
     let spec = AuthSpec::DigitalSignature(SignatureScheme::EcdsaP256Sha256);
     assert!(matches!(
         p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out),
@@ -221,12 +243,16 @@ fn signature_auth_with_rsa_and_ecdsa() {
         p.i.auth_compute(p.ike_i, psk, spec, &input, &mut out),
         Err(Error::WrongSecretKind { .. })
     ));
-    // Too small an output buffer is refused, not truncated.
     let spec = AuthSpec::DigitalSignature(SignatureScheme::RsaPkcs1Sha256);
     assert!(matches!(
         p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out[..100]),
         Err(Error::BadLength { .. })
     ));
+    p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out).unwrap();
+    assert_eq!(
+        p.i.auth_compute(p.ike_i, rsa, spec, &input, &mut out).map(|_| ()),
+        Err(Error::ProtocolRefused { why: enclave_api::error::refusal::ALREADY_SIGNED })
+    );
 }
 
 /// A child SA as CREATE_CHILD_SA makes one: each side names a fresh nonce of its own.

@@ -102,13 +102,28 @@ struct Tunnel {
     /// Our IKE_SA_INIT request and the peer's nonce: our AUTH's input.
     msg1: Vec<u8>,
     nr: Vec<u8>,
+    /// The peer's IKE_SA_INIT response, our nonce and the peer's AUTH data: its AUTH.
+    msg2: Vec<u8>,
+    ni: Vec<u8>,
+    peer_auth: Vec<u8>,
 }
 
 fn tunnel(e: &mut dyn Enclave, peer: &mut InlineEnclave, tenant: u32) -> Tunnel {
     let x = support::exchange_with_psk(e, peer, PROV_KEY, PSK);
     assert_eq!(e.tenant(), TenantId(tenant));
     let (ike, peer_ike, sa, peer_sa, psk) = (x.ike_a, x.ike_b, x.sa_a, x.sa_b, x.psk_a);
-    Tunnel { ike, sa, psk, peer_ike, peer_sa, msg1: x.msg1, nr: x.nr }
+    Tunnel {
+        ike,
+        sa,
+        psk,
+        peer_ike,
+        peer_sa,
+        msg1: x.msg1,
+        nr: x.nr,
+        msg2: x.msg2,
+        ni: x.ni,
+        peer_auth: x.auths.b,
+    }
 }
 
 /// Encrypts one packet with `sa` at `seq`; on success the peer's `inbound` decrypts it.
@@ -133,11 +148,20 @@ fn send(
     EspStatus::Ok
 }
 
-fn auth(e: &mut dyn Enclave, ike: IkeSaHandle, psk: SecretHandle, t: &Tunnel) -> Vec<u8> {
-    let input = AuthInput { real_message: &t.msg1, peer_nonce: &t.nr, id_body: b"id" };
+/// Whether `e`'s IKE SA `ike` with `psk` accepts the peer's AUTH of the tunnel's IKE_AUTH:
+/// exactly when its SK_p and PSK are the tunnel's. (Our own AUTH is computed once per IKE
+/// SA, so a moved SA is checked through the peer's.)
+fn accepts_peer_auth(e: &mut dyn Enclave, ike: IkeSaHandle, psk: SecretHandle, t: &Tunnel) -> bool {
+    let input = AuthInput { real_message: &t.msg2, peer_nonce: &t.ni, id_body: enclave_api::testing::ID_B };
+    e.auth_verify(ike, PeerCredential::SharedKey(psk), 2, &t.peer_auth, &input).is_ok()
+}
+
+/// Our AUTH again, which the SA refuses: it was computed in IKE_AUTH, and that holds
+/// wherever the SA moves.
+fn signs_again(e: &mut dyn Enclave, ike: IkeSaHandle, psk: SecretHandle, t: &Tunnel) -> Result<()> {
+    let input = AuthInput { real_message: &t.msg1, peer_nonce: &t.nr, id_body: enclave_api::testing::ID_A };
     let mut out = [0u8; 64];
-    let (_, n) = e.auth_compute(ike, psk, AuthSpec::SharedKey, &input, &mut out).unwrap();
-    out[..n].to_vec()
+    e.auth_compute(ike, psk, AuthSpec::SharedKey, &input, &mut out).map(|_| ())
 }
 
 /// Whether any 16 bytes of `secret` appear in `hay`. Two bytes are looked up first: the
@@ -170,7 +194,7 @@ fn migrate(
     for seq in 1..=3 {
         assert_eq!(send(src, t.sa.outbound, seq, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
     }
-    let src_auth = auth(src, t.ike, t.psk, &t);
+    assert!(accepts_peer_auth(src, t.ike, t.psk, &t));
 
     let key = dst.migration_destination_key(2048).unwrap();
     let expected = measurement_of(src, src_pk);
@@ -212,7 +236,8 @@ fn migrate(
     assert_eq!(&msg[r], payloads);
     let psk = new_handle(&restored.secrets, t.psk);
     assert_eq!(dst.secret_kind(psk), Ok(SecretKind::PreSharedKey));
-    assert_eq!(auth(dst, ike, psk, &t), src_auth);
+    assert!(accepts_peer_auth(dst, ike, psk, &t), "SK_p and the PSK moved");
+    assert_eq!(signs_again(dst, ike, psk, &t), Err(Error::ProtocolRefused { why: refusal::ALREADY_SIGNED }));
 
     // State goes into a fresh instance only, never merged into live tables.
     assert_eq!(
@@ -374,7 +399,7 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     for seq in 1..=3 {
         assert_eq!(send(src, t.sa.outbound, seq, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
     }
-    let src_auth = auth(src, t.ike, t.psk, &t);
+    assert!(accepts_peer_auth(src, t.ike, t.psk, &t));
 
     // The destination's key stands in for the HSM backup key (the HSM's rewrap of the share
     // to the destination key is crates/migrate's).
@@ -393,12 +418,21 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     let psk = new_handle(&restored.secrets, t.psk);
     assert_eq!(first.secret_kind(psk), Ok(SecretKind::PreSharedKey));
 
-    // The restored PSK is the tenant's: over one IKE SA it computes the same AUTH as the PSK
-    // provisioned afresh.
+    // The restored PSK is the tenant's: IKE_AUTH over it passes with a peer that holds the
+    // tenant's PSK, both ways.
     let (mut peer2, _) = inline(tenant, b"peer");
-    let t2 = tunnel(first, &mut peer2, tenant);
-    let fresh = auth(first, t2.ike, t2.psk, &t2);
-    assert_eq!(auth(first, t2.ike, psk, &t2), fresh, "the same PSK as the provisioned one");
+    let h = enclave_api::testing::ike_sa_init(
+        &mut *first,
+        &mut peer2,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
+        SUITE,
+        (0x3111, 0x3222),
+    );
+    let peer_psk = support::provision_psk(&mut peer2, PROV_KEY, PSK);
+    h.unwrap()
+        .authenticate_psk(&mut *first, &mut peer2, psk, peer_psk)
+        .expect("the same PSK as the tenant's");
     // Sealed on the new host, it comes back on that host's next instance.
     let sealed = first.seal_secret(psk).unwrap();
     let back = second.unseal_secret(&sealed).unwrap();
@@ -408,7 +442,7 @@ fn backup(src: &mut dyn Enclave, dsts: [&mut dyn Enclave; 2], tenant: u32, untru
     // The source was not capped: it sends far past where a move's cap would have stopped it.
     let past_cap = 3 + SEQ_MARGIN + 10;
     assert_eq!(send(src, t.sa.outbound, past_cap, &mut peer, t.peer_sa.inbound), EspStatus::Ok);
-    assert_eq!(auth(src, t.ike, t.psk, &t), src_auth);
+    assert!(accepts_peer_auth(src, t.ike, t.psk, &t));
 
     // A move still works after a backup, and a backup after a move: neither changes the cap.
     let key = second.migration_destination_key(2048).unwrap();

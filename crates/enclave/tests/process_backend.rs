@@ -71,14 +71,19 @@ struct Tunnel {
     p: ChildSaPair,
     /// The inline enclave's SAs.
     i: ChildSaPair,
-    /// IKE_SA_INIT as AUTH covers it.
-    x: support::Exchange,
 }
 
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, then IKE_AUTH's child SA */
 fn tunnel(p: &mut ProcessEnclave, i: &mut InlineEnclave) -> Tunnel {
     let x = support::exchange(p, i, PROV_KEY);
-    Tunnel { ike_p: x.ike_a, ike_i: x.ike_b, p: x.sa_a, i: x.sa_b, x }
+    Tunnel { ike_p: x.ike_a, ike_i: x.ike_b, p: x.sa_a, i: x.sa_b }
+}
+
+/// IKE_SA_INIT only, the process enclave initiating: neither side has computed its AUTH
+/// yet (each does once per IKE SA).
+fn sa_init(p: &mut ProcessEnclave, i: &mut InlineEnclave) -> enclave_api::testing::Handshake {
+    enclave_api::testing::ike_sa_init(p, i, DhGroup::Curve25519, Prf::HmacSha256, SUITE, (0x7111, 0x7222))
+        .unwrap()
 }
 
 #[test]
@@ -185,28 +190,30 @@ fn ike_calls_cross_and_refusals_keep_their_type() {
     let r = p.sk_decrypt(t.ike_p, &mut msg, aad_len).unwrap();
     assert_eq!(&msg[r], inner_payloads);
 
-    // PSK AUTH computed in the process, verified inline.
+    // PSK AUTH computed in the process, verified inline, over an exchange that has not
+    // authenticated yet (each side computes its AUTH once per IKE SA).
+    let h = sa_init(&mut p, &mut i);
     let blob =
         wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(5), SecretKind::PreSharedKey, b"psk!")
             .unwrap();
     let psk_p = p.provision_secret(&blob).unwrap();
     let psk_i = i.provision_secret(&blob).unwrap();
     assert_eq!(p.secret_kind(psk_p).unwrap(), SecretKind::PreSharedKey);
-    let input = t.x.auth_a(b"\x02\0\0\0a");
+    let input = h.auth_a(b"\x02\0\0\0a");
     let mut auth = [0u8; 64];
-    let (m, n) = p.auth_compute(t.ike_p, psk_p, AuthSpec::SharedKey, &input, &mut auth).unwrap();
+    let (m, n) = p.auth_compute(h.ike_a, psk_p, AuthSpec::SharedKey, &input, &mut auth).unwrap();
     assert_eq!(m, AuthMethod::SharedKey);
     // The initiator's AUTH verifies at the responder.
-    i.auth_verify(t.ike_i, PeerCredential::SharedKey(psk_i), 2, &auth[..n], &input).unwrap();
+    i.auth_verify(h.ike_b, PeerCredential::SharedKey(psk_i), 2, &auth[..n], &input).unwrap();
     // A wrong peer AUTH over the peer's own input fails verification; our own input offered
     // as the peer's is no input of the peer's at all.
-    let theirs = t.x.auth_b(b"\x02\0\0\0b");
+    let theirs = h.auth_b(b"\x02\0\0\0b");
     assert_eq!(
-        p.auth_verify(t.ike_p, PeerCredential::SharedKey(psk_p), 2, &[0; 32], &theirs),
+        p.auth_verify(h.ike_a, PeerCredential::SharedKey(psk_p), 2, &[0; 32], &theirs),
         Err(Error::AuthenticationFailed { method: 2 })
     );
     assert_eq!(
-        p.auth_verify(t.ike_p, PeerCredential::SharedKey(psk_p), 2, &auth[..n], &input),
+        p.auth_verify(h.ike_a, PeerCredential::SharedKey(psk_p), 2, &auth[..n], &input),
         Err(Error::ProtocolRefused { why: refusal::NOT_THE_TRANSCRIPT })
     );
 
@@ -590,12 +597,12 @@ fn attested_provisioning_crosses_the_boundary_and_survives_a_restart() {
 /// holding `wrapped` verifies the AUTH that `a` computes with `psk`.
 fn assert_psk_auth_verifies(a: &mut ProcessEnclave, psk: SecretHandle, wrapped: &[u8]) {
     let mut peer = start_inline(1);
-    let t = tunnel(a, &mut peer);
+    let h = sa_init(a, &mut peer);
     let peer_psk = peer.provision_secret(wrapped).unwrap();
-    let input = t.x.auth_a(b"id");
+    let input = h.auth_a(b"id");
     let mut auth = [0u8; 64];
-    let (method, n) = a.auth_compute(t.ike_p, psk, AuthSpec::SharedKey, &input, &mut auth).unwrap();
-    let v = peer.auth_verify(t.ike_i, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
+    let (method, n) = a.auth_compute(h.ike_a, psk, AuthSpec::SharedKey, &input, &mut auth).unwrap();
+    let v = peer.auth_verify(h.ike_b, PeerCredential::SharedKey(peer_psk), method.id(), &auth[..n], &input);
     assert_eq!(v.map(|v| v.method), Ok(AuthMethod::SharedKey));
 }
 
@@ -809,15 +816,17 @@ fn merged_ike_auth_calls_match_the_separate_ones() {
     let (mut p, _pk) = start_process(5);
     let mut i = start_inline(5);
     let t = tunnel(&mut p, &mut i);
+    // The AUTHs go over an exchange that has not authenticated yet.
+    let h = sa_init(&mut p, &mut i);
     let blob =
         wrap_secret(&ProvisioningKey::from_bytes(PROV_KEY), TenantId(5), SecretKind::PreSharedKey, b"psk!")
             .unwrap();
     let (psk_p, psk_i) = (p.provision_secret(&blob).unwrap(), i.provision_secret(&blob).unwrap());
-    let theirs = t.x.auth_b(b"\x02\0\0\0b");
-    let mine = t.x.auth_a(b"\x02\0\0\0a");
+    let theirs = h.auth_b(b"\x02\0\0\0b");
+    let mine = h.auth_a(b"\x02\0\0\0a");
     // The inline side's AUTH, which the process side checks.
     let mut peer_auth = [0u8; 64];
-    let (_, n) = i.auth_compute(t.ike_i, psk_i, AuthSpec::SharedKey, &theirs, &mut peer_auth).unwrap();
+    let (_, n) = i.auth_compute(h.ike_b, psk_i, AuthSpec::SharedKey, &theirs, &mut peer_auth).unwrap();
     let check = |data| PeerAuthCheck {
         credential: PeerCredential::SharedKey(psk_p),
         method: 2,
@@ -826,27 +835,34 @@ fn merged_ike_auth_calls_match_the_separate_ones() {
     };
     let ours = OurAuth { credential: psk_p, spec: AuthSpec::SharedKey, input: mine };
     let mut out = [0u8; 64];
-    let a = p.auth_verify_compute(t.ike_p, check(&peer_auth[..n]), &ours, &mut out).unwrap();
+    let a = p.auth_verify_compute(h.ike_a, check(&peer_auth[..n]), &ours, &mut out).unwrap();
     assert_eq!(a.verified.method, AuthMethod::SharedKey);
     let (m, len) = a.ours.unwrap();
+    assert_eq!((m, len), (AuthMethod::SharedKey, 32));
+    i.auth_verify(h.ike_b, PeerCredential::SharedKey(psk_i), 2, &out[..len], &mine).unwrap();
+    // That was our one AUTH of this exchange: the separate call now refuses, as the merged one.
     let mut separate = [0u8; 64];
-    assert_eq!(p.auth_compute(t.ike_p, psk_p, AuthSpec::SharedKey, &mine, &mut separate), Ok((m, len)));
-    assert_eq!(out[..len], separate[..len]);
-    i.auth_verify(t.ike_i, PeerCredential::SharedKey(psk_i), 2, &out[..len], &mine).unwrap();
+    let again = p.auth_compute(h.ike_a, psk_p, AuthSpec::SharedKey, &mine, &mut separate);
+    assert_eq!(again, Err(Error::ProtocolRefused { why: refusal::ALREADY_SIGNED }));
+    let a = p.auth_verify_compute(h.ike_a, check(&peer_auth[..n]), &ours, &mut separate).unwrap();
+    assert_eq!(a.ours, Err(Error::ProtocolRefused { why: refusal::ALREADY_SIGNED }));
+    assert_eq!(separate, [0u8; 64]);
 
     // A refused peer: the verification's error, and our output untouched.
     let mut untouched = [0u8; 64];
-    let refused = p.auth_verify_compute(t.ike_p, check(&[0; 32]), &ours, &mut untouched);
+    let refused = p.auth_verify_compute(h.ike_a, check(&[0; 32]), &ours, &mut untouched);
     assert_eq!(refused, Err(Error::AuthenticationFailed { method: 2 }));
     assert_eq!(untouched, [0u8; 64]);
     // Ours failing after the peer verified: its own error, beside the verification.
     let unknown = OurAuth { credential: SecretHandle(0xdead_beef), ..ours };
-    let a = p.auth_verify_compute(t.ike_p, check(&peer_auth[..n]), &unknown, &mut out).unwrap();
-    let separate = p.auth_compute(t.ike_p, SecretHandle(0xdead_beef), AuthSpec::SharedKey, &mine, &mut out);
+    let a = p.auth_verify_compute(h.ike_a, check(&peer_auth[..n]), &unknown, &mut out).unwrap();
+    let separate = p.auth_compute(h.ike_a, SecretHandle(0xdead_beef), AuthSpec::SharedKey, &mine, &mut out);
     assert!(a.ours.is_err());
     assert_eq!(a.ours.err(), separate.err());
 
-    // sk_encrypt_establish: a failed encryption seals nothing.
+    // sk_encrypt_establish: a failed encryption seals nothing. (The tunnel's IKE SA alone
+    // from here: the bytes before are its own.)
+    p.ike_sa_delete(h.ike_a).unwrap();
     let payloads = b"IDr AUTH SAr2 TSi TSr";
     // IKE header and SK payload header.
     let aad_len = 32;

@@ -240,6 +240,19 @@ struct Exchange {
     ike: IkeSaHandle,
 }
 
+/// IKE_SA_INIT only, the target initiating: neither side has computed its AUTH yet.
+fn sa_init(t: &mut Target, peer: &mut InlineEnclave) -> enclave_api::testing::Handshake {
+    enclave_api::testing::ike_sa_init(
+        t.e.as_mut(),
+        peer,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
+        SUITE,
+        (0x61, 0x62),
+    )
+    .unwrap()
+}
+
 /* IKE_SA_INIT { SA, KE, Ni } <--> { SA, KE, Nr }, the target initiating, then both AUTHs */
 fn exchange(t: &mut Target, peer: &mut InlineEnclave) -> Exchange {
     let h = enclave_api::testing::ike_sa_init(
@@ -684,7 +697,7 @@ fn attack_export_to_evidence_of_another_purpose() {
 fn attack_auth_over_a_transcript_the_enclave_did_not_see() {
     on_both(|t| {
         let mut peer = inline_peer();
-        let x = support::exchange(t.e.as_mut(), &mut peer, PROV_KEY);
+        let x = sa_init(t, &mut peer);
         let wrapped = wrap_secret(
             &ProvisioningKey::from_bytes(PROV_KEY),
             TenantId(1),
@@ -728,6 +741,42 @@ fn attack_auth_over_a_transcript_the_enclave_did_not_see() {
             .unwrap();
         peer.auth_verify(x.ike_b, PeerCredential::SharedKey(peer_psk), 2, &out[..len], &x.auth_a(b"id"))
             .unwrap();
+    });
+}
+
+/// A second AUTH for one exchange: with another ID payload, or the same one again. Our AUTH
+/// is computed once per IKE SA, so the gateway cannot collect signatures over identities of
+/// its choosing for an exchange it runs.
+#[test]
+fn attack_a_second_auth_signature_for_one_exchange() {
+    on_both(|t| {
+        let mut peer = inline_peer();
+        let x = sa_init(t, &mut peer);
+        let key = ProvisioningKey::from_bytes(PROV_KEY);
+        let psk =
+            t.e.provision_secret(&wrap_secret(&key, TenantId(1), SecretKind::PreSharedKey, b"psk").unwrap());
+        let psk = psk.unwrap();
+        let mut out = [0u8; 64];
+        let (_, len) =
+            t.e.auth_compute(x.ike_a, psk, AuthSpec::SharedKey, &x.auth_a(b"site"), &mut out).unwrap();
+        let first = out;
+        for id in [&b"another identity"[..], b"site"] {
+            let r = t.e.auth_compute(x.ike_a, psk, AuthSpec::SharedKey, &x.auth_a(id), &mut out);
+            refused(t, r, refusal::ALREADY_SIGNED);
+        }
+        assert_eq!(out, first, "{}: a refused AUTH writes nothing", t.name);
+        // The one AUTH verifies at the peer, and the exchange goes on: the peer's AUTH is
+        // checked here and IKE_AUTH's child derives.
+        let peer_psk =
+            peer.provision_secret(&wrap_secret(&key, TenantId(1), SecretKind::PreSharedKey, b"psk").unwrap());
+        let peer_psk = peer_psk.unwrap();
+        peer.auth_verify(x.ike_b, PeerCredential::SharedKey(peer_psk), 2, &out[..len], &x.auth_a(b"site"))
+            .unwrap();
+        let mut theirs = [0u8; 64];
+        let (_, n) =
+            peer.auth_compute(x.ike_b, peer_psk, AuthSpec::SharedKey, &x.auth_b(b"gw"), &mut theirs).unwrap();
+        t.e.auth_verify(x.ike_a, PeerCredential::SharedKey(psk), 2, &theirs[..n], &x.auth_b(b"gw")).unwrap();
+        derive(t, x.ike_a, Role::Initiator, &x.ni, &x.nr).unwrap();
     });
 }
 

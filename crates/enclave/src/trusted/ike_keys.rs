@@ -56,6 +56,9 @@ pub(crate) struct IkeSa {
     /// sealed state, an import of one): what child SAs, rekeys and clear-and-seal require,
     /// so no key derives from an exchange with a peer that never proved who it is.
     pub(crate) authenticated: bool,
+    /// Our AUTH was computed: SK_p signs once per IKE SA, so a caller gets no second
+    /// signature (with another ID, say) for one exchange.
+    pub(crate) signed: bool,
 }
 
 /// SHA-256 of `len(Ni) || Ni || Nr`: which nonce pair a derivation names.
@@ -180,6 +183,7 @@ impl IkeSa {
             // Only clear-and-seal makes a state worth sealing, and it needs an
             // authenticated peer.
             authenticated: true,
+            signed: false,
         })
     }
 }
@@ -283,6 +287,7 @@ pub(crate) fn derive_ike_sa(
         first_child: None,
         transcript: None,
         authenticated: false,
+        signed: false,
     })
 }
 

@@ -527,9 +527,15 @@ impl TrustedCore {
         out: &mut [u8],
     ) -> Result<(AuthMethod, usize)> {
         let sa = self.ike.get(ike.0)?;
+        // After clear-and-seal the answer is that SK_p is gone (`auth::compute`).
+        if sa.signed && sa.sk_p.is_some() {
+            return Err(Error::ProtocolRefused { why: enclave_api::error::refusal::ALREADY_SIGNED });
+        }
         check_transcript(sa, sa.role, input)?;
         let secret = self.secrets.get(credential.0)?;
-        auth::compute(sa, secret, credential.0, spec, input, &self.rng, out)
+        let computed = auth::compute(sa, secret, credential.0, spec, input, &self.rng, out)?;
+        self.ike.get_mut(ike.0)?.signed = true;
+        Ok(computed)
     }
 
     pub(crate) fn auth_verify(
@@ -1096,7 +1102,9 @@ fn encode_ike_sa(w: &mut StateWriter<'_>, handle: u32, sa: &IkeSa) -> Result<()>
         | u8::from(sa.sk_p.is_some()) << 1
         | u8::from(sa.sealed_counter.is_some()) << 2
         | u8::from(sa.transcript.is_some()) << 3
-        | u8::from(sa.authenticated) << 4;
+        | u8::from(sa.authenticated) << 4
+        // Whether our AUTH was computed matters while SK_p can compute one.
+        | u8::from(sa.signed && sa.sk_p.is_some()) << 5;
     w.u32(handle).u8(u8::from(sa.role == Role::Responder)).u16(sa.prf.id());
     w.u16(sa.suite.cipher.id()).u16(ike_keys::cipher_key_bits(sa.suite.cipher));
     w.u16(sa.suite.integ.map_or(0, |i| i.id())).u64(sa.spi_i).u64(sa.spi_r);
@@ -1147,11 +1155,12 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
     let (spi_i, spi_r) = (r.u64()?, r.u64()?);
     let flags = r.u8()?;
     let counter = r.u64()?;
-    // The transcript (8) goes with SK_p (2) only: it is what AUTH may cover. A sealed SA
-    // (4) was authenticated (16) before clear-and-seal.
-    if flags & !31 != 0
+    // The transcript (8) and "signed" (32) go with SK_p (2) only: they are what AUTH may
+    // cover and whether it did. A sealed SA (4) was authenticated (16) before clear-and-seal.
+    if flags & !63 != 0
         || (flags & 1 != 0 && flags & 4 != 0)
         || (flags & 8 != 0 && flags & 2 == 0)
+        || (flags & 32 != 0 && flags & 2 == 0)
         || (flags & 4 != 0 && flags & 16 == 0)
     {
         return Err(malformed());
@@ -1206,5 +1215,6 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
         first_child: None,
         transcript,
         authenticated: flags & 16 != 0,
+        signed: flags & 32 != 0,
     })
 }

@@ -98,6 +98,7 @@ fn ike_sa_with_peer_key(suite: Suite, peer_enc: &[u8]) -> IkeSa {
         first_child: None,
         transcript: None,
         authenticated: false,
+        signed: false,
     }
 }
 

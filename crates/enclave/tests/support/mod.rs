@@ -55,6 +55,8 @@ pub struct Exchange {
     /// The PSK both authenticated with, in a and in b.
     pub psk_a: cloister_enclave::SecretHandle,
     pub psk_b: cloister_enclave::SecretHandle,
+    /// The AUTH payloads' data each side computed (once per IKE SA).
+    pub auths: enclave_api::testing::PskAuths,
 }
 
 impl Exchange {
@@ -97,10 +99,10 @@ pub fn exchange_with_psk(
     )
     .unwrap();
     let (psk_a, psk_b) = (provision_psk(a, key, psk), provision_psk(b, key, psk));
-    h.authenticate_psk(a, b, psk_a, psk_b).unwrap();
+    let auths = h.authenticate_psk(a, b, psk_a, psk_b).unwrap();
     let (sa_a, sa_b) = h.first_child(a, b, suite, (0xc100, 0xc200)).unwrap();
     let enclave_api::testing::Handshake { ike_a, ike_b, msg1, msg2, ni, nr, .. } = h;
-    Exchange { ike_a, ike_b, sa_a, sa_b, msg1, msg2, ni, nr, psk_a, psk_b }
+    Exchange { ike_a, ike_b, sa_a, sa_b, msg1, msg2, ni, nr, psk_a, psk_b, auths }
 }
 
 /// The PSK [`exchange`]'s peers share, provisioned into `e` (whose provisioning key is `key`).
