@@ -451,34 +451,14 @@ fn hostile_esp_is_dropped_and_counted_by_reason_and_valid_traffic_flows() {
 /// test shows traffic flowing all the same). As that user, neither the enclave's nor the
 /// platform's memory opens, nor the provisioning key or the ledger.
 fn users_of_their_own(dataplane: &Process, dir: &Path) {
-    let log = dataplane.log();
-    let uid = 1_899_999_999;
-    assert!(log.contains(&format!("dataplane: runs as user {uid} with ")), "{log}");
-    let pid = dataplane.pid();
-    assert_eq!(common::uid_of(pid), uid, "{log}");
-    assert_eq!(
-        common::capabilities_of(pid),
-        1 << 10 | 1 << 12 | 1 << 13,
-        "NET_BIND_SERVICE, NET_ADMIN, NET_RAW"
-    );
-    let enclave_pid: u32 = log
-        .split("enclave process pid ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .expect("the enclave's pid in the start line");
     let tenant: u32 = TENANT.parse().unwrap();
-    assert_eq!(common::uid_of(enclave_pid), 1_900_000_000 + tenant, "the tenant's enclave user");
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
-    let platform_pid: u32 =
-        children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the platform");
-    assert_eq!(common::uid_of(platform_pid), 0, "the platform keeps root to start enclaves");
-    let mut targets = vec![format!("/proc/{enclave_pid}/mem"), format!("/proc/{platform_pid}/mem")];
-    for f in ["provisioning.key".to_owned(), format!("ledger/{tenant}")] {
-        assert!(dir.join(&f).exists(), "positive control: {f} is there");
-        targets.push(dir.join(&f).display().to_string());
-    }
-    for target in &targets {
-        common::assert_denied_as(uid, target);
-    }
+    let ledger = format!("ledger/{tenant}");
+    common::assert_dropped_to_its_own_user(
+        "dataplane",
+        dataplane.pid(),
+        &dataplane.log(),
+        (1_899_999_999, 1_900_000_000 + tenant),
+        dir,
+        &["provisioning.key", &ledger],
+    );
 }

@@ -795,7 +795,6 @@ fn no_key_that_strongswan_logged_is_in_the_gateway_process() {
 /// memory opens, nor the provisioning key, the wrapped PSK or the ledger.
 #[test]
 fn the_gateway_and_its_enclave_run_as_users_of_their_own() {
-    use common::{assert_denied_as, capabilities_of, uid_of};
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
         eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
         return;
@@ -804,34 +803,12 @@ fn the_gateway_and_its_enclave_run_as_users_of_their_own() {
     tb.up(Initiator::StrongSwan);
     tb.ping(5);
     let log = tb.cloister.log();
-    let gateway_pid = tb.cloister.pid();
-    let gateway_uid = 1_899_999_999;
-    assert!(log.contains(&format!("gateway: runs as user {gateway_uid} with ")), "{log}");
-    assert_eq!(uid_of(gateway_pid), gateway_uid, "{log}");
-    assert_eq!(
-        capabilities_of(gateway_pid),
-        1 << 10 | 1 << 12 | 1 << 13,
-        "NET_BIND_SERVICE, NET_ADMIN, NET_RAW"
+    common::assert_dropped_to_its_own_user(
+        "gateway",
+        tb.cloister.pid(),
+        &log,
+        (1_899_999_999, 1_900_000_001),
+        tb.gw.dir(),
+        &["provisioning.key", "psk.blob", "ledger/1"],
     );
-    let enclave_pid: u32 = log
-        .split("enclave process pid ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .expect("the enclave's pid in the start line");
-    assert_eq!(uid_of(enclave_pid), 1_900_000_001, "tenant 1's enclave user");
-    let children =
-        std::fs::read_to_string(format!("/proc/{gateway_pid}/task/{gateway_pid}/children")).unwrap();
-    let platform_pid: u32 =
-        children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the platform");
-    assert_eq!(uid_of(platform_pid), 0, "the platform keeps root to start enclaves");
-    let dir = tb.gw.dir();
-    let mut targets = vec![format!("/proc/{enclave_pid}/mem"), format!("/proc/{platform_pid}/mem")];
-    for f in ["provisioning.key", "psk.blob", "ledger/1"] {
-        assert!(dir.join(f).exists(), "positive control: {f} is there");
-        targets.push(dir.join(f).display().to_string());
-    }
-    for target in &targets {
-        assert_denied_as(gateway_uid, target);
-    }
 }

@@ -270,3 +270,41 @@ pub(crate) fn assert_denied_as(uid: u32, target: &str) {
     let why = String::from_utf8_lossy(&out.stderr);
     assert!(why.contains("Permission denied") || why.contains("Operation not permitted"), "{target}: {why}");
 }
+
+/// The privilege test of a process that started as root with the enclave process (`who`:
+/// `gateway`, `dataplane`) and then dropped it: its log says it runs as `uid`, it does,
+/// with the three network capabilities only; its enclave (the pid in its start line) runs
+/// as `enclave_uid`; its platform (its first child) keeps root. As `uid`, neither process's
+/// memory opens, nor any of `files` under `dir` (each there: a positive control).
+#[allow(dead_code)] // the privilege tests' only
+pub(crate) fn assert_dropped_to_its_own_user(
+    who: &str,
+    pid: u32,
+    log: &str,
+    (uid, enclave_uid): (u32, u32),
+    dir: &Path,
+    files: &[&str],
+) {
+    assert!(log.contains(&format!("{who}: runs as user {uid} with ")), "{log}");
+    assert_eq!(uid_of(pid), uid, "{log}");
+    assert_eq!(capabilities_of(pid), 1 << 10 | 1 << 12 | 1 << 13, "NET_BIND_SERVICE, NET_ADMIN, NET_RAW");
+    let enclave_pid: u32 = log
+        .split("enclave process pid ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the enclave's pid in the start line");
+    assert_eq!(uid_of(enclave_pid), enclave_uid, "the tenant's enclave user");
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let platform_pid: u32 =
+        children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the platform");
+    assert_eq!(uid_of(platform_pid), 0, "the platform keeps root to start enclaves");
+    let mut targets = vec![format!("/proc/{enclave_pid}/mem"), format!("/proc/{platform_pid}/mem")];
+    for f in files {
+        assert!(dir.join(f).exists(), "positive control: {f} is there");
+        targets.push(dir.join(f).display().to_string());
+    }
+    for target in &targets {
+        assert_denied_as(uid, target);
+    }
+}
