@@ -746,12 +746,7 @@ fn no_key_that_strongswan_logged_is_in_the_gateway_process() {
     }
     let gateway_pid = tb.cloister.pid();
     let start = tb.cloister.log();
-    let enclave_pid: u32 = start
-        .split("enclave process pid ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .expect("the enclave's pid in the start line");
+    let enclave_pid = common::enclave_pid(&start);
     let gw = scan(gateway_pid, &needles).unwrap();
     let enc = scan(enclave_pid, &needles).unwrap();
     eprintln!(

@@ -243,6 +243,17 @@ secrets {{
     )
 }
 
+/// The enclave process's pid, from a gateway's or data plane's start line
+/// (`... enclave process pid N ...`).
+#[allow(dead_code)] // the privilege and key-exposure tests' only
+pub(crate) fn enclave_pid(log: &str) -> u32 {
+    log.split("enclave process pid ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the enclave's pid in the start line")
+}
+
 /// The real user ID of process `pid`.
 #[allow(dead_code)] // the privilege tests' only
 pub(crate) fn uid_of(pid: u32) -> u32 {
@@ -288,12 +299,7 @@ pub(crate) fn assert_dropped_to_its_own_user(
     assert!(log.contains(&format!("{who}: runs as user {uid} with ")), "{log}");
     assert_eq!(uid_of(pid), uid, "{log}");
     assert_eq!(capabilities_of(pid), 1 << 10 | 1 << 12 | 1 << 13, "NET_BIND_SERVICE, NET_ADMIN, NET_RAW");
-    let enclave_pid: u32 = log
-        .split("enclave process pid ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .expect("the enclave's pid in the start line");
+    let enclave_pid = enclave_pid(log);
     assert_eq!(uid_of(enclave_pid), enclave_uid, "the tenant's enclave user");
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
     let platform_pid: u32 =
