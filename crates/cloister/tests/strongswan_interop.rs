@@ -30,16 +30,36 @@ enum Auth {
     Psk,
     Ecdsa,
     Rsa,
+    /// RSA-4096 certificates under an intermediate CA, which each side sends: an IKE_AUTH
+    /// of more than 3 kB each way, IP-fragmented, on port 4500.
+    Rsa4096Chain,
+}
+
+/// A certificate case's fixtures.
+struct CertFiles {
+    /// Key type in the fixture names (`a-<kind>.pem`, `b-<kind>.key.der`...).
+    kind: &'static str,
+    /// The root CA.
+    ca: &'static str,
+    /// Intermediate CAs strongSwan holds (and sends with its certificate).
+    intermediates: &'static [&'static str],
+    /// What Cloister sends: its certificate, then any intermediates.
+    gw_certs: &'static str,
+    /// The enclave's secret kind for the private key.
+    secret_kind: &'static str,
 }
 
 impl Auth {
-    /// (fixture key type, CA file, enclave secret kind).
-    fn cert(self) -> Option<(&'static str, &'static str, &'static str)> {
-        match self {
-            Self::Psk => None,
-            Self::Ecdsa => Some(("p256", "ca-ec.pem", "ecdsa-p256")),
-            Self::Rsa => Some(("rsa", "ca-rsa.pem", "rsa")),
-        }
+    fn cert(self) -> Option<CertFiles> {
+        let (kind, ca, intermediates, gw_certs, secret_kind) = match self {
+            Self::Psk => return None,
+            Self::Ecdsa => ("p256", "ca-ec.pem", &[][..], "b-p256.pem", "ecdsa-p256"),
+            Self::Rsa => ("rsa", "ca-rsa.pem", &[][..], "b-rsa.pem", "rsa"),
+            Self::Rsa4096Chain => {
+                ("int4096", "ca-rsa4096.pem", &["int-rsa4096.pem"][..], "b-int4096-chain.pem", "rsa")
+            }
+        };
+        Some(CertFiles { kind, ca, intermediates, gw_certs, secret_kind })
     }
 
     /// Cloister's identity: the certificates are site-b's.
@@ -189,10 +209,10 @@ impl Testbed {
         let blob = gw.dir().join("psk.blob");
         match auth.cert() {
             None => wrap_secret(&key, &blob, "psk", format!("{PSK}\n").as_bytes()),
-            Some((kind, ca, secret_kind)) => {
+            Some(CertFiles { kind, ca, intermediates, gw_certs, secret_kind }) => {
                 let pkcs8 = std::fs::read(fixture(&format!("b-{kind}.key.der"))).unwrap();
                 wrap_secret(&key, &blob, secret_kind, &pkcs8);
-                std::fs::copy(fixture(&format!("b-{kind}.pem")), gw.dir().join("gw.pem")).unwrap();
+                std::fs::copy(fixture(gw_certs), gw.dir().join("gw.pem")).unwrap();
                 std::fs::copy(fixture(ca), gw.dir().join("ca.pem")).unwrap();
                 let sw = site.dir().join("swanctl");
                 for sub in ["x509", "x509ca", "private"] {
@@ -200,6 +220,9 @@ impl Testbed {
                 }
                 std::fs::copy(fixture(&format!("a-{kind}.pem")), sw.join("x509/site.pem")).unwrap();
                 std::fs::copy(fixture(ca), sw.join("x509ca/ca.pem")).unwrap();
+                for i in intermediates {
+                    std::fs::copy(fixture(i), sw.join("x509ca").join(i)).unwrap();
+                }
                 std::fs::copy(fixture(&format!("a-{kind}.key.der")), sw.join("private/site.der")).unwrap();
             }
         }
@@ -344,6 +367,14 @@ fn case(initiator: Initiator, family: Family, ike: &str, auth: Auth) {
     assert!(list.contains("Established") && list.contains("net: INSTALLED, TUNNEL-in-UDP"), "{list}");
     assert!(!list.contains(PSK));
     let charon = tb.swanctl(&["--list-sas"]);
+    if auth == Auth::Rsa4096Chain {
+        // The point of the case: IKE_AUTH messages over 3 kB on port 4500, both ways.
+        let log = std::fs::read_to_string(tb.site.dir().join("charon.log")).unwrap_or_default();
+        for dir in ["sending packet", "received packet"] {
+            let largest = largest_natt_packet(&log, dir);
+            assert!(largest > 3000, "charon's largest {dir} on port 4500: {largest} bytes\n{}", tb.logs());
+        }
+    }
     eprintln!(
         "interop strongswan {initiator:?}-initiates {family:?} {ike} {auth:?}: ping {ping}; iperf3 {mbits:.0} Mbit/s\n{list}{charon}"
     );
@@ -354,6 +385,16 @@ fn case(initiator: Initiator, family: Family, ike: &str, auth: Auth) {
     });
     assert!(gone.is_ok(), "{}\n{}", tb.sa(&["list"]), tb.logs());
     assert!(tb.cloister.log().contains("deleted: PeerDeleted"), "{}", tb.logs());
+}
+
+/// The size of the largest IKE datagram charon logged as `what` ("sending packet: from
+/// 198.18.0.1[4500] to 198.18.0.2[4500] (3676 bytes)") with port 4500 on both ends.
+fn largest_natt_packet(log: &str, what: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains(what) && l.matches("[4500]").count() == 2)
+        .filter_map(|l| l.rsplit_once('(')?.1.strip_suffix(" bytes)")?.parse().ok())
+        .max()
+        .unwrap_or(0)
 }
 
 /// One test per initiator × outer family × IKE suite with PSK, and certificate cases.
@@ -389,6 +430,8 @@ matrix! {
     strongswan_initiates_v6_rsa_certificates: StrongSwan V6 "aes256-sha256-modp3072" Rsa;
     cloister_initiates_v4_rsa_certificates: Cloister V4 "aes256gcm16-prfsha256-ecp256" Rsa;
     cloister_initiates_v6_ecdsa_certificates: Cloister V6 "chacha20poly1305-prfsha256-x25519" Ecdsa;
+    strongswan_initiates_v4_rsa4096_chains_of_ike_auths_over_3_kb: StrongSwan V4 "aes256gcm16-prfsha256-x25519" Rsa4096Chain;
+    cloister_initiates_v6_rsa4096_chains_of_ike_auths_over_3_kb: Cloister V6 "aes256gcm16-prfsha256-x25519" Rsa4096Chain;
 }
 
 /// Who starts a rekey.

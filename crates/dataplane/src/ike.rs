@@ -2,9 +2,12 @@
 //! told apart by the non-ESP marker), handed from the workers to the control thread.
 //!
 //! The workers own the port-4500 sockets (`SO_REUSEPORT` spreads peers over them), so the
-//! IKE engine cannot read that port itself: a worker that finds an IKE message in a batch
-//! copies it into this bounded queue and wakes the control thread through an eventfd. A
-//! full queue drops and counts (an IKE flood must not grow memory or stall ESP).
+//! IKE engine cannot read that port itself: a worker that receives a datagram starting with
+//! the marker copies it, as received, into this bounded queue and wakes the control thread
+//! through an eventfd. It never enters an ESP batch, so an IKE message is bounded only by
+//! the receive buffer (64 KiB, a whole reassembled datagram), not by the batch's slots,
+//! which are sized for the TUN MTU. A full queue drops and counts (an IKE flood must not
+//! grow memory or stall ESP).
 
 use core::net::SocketAddr;
 use std::collections::VecDeque;
@@ -13,11 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use cio::poll::EventFd;
+use wire::udp_encap::NON_ESP_MARKER;
 
 use crate::error::Error;
-
-/// The non-ESP marker (RFC 3948 §2.2) that the ESP core strips and the IKE engine expects.
-const NON_ESP_MARKER: [u8; 4] = [0; 4];
 
 /// One IKE datagram received on an ESP-in-UDP socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,18 +51,36 @@ impl IkeInbox {
         })
     }
 
-    /// Queues a message (without its marker, as the ESP core hands it over); `false` when
-    /// the queue was full and the message was dropped.
-    pub(crate) fn push(&self, remote: SocketAddr, local: SocketAddr, message: &[u8]) -> bool {
+    /// Whether a UDP payload received on an ESP-in-UDP port is IKE: it starts with the
+    /// non-ESP marker (RFC 3948 §2.2; an SPI is never zero).
+    pub(crate) fn is_ike(payload: &[u8]) -> bool {
+        payload.starts_with(&NON_ESP_MARKER)
+    }
+
+    /// Queues a UDP payload as received (the marker, then the IKE message); `false` when
+    /// the queue was full and it was dropped.
+    pub(crate) fn push(&self, remote: SocketAddr, local: SocketAddr, payload: &[u8]) -> bool {
+        self.push_with(remote, local, |bytes| bytes.extend_from_slice(payload))
+    }
+
+    /// Queues an IKE message the ESP core found and stripped of its marker (a packet with
+    /// its UDP header, which the worker does not see); `false` when the queue was full.
+    pub(crate) fn push_message(&self, remote: SocketAddr, local: SocketAddr, message: &[u8]) -> bool {
+        self.push_with(remote, local, |bytes| {
+            bytes.extend_from_slice(&NON_ESP_MARKER);
+            bytes.extend_from_slice(message);
+        })
+    }
+
+    fn push_with(&self, remote: SocketAddr, local: SocketAddr, fill: impl FnOnce(&mut Vec<u8>)) -> bool {
         let Ok(mut q) = self.queue.lock() else { return false };
         if q.len() >= self.limit {
             drop(q);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let mut bytes = Vec::with_capacity(NON_ESP_MARKER.len() + message.len());
-        bytes.extend_from_slice(&NON_ESP_MARKER);
-        bytes.extend_from_slice(message);
+        let mut bytes = Vec::new();
+        fill(&mut bytes);
         q.push_back(IkeDatagram { remote, local, bytes });
         drop(q);
         let _ = self.wake.notify();
@@ -97,18 +116,27 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn messages_get_their_marker_back_and_a_full_queue_drops() {
+    fn ike_is_told_apart_by_its_marker() {
+        assert!(IkeInbox::is_ike(b"\0\0\0\0\x01"));
+        assert!(!IkeInbox::is_ike(&[0, 0, 0, 1, 0, 0, 0, 1]));
+        assert!(!IkeInbox::is_ike(&[0xff]));
+        assert!(!IkeInbox::is_ike(&[0, 0, 0]));
+    }
+
+    #[test]
+    fn messages_keep_or_get_back_their_marker_and_a_full_queue_drops() {
         let inbox = IkeInbox::new(2).unwrap();
         let (r, l) = ("198.18.0.1:4500".parse().unwrap(), "198.18.0.2:4500".parse().unwrap());
-        assert!(inbox.push(r, l, b"ike1"));
-        assert!(inbox.push(r, l, b"ike2"));
-        assert!(!inbox.push(r, l, b"ike3"));
+        assert!(inbox.push_message(r, l, b"ike1"));
+        assert!(inbox.push(r, l, b"\0\0\0\0ike2"));
+        assert!(!inbox.push(r, l, b"\0\0\0\0ike3"));
         assert_eq!(inbox.dropped(), 1);
         let fds = [inbox.as_fd()];
         assert_eq!(cio::poll::wait_readable(&fds, Duration::from_secs(1)).unwrap(), 1);
         let got = inbox.drain();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].bytes, b"\0\0\0\0ike1");
+        assert_eq!(got[1].bytes, b"\0\0\0\0ike2");
         assert_eq!((got[1].remote, got[1].local), (r, l));
         assert_eq!(cio::poll::wait_readable(&fds, Duration::from_millis(5)).unwrap(), 0);
         assert!(inbox.drain().is_empty());

@@ -8,7 +8,8 @@
 //!    batch continues in the next one), encapsulate them with **one** enclave crossing,
 //!    send the ESP packets with `sendmmsg` (UDP GSO where accepted), write ICMP errors
 //!    back into the TUN queue;
-//! 2. inbound: for each socket, one `recvmmsg` (GRO bursts cut into datagrams), decapsulate
+//! 2. inbound: for each socket, one `recvmmsg` (GRO bursts cut into datagrams; IKE messages
+//!    on port 4500 straight to the [`IkeInbox`], whatever their size), decapsulate
 //!    with one crossing per full batch, write the inner packets into the TUN queue, runs of
 //!    one TCP flow's segments merged into super-packets where the queue takes TSO
 //!    ([`cio::gro`]);
@@ -54,6 +55,10 @@ use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 
 use crate::ike::IkeInbox;
 use crate::stats::{Counter, IoDrop, WorkerStats};
+
+/// The largest UDP payload or raw IP packet a receive takes whole (IPv4's 65,535-byte total
+/// length, or a GRO burst, rounded up).
+const MAX_DATAGRAM: usize = 65_536;
 
 /// The longest a worker sleeps without checking the stop flag.
 pub const POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -166,9 +171,14 @@ fn raw_outgoing<'a>(p: &Packet, bytes: &'a [u8], v6: bool) -> Option<Outgoing<'a
     Some(Outgoing { dst: SocketAddr::new(t.remote, 0), tos: 0, bytes })
 }
 
+/// Our address a datagram arrived at: the one the socket reported, else the socket's own.
+fn arrived_at(d: &Datagram<'_>, socket: SocketAddr) -> SocketAddr {
+    SocketAddr::new(d.local.unwrap_or(socket.ip()), socket.port())
+}
+
 /// Puts a received ESP-in-UDP payload into the next slot.
 fn push_udp(batch: &mut Batch<'_>, d: &Datagram<'_>, socket: SocketAddr) -> Result<(), IoDrop> {
-    let local = SocketAddr::new(d.local.unwrap_or(socket.ip()), socket.port());
+    let local = arrived_at(d, socket);
     let frame = Frame::Udp { remote: d.remote, local, ecn: Ecn::from_bits(d.tos) };
     batch.push(frame, HEADROOM, d.bytes).map(drop).map_err(|_| IoDrop::Oversize)
 }
@@ -275,8 +285,10 @@ impl<E: Enclave + 'static> Worker<E> {
         // Twice the batch: IPv4 fragments made on encapsulation go to the free slots.
         let capacity = batch * 2;
         let gro = io.udp.iter().any(|s| s.offloads().gro);
-        let max_datagram = slot_len - HEADROOM;
-        let rx = if gro { RecvBuffers::new(8, 65_536) } else { RecvBuffers::new(batch, max_datagram) };
+        // Every buffer holds a whole reassembled datagram: an IKE message on port 4500 may be
+        // one (a certificate chain), and leaves through the IKE inbox, never a slot. With GRO
+        // a buffer holds a burst of segments instead, so fewer are needed.
+        let rx = RecvBuffers::new(if gro { 8 } else { batch }, MAX_DATAGRAM);
         let lane = shared.enclave.lock().ok().and_then(|mut e| e.esp_lane());
         Self {
             lane,
@@ -510,7 +522,14 @@ impl<E: Enclave + 'static> Worker<E> {
             }
             self.stats.add(Counter::NetRx, 1);
             let pushed = match udp_local {
-                Some(local) => push_udp(&mut batch, &d, local),
+                Some(socket) if IkeInbox::is_ike(d.bytes) => match &self.shared.ike {
+                    Some(inbox) if inbox.push(d.remote, arrived_at(&d, socket), d.bytes) => {
+                        self.stats.add(Counter::IkeForwarded, 1);
+                        Ok(())
+                    }
+                    _ => Err(IoDrop::Ike),
+                },
+                Some(socket) => push_udp(&mut batch, &d, socket),
                 None => push_raw(&mut batch, &d),
             };
             if let Err(reason) = pushed {
@@ -571,7 +590,9 @@ impl<E: Enclave + 'static> Inbound<'_, E> {
             match p.action {
                 Action::Deliver { .. } => gro.push(bytes, &mut write),
                 Action::Ike { remote, local } => match &shared.ike {
-                    Some(inbox) if inbox.push(remote, local, bytes) => s.add(Counter::IkeForwarded, 1),
+                    Some(inbox) if inbox.push_message(remote, local, bytes) => {
+                        s.add(Counter::IkeForwarded, 1)
+                    }
                     _ => s.drop_io(IoDrop::Ike, 1),
                 },
                 _ => {}

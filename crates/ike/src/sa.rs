@@ -56,8 +56,7 @@ pub use carry::{Carried, CarriedIkeSa};
 pub const IKE_PORT: u16 = 500;
 /// The NAT traversal port (RFC 7296 §2.23, RFC 3948): its datagrams carry a non-ESP marker.
 pub const NATT_PORT: u16 = 4500;
-/// The non-ESP marker in front of IKE messages on port 4500 (RFC 3948 §2.2).
-pub(crate) const NON_ESP_MARKER: [u8; 4] = [0; 4];
+pub(crate) use wire::udp_encap::NON_ESP_MARKER;
 /// How many COOKIE or INVALID_KE_PAYLOAD answers an initiator follows before giving up.
 const MAX_INIT_RETRIES: u8 = 3;
 /// The longest retransmission interval.

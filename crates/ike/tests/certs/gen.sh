@@ -10,10 +10,11 @@ trap 'rm -rf "$work"' EXIT
 START=20250101000000Z
 END=20350101000000Z
 
-# key NAME rsa|p256|p384: a private key in $work, and its PKCS#8 DER (what the enclave takes) here.
+# key NAME rsa|rsa4096|p256|p384: a private key in $work, and its PKCS#8 DER (what the enclave takes) here.
 key() {
     case $2 in
         rsa) openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$work/$1.key" 2>/dev/null ;;
+        rsa4096) openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:4096 -out "$work/$1.key" 2>/dev/null ;;
         p256) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/$1.key" ;;
         p384) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out "$work/$1.key" ;;
     esac
@@ -115,6 +116,18 @@ SAN="$A_SAN" sign a-keyenc "/C=CH/O=Cloister Test/CN=site-a.cloister.test" ca-rs
 cp "$work/a-rsa.key" "$work/a-by-ee.key"
 SAN="$A_SAN" sign a-by-ee "/C=CH/O=Cloister Test/CN=site-a.cloister.test" b-rsa ee
 
+# A whole RSA-4096 PKI with an intermediate, so that each side's IKE_AUTH (its end entity,
+# the intermediate and a 512-byte AUTH) is larger than 3 kB: an IP-fragmented datagram.
+key ca-rsa4096 rsa4096
+sign ca-rsa4096 "/C=CH/O=Cloister Test/CN=Cloister Test RSA-4096 CA" self root
+key int-rsa4096 rsa4096
+sign int-rsa4096 "/C=CH/O=Cloister Test/CN=Cloister Test RSA-4096 Intermediate" ca-rsa4096 intermediate
+key a-int4096 rsa4096
+SAN="$A_SAN" sign a-int4096 "/C=CH/O=Cloister Test/CN=site-a.cloister.test" int-rsa4096 ee
+key b-int4096 rsa4096
+SAN="$B_SAN" sign b-int4096 "/C=CH/O=Cloister Test/CN=site-b.cloister.test" int-rsa4096 ee
+cat b-int4096.pem int-rsa4096.pem > b-int4096-chain.pem
+
 # Site A's RSA certificate also in DER, to load both encodings.
 openssl x509 -in a-rsa.pem -outform DER -out a-rsa.der
-rm -f ca-*.key.der int-rsa.key.der
+rm -f ca-*.key.der int-rsa*.key.der
