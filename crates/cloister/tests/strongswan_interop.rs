@@ -129,6 +129,8 @@ secrets {{
 #[derive(Debug, Clone, Copy, Default)]
 struct Tuning {
     gateway: &'static str,
+    /// Extra lines of the `[dataplane]` table.
+    dataplane: &'static str,
     connection: &'static str,
     /// Extra keys of the child's inline table, each starting with ", ".
     child: &'static str,
@@ -159,6 +161,7 @@ tun = "clgw0"
 tun_addresses = ["{GW_INNER}/32"]
 listen = ["{listen}"]
 workers = 2
+{tuning_dataplane}
 
 [connections.site-a]
 local_addrs = ["{gw}"]
@@ -175,6 +178,7 @@ file = "psk.blob"
         listen = if gw.contains(':') { format!("[{gw}]:4500") } else { format!("{gw}:4500") },
         esp = esp_for(ike),
         tuning_gateway = tuning.gateway,
+        tuning_dataplane = tuning.dataplane,
         tuning_connection = tuning.connection,
         tuning_child = tuning.child,
     )
@@ -624,6 +628,49 @@ fn both_rekey_the_child_at_once_under_traffic_without_loss() {
     rekey_under_traffic(Rekeyer::Both, Rekeyed::Child);
 }
 
+/// The largest configuration the data plane accepts works with the process enclave: a TUN
+/// MTU of 9000 and batches of 256 (a batch area of 4.6 MiB that the enclave's shared packet
+/// area must hold, else it refuses every batch). The SA's path MTU is 1500 bytes, so
+/// Cloister fragments a 9000-byte ping without DF before protecting it (RFC 4301 §8.1) and
+/// answers one with DF by "fragmentation needed" with the tunnel's MTU (§8.2.1), which the
+/// kernel takes (it drops one from its own address); strongSwan's pings arrive as fragments
+/// of its 1400-byte TUN, each its own ESP packet.
+#[test]
+fn the_largest_tun_mtu_and_batch_carry_whole_mtu_packets() {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        return;
+    }
+    let tuning = Tuning { dataplane: "tun_mtu = 9000\nbatch = 256", ..Tuning::default() };
+    let mut tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-x25519", Auth::Psk, false, tuning);
+    tb.up(Initiator::StrongSwan);
+    let payload = (9000 - 28).to_string();
+    for (ns, from, to) in [(&tb.gw, GW_INNER, SITE_INNER), (&tb.site, SITE_INNER, GW_INNER)] {
+        let argv = [
+            "ping", "-n", "-q", "-c", "3", "-i", "0.2", "-s", &payload, "-M", "dont", "-w", "8", "-I", from,
+            to,
+        ];
+        let out = ns.exec(&argv, Duration::from_secs(15)).unwrap();
+        assert!(
+            out.success && out.stdout.contains(" 3 received"),
+            "{payload}-byte pings from {from} failed:\n{}\n{}",
+            out.stdout,
+            tb.logs()
+        );
+    }
+    // 1500 - 20 (IP) - 8 (UDP) - 8 (ESP) - 8 (IV) - 16 (ICV), aligned: 1438.
+    let argv = ["ping", "-n", "-c", "1", "-s", &payload, "-M", "do", "-w", "3", "-I", GW_INNER, SITE_INNER];
+    let out = tb.gw.exec(&argv, Duration::from_secs(10)).unwrap();
+    assert!(
+        out.stdout.contains(&format!("From {SITE_INNER} icmp_seq=1 Frag needed and DF set (mtu = 1438)")),
+        "{}\n{}",
+        out.stdout,
+        tb.logs()
+    );
+    let list = tb.sa(&["list"]);
+    assert!(list.contains("net: INSTALLED"), "{list}");
+}
+
 /// Volume lifetimes: with `rekey_bytes = "64k"` on Cloister's side, 1000-byte pings every
 /// 10 ms (about 100 kB/s each way) make the data plane's byte counters cross the soft limit
 /// again and again; each crossing rekeys the child, and no ping may be lost meanwhile.
@@ -681,7 +728,7 @@ fn dead_peer_detection_removes_the_sas_of_a_cut_off_peer() {
     let tuning = Tuning {
         gateway: "retransmit_timeout = \"500ms\"\nretransmit_tries = 3",
         connection: "dpd_delay = \"2s\"",
-        child: "",
+        ..Tuning::default()
     };
     let mut tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, false, tuning);
     tb.up(Initiator::StrongSwan);

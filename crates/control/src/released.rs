@@ -92,7 +92,8 @@ impl CasSource {
                 })
             })
             .collect::<core::result::Result<Vec<_>, _>>()?;
-        let mut enclave = launcher.start(t.id, &signers).map_err(Unavailable)?;
+        // This enclave only takes the secrets for sealing: it carries no ESP.
+        let mut enclave = launcher.start(t.id, &signers, 0).map_err(Unavailable)?;
         let offer = |e: &mut L::E| {
             e.provisioning_offer()
                 .map(|o| hex(&o.to_bytes()))

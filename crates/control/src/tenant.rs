@@ -137,8 +137,10 @@ pub trait Launcher: Send + Sync + 'static {
     /// The enclave type.
     type E: Enclave + 'static;
     /// Starts `tenant`'s enclave on the tenant's ledger of this platform, taking only
-    /// secrets `signers` signed where there are any.
-    fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<Self::E>;
+    /// secrets `signers` signed where there are any, with room for ESP batches of
+    /// `packet_area` bytes (`dataplane::packet_area` of the tenant's data plane; 0 for an
+    /// enclave that carries no ESP).
+    fn start(&self, tenant: u32, signers: &[Vec<u8>], packet_area: usize) -> Result<Self::E>;
     /// `Ok` while the enclave can serve; why not otherwise.
     fn health(enclave: &mut Self::E) -> core::result::Result<(), String>;
     /// The enclave's process, if it has one.
@@ -161,8 +163,8 @@ impl ProcessLauncher {
 
 impl Launcher for ProcessLauncher {
     type E = ProcessEnclave;
-    fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<ProcessEnclave> {
-        let spec = ProcessSpec::new(&self.program, ["enclave-process"]);
+    fn start(&self, tenant: u32, signers: &[Vec<u8>], packet_area: usize) -> Result<ProcessEnclave> {
+        let spec = ProcessSpec::new(&self.program, ["enclave-process"]).with_packet_area(packet_area);
         let started = match self.platform.source() {
             Source::Process(client) => ProcessEnclave::launch(
                 spec,
@@ -208,7 +210,8 @@ impl<E> InlineLauncher<E> {
 
 impl<E: Enclave + 'static> Launcher for InlineLauncher<E> {
     type E = E;
-    fn start(&self, tenant: u32, signers: &[Vec<u8>]) -> Result<E> {
+    /// Inline enclaves work on the data plane's own buffers: `packet_area` needs no room.
+    fn start(&self, tenant: u32, signers: &[Vec<u8>], _packet_area: usize) -> Result<E> {
         let Some((cfg, key, ledger)) = self.platform.local_start(tenant, signers)? else {
             return Err(Error::Tenant {
                 tenant: tenant.to_string(),
@@ -356,6 +359,10 @@ impl<L: Launcher> Runner<L> {
         f(&mut self.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     }
 
+    fn packet_area(&self) -> usize {
+        dataplane::packet_area(&self.config.gateway.dataplane.settings)
+    }
+
     fn key(&self, kind: Kind, name: String) -> Result<Key> {
         Ok(Key::new(self.config.id, kind, name)?)
     }
@@ -363,7 +370,7 @@ impl<L: Launcher> Runner<L> {
     /// Starts the enclave and the gateway; secrets come back from their sealed blobs.
     fn start(&self) -> Result<Gateway<L::E>> {
         let secrets = sealed_secrets(self.store.as_ref(), self.config.id)?;
-        let mut enclave = self.launcher.start(self.config.id, &self.config.signers)?;
+        let mut enclave = self.launcher.start(self.config.id, &self.config.signers, self.packet_area())?;
         let mut given = BTreeMap::new();
         for (name, blob) in &secrets {
             match enclave.unseal_secret(blob) {
@@ -426,12 +433,14 @@ impl<L: Launcher> Runner<L> {
     /// tenant with what it brings.
     fn arrive(mut self, rx: &Receiver<Command>, key_tx: &Sender<Result<DestinationKey>>) {
         self.set(|s| s.state = "arriving");
-        let made = self.launcher.start(self.config.id, &self.config.signers).and_then(|mut e| {
-            let key = e
-                .migration_destination_key(DESTINATION_KEY_BITS)
-                .map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() })?;
-            Ok((e, key))
-        });
+        let made = self.launcher.start(self.config.id, &self.config.signers, self.packet_area()).and_then(
+            |mut e| {
+                let key = e
+                    .migration_destination_key(DESTINATION_KEY_BITS)
+                    .map_err(|e| Error::Tenant { tenant: self.config.name.clone(), why: e.to_string() })?;
+                Ok((e, key))
+            },
+        );
         let mut enclave = match made {
             Ok((e, key)) => {
                 let _ = key_tx.send(Ok(key));

@@ -5,7 +5,8 @@
 //! ```toml
 //! [dataplane]
 //! tun = "cloister0"                   # the TUN device to create
-//! tun_mtu = 1376                      # default: 1500 less the largest ESP overhead (121)
+//! tun_mtu = 1376                      # 1280 to 9000; default: 1500 less the largest ESP
+//!                                     # overhead (121)
 //! tun_addresses = ["198.18.10.1/32"]  # optional
 //! routes = ["198.18.20.0/24", "2001:db8:b::/48"]   # sent into the TUN device
 //! workers = 2                         # default: the available cores
@@ -50,6 +51,12 @@ pub use esp::config::suite_by_name;
 pub const MAX_OVERHEAD: u16 = 40 + 8 + 8 + 16 + 15 + 2 + 32;
 /// The default TUN MTU: a 1500-byte path less [`MAX_OVERHEAD`], rounded down to 8.
 pub const DEFAULT_TUN_MTU: u16 = (1500 - MAX_OVERHEAD) / 8 * 8;
+/// The smallest TUN MTU: IPv6 needs 1280 on every link (RFC 8200 §5).
+pub const MIN_TUN_MTU: u16 = 1280;
+/// The largest TUN MTU: a jumbo frame (9000, the largest MTU cloud networks offer). Where the
+/// SA's path MTU is smaller, the ESP core fragments an IPv4 packet without DF before
+/// protecting it and answers others with an ICMP "too big" (RFC 4301 §8).
+pub const MAX_TUN_MTU: u16 = 9000;
 /// The default coalescing nap: a stream of 64-byte packets went from batches of 3.6 (220k
 /// packets/s) to 35 (261k) with it (docs/bench-esp-e2e.md); well below a WAN round trip.
 pub const DEFAULT_COALESCE_US: u32 = 20;
@@ -313,9 +320,11 @@ impl Config {
                     });
                 }
                 let tun_mtu = r.tun_mtu.unwrap_or(defaults.tun_mtu);
-                if tun_mtu < 1280 {
-                    // IPv6 needs 1280 on every link (RFC 8200 §5).
-                    return Err(Error::Config { field: "dataplane.tun_mtu", why: "at least 1280".into() });
+                if !(MIN_TUN_MTU..=MAX_TUN_MTU).contains(&tun_mtu) {
+                    return Err(Error::Config {
+                        field: "dataplane.tun_mtu",
+                        why: format!("{MIN_TUN_MTU} to {MAX_TUN_MTU}"),
+                    });
                 }
                 let batch = r.batch.unwrap_or(defaults.batch);
                 if batch == 0 || batch > MAX_BATCH {
@@ -530,12 +539,21 @@ mod tests {
     }
 
     #[test]
+    fn the_tun_mtu_edges_are_accepted() {
+        for (text, mtu) in [("tun_mtu = 1280", MIN_TUN_MTU), ("tun_mtu = 9000", MAX_TUN_MTU)] {
+            assert_eq!(Config::parse(&sample(text)).unwrap().settings.tun_mtu, mtu);
+        }
+    }
+
+    #[test]
     fn bad_settings_name_their_field() {
         let field = |extra: &str| match Config::parse(&sample(extra)) {
             Err(Error::Config { field, .. }) => field,
             other => panic!("{other:?}"),
         };
         assert_eq!(field("tun_mtu = 1000"), "dataplane.tun_mtu");
+        assert_eq!(field("tun_mtu = 1279"), "dataplane.tun_mtu");
+        assert_eq!(field("tun_mtu = 9001"), "dataplane.tun_mtu");
         assert_eq!(field("batch = 0"), "dataplane.batch");
         assert_eq!(field("coalesce_us = 1001"), "dataplane.coalesce_us");
         assert_eq!(field("coalesce_us = -1"), "file");

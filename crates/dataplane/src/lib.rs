@@ -144,6 +144,19 @@ fn slot_len(tun_mtu: u16) -> usize {
     inner.max(outer).max(2048).next_multiple_of(64)
 }
 
+/// Packets a worker's batch area holds for batches of `batch`: twice the batch, since IPv4
+/// fragments made on encapsulation go to the free slots.
+fn area_packets(batch: usize) -> usize {
+    batch * 2
+}
+
+/// The bytes of one worker's batch area, which every crossing passes to the enclave whole:
+/// the process enclave's shared packet area must be at least this large
+/// (`enclave_host::ProcessSpec::with_packet_area`), else it refuses every batch.
+pub fn packet_area(settings: &Settings) -> usize {
+    area_packets(settings.batch) * slot_len(settings.tun_mtu)
+}
+
 impl<E: Enclave + 'static> Dataplane<E> {
     /// Installs `config`'s SAs (each SA's keys go to `enclave` through `install_keys`, and
     /// nowhere else), sets up the TUN device and sockets, and starts the workers.
@@ -424,6 +437,10 @@ mod tests {
     fn slots_hold_an_mtu_sized_packet_with_room() {
         assert_eq!(slot_len(1376), 2048);
         assert!(slot_len(9000) >= 9000 + HEADROOM + TAILROOM);
+        // The largest accepted configuration fits the enclave's largest packet area
+        // (enclave_api::process::layout::MAX_PACKET_AREA, 1 GiB).
+        let edge = Settings { batch: config::MAX_BATCH, tun_mtu: config::MAX_TUN_MTU, ..Settings::default() };
+        assert!(packet_area(&edge) <= 1 << 30);
         let o = Offloads {
             tun: TunOffloads { csum: true, tso4: true, ..TunOffloads::default() },
             udp: Some(UdpOffloads { gso: true, gro: false }),

@@ -282,8 +282,7 @@ impl<E: Enclave + 'static> Worker<E> {
         tun_offloads: TunOffloads,
         coalesce: Duration,
     ) -> Self {
-        // Twice the batch: IPv4 fragments made on encapsulation go to the free slots.
-        let capacity = batch * 2;
+        let capacity = crate::area_packets(batch);
         let gro = io.udp.iter().any(|s| s.offloads().gro);
         // Every buffer holds a whole reassembled datagram: an IKE message on port 4500 may be
         // one (a certificate chain), and leaves through the IKE inbox, never a slot. With GRO

@@ -94,6 +94,16 @@ impl ProcessSpec {
         }
     }
 
+    /// A packet area of at least `bytes` (rounded up to 64; never below the default): the
+    /// data plane passes its whole batch area on every crossing
+    /// (`dataplane::packet_area`), and a larger one is refused.
+    #[must_use]
+    pub fn with_packet_area(mut self, bytes: usize) -> Self {
+        let want = u32::try_from(bytes.next_multiple_of(64)).unwrap_or(u32::MAX);
+        self.geometry.packet_len = self.geometry.packet_len.max(want);
+        self
+    }
+
     /// The gateway's own binary with the hidden `enclave-process` subcommand.
     pub fn current_exe() -> Self {
         Self::new("/proc/self/exe", ["enclave-process"])

@@ -386,6 +386,11 @@ impl FlowKey {
         self.addr(self.src)
     }
 
+    /// Destination address.
+    pub(crate) fn dst(&self) -> IpAddr {
+        self.addr(self.dst)
+    }
+
     /// The 16-bit port field at bit `shift` of `rest`, or `None` (OPAQUE).
     fn port(&self, shift: u32) -> Option<u16> {
         (self.rest & KEY_PORTS != 0).then(|| u16::try_from((self.rest >> shift) & 0xffff).unwrap_or(0))

@@ -43,9 +43,10 @@ pub struct WorkerConfig {
     /// Most descriptors per enclave call ([`enclave::Limits::max_batch`]); larger batches
     /// cross in chunks of this size.
     pub max_batch: usize,
-    /// Source of ICMP errors sent to IPv4 hosts; the SA's local address if it is IPv4.
+    /// Source of ICMP errors sent to IPv4 hosts; by default the destination of the packet
+    /// that caused it.
     pub icmp_source_v4: Option<Ipv4Addr>,
-    /// Source of ICMPv6 errors; the SA's local address if it is IPv6.
+    /// Source of ICMPv6 errors; by default the destination of the packet that caused it.
     pub icmp_source_v6: Option<Ipv6Addr>,
     /// ICV failures in a row on an ESN SA after which a failing packet is retried with
     /// higher halves of its sequence number (RFC 4303 Appendix A3.1's trigger, a local
@@ -482,7 +483,7 @@ impl Worker {
         let mtu = usize::from(sa.runtime().path_mtu());
         let fits = shape.total(inner.len) <= mtu;
         if !fits && (inner.v6 || inner.df) {
-            return self.too_big(batch, i, &inner, cfg, shape.max_inner(mtu), sa_drops, report);
+            return self.too_big(batch, i, &inner, shape.max_inner(mtu), sa_drops, report);
         }
         // Forwarding: the inner TTL is decremented by the encapsulator (RFC 4301 §5.1.2.1).
         let rewritten = batch
@@ -517,7 +518,6 @@ impl Worker {
         batch: &mut Batch<'_>,
         i: usize,
         inner: &Inner,
-        cfg: &SaConfig,
         max_inner: usize,
         sa_drops: Option<&SharedDropCounts>,
         report: &mut BatchReport,
@@ -525,16 +525,16 @@ impl Worker {
         // Below 1280 an IPv6 sender cannot go: the tunnel would have to fragment the outer
         // packet (RFC 8200 §5), which is not implemented; such packets are only counted.
         let useful = !inner.v6 || inner.len > wire::icmpv6::MIN_MTU;
-        let sources = IcmpSources {
-            v4: self.config.icmp_source_v4.or(match cfg.local {
-                core::net::IpAddr::V4(a) => Some(a),
-                core::net::IpAddr::V6(_) => None,
-            }),
-            v6: self.config.icmp_source_v6.or(match cfg.local {
-                core::net::IpAddr::V6(a) => Some(a),
-                core::net::IpAddr::V4(_) => None,
-            }),
+        // By default the error comes from the packet's own destination: it goes back into
+        // the TUN device, where the kernel drops a packet from one of its own addresses (the
+        // SA's local address is one) as a martian, and takes one from an address routed
+        // through that device, as a strict reverse-path filter wants.
+        let (v4, v6) = match inner.key.dst() {
+            core::net::IpAddr::V4(a) => (Some(a), None),
+            core::net::IpAddr::V6(a) => (None, Some(a)),
         };
+        let sources =
+            IcmpSources { v4: self.config.icmp_source_v4.or(v4), v6: self.config.icmp_source_v6.or(v6) };
         let pkt_offset = batch.packets.get(i).map_or(0, |p| p.offset);
         let built = if useful && inner.may_get_icmp_error() {
             let slot_start = i * batch.slot_len;

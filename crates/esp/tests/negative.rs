@@ -618,7 +618,9 @@ fn df_packets_too_big_get_an_icmp_error_toward_the_source() {
     let ip = Ipv4Packet::new_checked(icmp).unwrap();
     assert!(ip.verify_checksum());
     assert_eq!(ip.dst_addr(), "198.18.10.10".parse::<std::net::Ipv4Addr>().unwrap());
-    assert_eq!(ip.src_addr(), "198.18.0.1".parse::<std::net::Ipv4Addr>().unwrap(), "SA's local address");
+    // From the packet's destination, not from the gateway's own address: the error goes
+    // back through the TUN device, and the kernel drops what comes from its own addresses.
+    assert_eq!(ip.src_addr(), "198.18.20.20".parse::<std::net::Ipv4Addr>().unwrap(), "the destination");
     let m = Icmpv4Packet::new_checked(ip.payload()).unwrap();
     assert!(m.verify_checksum());
     assert_eq!((m.msg_type().0, m.msg_code()), (3, 4));
@@ -648,8 +650,8 @@ fn ipv6_packets_too_big_get_packet_too_big() {
     let icmp = batch.bytes(0).unwrap();
     assert_eq!(icmp.len(), 1280);
     let to: std::net::Ipv6Addr = "2001:db8:a::10".parse().unwrap();
-    let from: std::net::Ipv6Addr = "2001:db8::a".parse().unwrap();
-    assert_eq!(&icmp[8..24], &from.octets());
+    let from: std::net::Ipv6Addr = "2001:db8:b::20".parse().unwrap();
+    assert_eq!(&icmp[8..24], &from.octets(), "from the packet's destination");
     assert_eq!(&icmp[24..40], &to.octets());
     let m = Icmpv6Packet::new_checked(&icmp[40..]).unwrap();
     assert!(m.verify_checksum(from, to));

@@ -198,7 +198,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             )
             .context("starting the platform process")?;
             let drop_to = users.gateway_user(root, base)?.map(|uid| (platform.clone(), uid));
-            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
+            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"])
+                .with_packet_area(dataplane::packet_area(&config.settings));
             let enclave =
                 ProcessEnclave::launch(spec, std::sync::Arc::new(platform), public_config(args.tenant))
                     .context("starting the enclave process")?;

@@ -65,7 +65,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let platform = PlatformClient::start(Path::new("/proc/self/exe"), &args, Duration::from_secs(20))
                 .context("starting the platform process")?;
             let drop_to = users.gateway_user(root, base)?.map(|uid| (platform.clone(), uid));
-            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"]);
+            let spec = ProcessSpec::new("/proc/self/exe", ["enclave-process"])
+                .with_packet_area(dataplane::packet_area(&config.dataplane.settings));
             let e = ProcessEnclave::launch(spec, Arc::new(platform), public)
                 .context("starting the enclave process")?;
             let pid = e.pid().map_or_else(|| "?".into(), |p| p.to_string());
