@@ -1,13 +1,23 @@
-//! Configuring a network device through the classic socket ioctls: link up, MTU, IPv4 and
-//! IPv6 addresses, and routes through the device (no gateway: a TUN device is
-//! point-to-point). Enough for the data plane to set its TUN device up from a config file
-//! without shelling out to `ip`.
+//! Configuring a network device: link up, MTU and routes through the device (no gateway: a
+//! TUN device is point-to-point) with the classic socket ioctls, and addresses over
+//! rtnetlink, which adds each beside the others (`SIOCSIFADDR` replaces a device's IPv4
+//! address). Enough for the data plane to set its TUN device up from a config file without
+//! shelling out to `ip`.
 
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::str::FromStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressHeader, AddressMessage, AddressScope};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::protocols::NETLINK_ROUTE;
 
 use crate::sys::{self, cvt};
 use crate::{Error, Result};
@@ -81,32 +91,63 @@ fn control_socket(v6: bool) -> io::Result<OwnedFd> {
     sys::socket(if v6 { libc::AF_INET6 } else { libc::AF_INET }, libc::SOCK_DGRAM, 0)
 }
 
-/// The sockets the configuration ioctls go through. A socket belongs to the namespace it was
-/// opened in, so a `Control` opened there (by this process, or lent by one that may enter
-/// it, [`crate::netns::lend`]) configures that namespace's devices from any thread.
+/// How long the kernel may take to answer a netlink request.
+const NETLINK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A `NETLINK_ROUTE` socket connected to the kernel, bound to no group (it hears only the
+/// answers to its own requests).
+fn rtnetlink_socket() -> io::Result<netlink_sys::Socket> {
+    let mut s = netlink_sys::Socket::new(NETLINK_ROUTE)?;
+    s.bind_auto()?;
+    s.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+    Ok(s)
+}
+
+/// The sockets the configuration goes through: ioctls of both families and rtnetlink. A
+/// socket belongs to the namespace it was opened in, so a `Control` opened there (by this
+/// process, or lent by one that may enter it, [`crate::netns::lend`]) configures that
+/// namespace's devices from any thread.
 #[derive(Debug)]
 pub struct Control {
     v4: OwnedFd,
     /// `None` where the namespace has no IPv6.
     v6: Option<OwnedFd>,
+    /// One request and its answer at a time, with the request's sequence number.
+    rtnl: Mutex<(netlink_sys::Socket, u32)>,
 }
 
 impl Control {
     /// Sockets in the calling thread's namespace.
     pub fn here() -> Result<Self> {
         let v4 = control_socket(false).map_err(syscall("socket", "AF_INET"))?;
-        Ok(Self { v4, v6: control_socket(true).ok() })
+        let rtnl = rtnetlink_socket().map_err(syscall("socket", "NETLINK_ROUTE"))?;
+        Ok(Self { v4, v6: control_socket(true).ok(), rtnl: Mutex::new((rtnl, 0)) })
     }
 
-    /// Sockets another process opened (both `SOCK_DGRAM`, of families `AF_INET` and
-    /// `AF_INET6`); their namespace is the one they were opened in.
-    pub fn from_sockets(v4: OwnedFd, v6: Option<OwnedFd>) -> Self {
-        Self { v4, v6 }
+    /// Sockets another process opened (`SOCK_DGRAM` of families `AF_INET` and `AF_INET6`,
+    /// and a `NETLINK_ROUTE` socket connected to the kernel); their namespace is the one they
+    /// were opened in.
+    pub fn from_sockets(v4: OwnedFd, rtnl: OwnedFd, v6: Option<OwnedFd>) -> Self {
+        // SAFETY: `rtnl` is an open descriptor this call owns; the socket takes it over.
+        let rtnl = unsafe { netlink_sys::Socket::from_raw_fd(rtnl.into_raw_fd()) };
+        Self { v4, v6, rtnl: Mutex::new((rtnl, 0)) }
     }
 
-    /// The sockets, to lend to another process.
-    pub fn sockets(&self) -> (BorrowedFd<'_>, Option<BorrowedFd<'_>>) {
-        (self.v4.as_fd(), self.v6.as_ref().map(AsFd::as_fd))
+    /// Runs `f` with the rtnetlink socket; `None` if a panic poisoned it.
+    fn with_rtnl<R>(&self, f: impl FnOnce(&netlink_sys::Socket, &mut u32) -> R) -> Option<R> {
+        let mut g = self.rtnl.lock().ok()?;
+        let (sock, seq) = &mut *g;
+        Some(f(sock, seq))
+    }
+
+    /// The sockets (IPv4, rtnetlink, IPv6), to lend to another process; `None` if the
+    /// rtnetlink socket cannot be duplicated.
+    pub fn sockets(&self) -> io::Result<(OwnedFd, OwnedFd, Option<OwnedFd>)> {
+        let rtnl = self
+            .with_rtnl(|s, _| s.as_fd().try_clone_to_owned())
+            .unwrap_or_else(|| Err(io::Error::other("rtnetlink socket poisoned")))?;
+        let v6 = self.v6.as_ref().map(|s| s.try_clone()).transpose()?;
+        Ok((self.v4.try_clone()?, rtnl, v6))
     }
 
     fn v6(&self, name: &str) -> Result<BorrowedFd<'_>> {
@@ -153,27 +194,60 @@ impl Control {
         ioctl_ptr(self.v4.as_fd(), libc::SIOCSIFMTU, &mut ifr).map_err(syscall("SIOCSIFMTU", name))
     }
 
-    /// Adds the address `prefix` (e.g. `198.18.10.1/24`) to `name`.
+    /// Adds the address `prefix` (e.g. `198.18.10.1/24`) to `name`, beside any it has
+    /// (RTM_NEWADDR, as `ip address replace`: adding one it has already changes nothing).
     pub fn add_address(&self, name: &str, prefix: Prefix) -> Result<()> {
-        match prefix.addr {
-            IpAddr::V4(a) => {
-                let s = self.v4.as_fd();
-                let mut ifr = ifreq(name)?;
-                ifr.ifr_ifru.ifru_addr = sockaddr_v4(a);
-                ioctl_ptr(s, libc::SIOCSIFADDR, &mut ifr).map_err(syscall("SIOCSIFADDR", name))?;
-                let mask = u32::MAX.checked_shl(32 - u32::from(prefix.len)).unwrap_or(0);
-                ifr.ifr_ifru.ifru_netmask = sockaddr_v4(Ipv4Addr::from(mask));
-                ioctl_ptr(s, libc::SIOCSIFNETMASK, &mut ifr).map_err(syscall("SIOCSIFNETMASK", name))
-            }
-            IpAddr::V6(a) => {
-                let mut req = libc::in6_ifreq {
-                    ifr6_addr: libc::in6_addr { s6_addr: a.octets() },
-                    ifr6_prefixlen: u32::from(prefix.len),
-                    ifr6_ifindex: libc::c_int::try_from(self.index(name)?).unwrap_or(0),
+        let index = self.index(name)?;
+        let family = if prefix.addr.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
+        let mut msg = AddressMessage::default();
+        msg.header = AddressHeader {
+            family,
+            prefix_len: prefix.len,
+            scope: AddressScope::Universe,
+            index,
+            ..AddressHeader::default()
+        };
+        // IFA_LOCAL is the address; IFA_ADDRESS the peer's on point-to-point links, which
+        // `ip` sets to the same address when none is given.
+        msg.attributes = vec![AddressAttribute::Local(prefix.addr), AddressAttribute::Address(prefix.addr)];
+        self.rtnetlink(RouteNetlinkMessage::NewAddress(msg), NLM_F_CREATE | NLM_F_REPLACE)
+            .map_err(syscall("RTM_NEWADDR", name))
+    }
+
+    /// Sends one request and waits for its acknowledgement.
+    fn rtnetlink(&self, request: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
+        self.with_rtnl(|sock, seq| {
+            *seq = seq.wrapping_add(1);
+            let mut header = NetlinkHeader::default();
+            header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+            header.sequence_number = *seq;
+            let mut msg = NetlinkMessage::new(header, NetlinkPayload::from(request));
+            msg.finalize();
+            let mut out = vec![0; msg.buffer_len()];
+            msg.serialize(&mut out);
+            sock.send(&out, 0)?;
+            set_receive_timeout(sock.as_fd(), NETLINK_TIMEOUT)?;
+            let mut buf = vec![0u8; 8192];
+            // Answers to earlier requests that timed out are skipped by their number.
+            for _ in 0..16 {
+                let mut room = &mut buf[..];
+                let n = sock.recv(&mut room, 0)?;
+                let answer = <NetlinkMessage<RouteNetlinkMessage>>::deserialize(buf.get(..n).unwrap_or(&[]))
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                if answer.header.sequence_number != *seq {
+                    continue;
+                }
+                return match answer.payload {
+                    NetlinkPayload::Error(e) => match e.code {
+                        None => Ok(()),
+                        Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
+                    },
+                    _ => Err(io::Error::new(io::ErrorKind::InvalidData, "not an acknowledgement")),
                 };
-                ioctl_ptr(self.v6(name)?, libc::SIOCSIFADDR, &mut req).map_err(syscall("SIOCSIFADDR", name))
             }
-        }
+            Err(io::Error::new(io::ErrorKind::InvalidData, "no acknowledgement among the answers"))
+        })
+        .unwrap_or_else(|| Err(io::Error::other("rtnetlink socket poisoned")))
     }
 
     /// Adds a route to `prefix` through `name` (no gateway).
@@ -226,6 +300,25 @@ fn ifreq(name: &str) -> Result<libc::ifreq> {
     let mut ifr: libc::ifreq = unsafe { core::mem::zeroed() };
     ifr.ifr_name = raw;
     Ok(ifr)
+}
+
+fn set_receive_timeout(fd: BorrowedFd<'_>, t: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_usec: libc::suseconds_t::from(t.subsec_micros()),
+    };
+    let len = libc::socklen_t::try_from(core::mem::size_of::<libc::timeval>()).unwrap_or(0);
+    // SAFETY: SO_RCVTIMEO reads one timeval from the pointer, which lives across the call.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            core::ptr::from_ref(&tv).cast(),
+            len,
+        )
+    })
+    .map(drop)
 }
 
 /// ioctl(2) with a pointer to `T`, which the request reads (and may write).

@@ -56,6 +56,35 @@ fn udp4_checksum_ok(p: &[u8]) -> bool {
     sum == 0xffff
 }
 
+/// Every address given is on the device: two of each family, one given twice (a no-op), as
+/// `ip` (an independent reader, over its own netlink socket) lists them.
+#[test]
+fn addresses_are_added_beside_each_other() {
+    if skip() {
+        return;
+    }
+    let ns = Netns::new("ioaddr").unwrap();
+    let (listed, missing) = inside(&ns, || {
+        let tun = Tun::open("cltun0", 1, false).unwrap();
+        let name = tun.name().to_owned();
+        netdev::set_up(&name).unwrap();
+        for a in
+            ["198.18.99.1/32", "198.18.97.1/24", "198.18.99.1/32", "2001:db8:99::1/128", "2001:db8:97::1/64"]
+        {
+            netdev::add_address(&name, a.parse().unwrap()).unwrap();
+        }
+        let missing =
+            netdev::add_address("cltun9", "198.18.99.2/32".parse().unwrap()).unwrap_err().to_string();
+        let out =
+            std::process::Command::new("ip").args(["-o", "address", "show", "dev", &name]).output().unwrap();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), missing)
+    });
+    for a in ["198.18.99.1/32", "198.18.97.1/24", "2001:db8:99::1/128", "2001:db8:97::1/64"] {
+        assert_eq!(listed.matches(&format!(" {a} ")).count(), 1, "{a} once in:\n{listed}");
+    }
+    assert!(missing.contains("cltun9"), "{missing}");
+}
+
 #[test]
 fn a_udp_gso_burst_leaves_the_tun_device_as_one_super_packet_and_is_cut_back() {
     if skip() {

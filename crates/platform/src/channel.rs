@@ -10,9 +10,9 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
-/// Most descriptors one message carries (a LEND's reply: two sockets and a data plane's
+/// Most descriptors one message carries (a LEND's reply: three sockets and a data plane's
 /// TUN queues).
-pub const MAX_FDS: usize = 2 + cio::netns::MAX_LENT_QUEUES;
+pub const MAX_FDS: usize = 3 + cio::netns::MAX_LENT_QUEUES;
 
 /// Sends `bytes` and `fds` as one message.
 pub fn send(socket: impl AsFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {

@@ -333,15 +333,16 @@ impl cio::netns::Lender for PlatformClient {
         let (reply, fds) = self.ask(&req, &[]).map_err(|e| refused(e.to_string()))?;
         match reply {
             Reply::Lent { v6, queues: got }
-                if got == queues && fds.len() == 1 + usize::from(v6) + tun_queues =>
+                if got == queues && fds.len() == 2 + usize::from(v6) + tun_queues =>
             {
                 let mut fds = fds.into_iter();
-                let (Some(v4), v6) = (fds.next(), if v6 { fds.next() } else { None }) else {
+                let (Some(v4), Some(rtnl)) = (fds.next(), fds.next()) else {
                     return Err(refused("no sockets in the reply".into()));
                 };
+                let v6 = if v6 { fds.next() } else { None };
                 Ok(cio::netns::Lent {
                     name: name.to_owned(),
-                    control: cio::netdev::Control::from_sockets(v4, v6),
+                    control: cio::netdev::Control::from_sockets(v4, rtnl, v6),
                     tun: fds.collect(),
                 })
             }

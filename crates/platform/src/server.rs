@@ -147,13 +147,12 @@ pub fn serve(
 /// that namespace's devices with the `CAP_NET_ADMIN` it kept; they reach no secret.
 fn lend(name: &str, queues: u16) -> Result<(Reply, Vec<OwnedFd>), String> {
     let lent = cio::netns::open_in(name, usize::from(queues)).map_err(|e| e.to_string())?;
-    let (v4, v6) = lent.control.sockets();
-    let mut fds = vec![v4.try_clone_to_owned().map_err(|e| e.to_string())?];
-    if let Some(v6) = v6 {
-        fds.push(v6.try_clone_to_owned().map_err(|e| e.to_string())?);
-    }
+    let (v4, rtnl, v6) = lent.control.sockets().map_err(|e| e.to_string())?;
+    let has_v6 = v6.is_some();
+    let mut fds = vec![v4, rtnl];
+    fds.extend(v6);
     fds.extend(lent.tun);
-    Ok((Reply::Lent { v6: v6.is_some(), queues }, fds))
+    Ok((Reply::Lent { v6: has_v6, queues }, fds))
 }
 
 /// Starts the HSM agent with pipes on its standard input and output, which go to the

@@ -111,7 +111,8 @@ pub enum Reply {
     },
     /// The child ended.
     Ended(ExitReport),
-    /// The namespace's descriptors ride along.
+    /// The namespace's descriptors ride along: an `AF_INET` and a `NETLINK_ROUTE` socket,
+    /// an `AF_INET6` one if the namespace has IPv6, then the TUN descriptors.
     Lent {
         /// Whether an `AF_INET6` socket is among them (the namespace has IPv6).
         v6: bool,
