@@ -100,17 +100,26 @@ impl<E: Enclave + 'static> core::fmt::Debug for Gateway<E> {
     }
 }
 
-/// Text of an identity for logs and `sa list`.
+/// Text of an identity for logs and `sa list`, as strongSwan prints it (a DN as
+/// `C=CH, O=Test, CN=gw`, a key ID as `@#` and hex), so that it can be pasted into either
+/// configuration.
 pub fn identity(id: &wire::ike::Identification) -> String {
     use wire::ike::IdType;
     let text = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
+    let opaque = || format!("{:?} ({} bytes)", id.ty, id.data.len());
     match id.ty {
         IdType::FQDN | IdType::RFC822_ADDR => text(&id.data),
         IdType::IPV4_ADDR => <[u8; 4]>::try_from(id.data.as_slice())
             .map_or_else(|_| "?".into(), |a| core::net::Ipv4Addr::from(a).to_string()),
         IdType::IPV6_ADDR => <[u8; 16]>::try_from(id.data.as_slice())
             .map_or_else(|_| "?".into(), |a| core::net::Ipv6Addr::from(a).to_string()),
-        other => format!("{other:?} ({} bytes)", id.data.len()),
+        IdType::DER_ASN1_DN => ike::cert::dn_to_string(&id.data).unwrap_or_else(opaque),
+        IdType::KEY_ID => id.data.iter().fold(String::from("@#"), |mut s, b| {
+            use core::fmt::Write as _;
+            let _ = write!(s, "{b:02x}");
+            s
+        }),
+        _ => opaque(),
     }
 }
 
@@ -622,5 +631,26 @@ impl<E: Enclave + 'static> Gateway<E> {
             c.remove();
         }
         self.dp.stop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::identity;
+    use wire::ike::{IdType, Identification};
+
+    #[test]
+    fn identities_print_as_strongswan_writes_them() {
+        let dn =
+            ike::config::parse_identity("C=CH, O=Cloister Test, CN=site-b.cloister.test").unwrap().unwrap();
+        assert_eq!(dn.ty, IdType::DER_ASN1_DN);
+        assert_eq!(identity(&dn), "C=CH, O=Cloister Test, CN=site-b.cloister.test");
+        let key_id = ike::config::parse_identity("@#0a1bff").unwrap().unwrap();
+        assert_eq!(identity(&key_id), "@#0a1bff");
+        for text in ["gw.cloister.test", "admin@cloister.test", "198.18.0.2", "2001:db8::2"] {
+            assert_eq!(identity(&ike::config::parse_identity(text).unwrap().unwrap()), text);
+        }
+        let broken = Identification::new(IdType::DER_ASN1_DN, vec![0x30, 0x05]);
+        assert_eq!(identity(&broken), "DER_ASN1_DN (2 bytes)");
     }
 }
