@@ -31,8 +31,12 @@ enum Auth {
     Ecdsa,
     Rsa,
     /// RSA-4096 certificates under an intermediate CA, which each side sends: an IKE_AUTH
-    /// of more than 3 kB each way, IP-fragmented, on port 4500.
+    /// of more than 3 kB each way on port 4500, whole (IP-fragmented: Cloister announces no
+    /// IKE fragmentation).
     Rsa4096Chain,
+    /// The same in RFC 7383 fragments: both announce support (strongSwan's `fragmentation`
+    /// as given), so each IKE_AUTH leaves as SKF fragments of at most 1280 bytes.
+    Rsa4096Fragments(&'static str),
 }
 
 /// A certificate case's fixtures.
@@ -55,7 +59,7 @@ impl Auth {
             Self::Psk => return None,
             Self::Ecdsa => ("p256", "ca-ec.pem", &[][..], "b-p256.pem", "ecdsa-p256"),
             Self::Rsa => ("rsa", "ca-rsa.pem", &[][..], "b-rsa.pem", "rsa"),
-            Self::Rsa4096Chain => {
+            Self::Rsa4096Chain | Self::Rsa4096Fragments(_) => {
                 ("int4096", "ca-rsa4096.pem", &["int-rsa4096.pem"][..], "b-int4096-chain.pem", "rsa")
             }
         };
@@ -90,6 +94,10 @@ fn esp_for(ike: &str) -> &'static str {
 
 fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
     let gw_id = auth.gw_id();
+    let fragmentation = match auth {
+        Auth::Rsa4096Fragments(how) => how,
+        _ => "yes",
+    };
     let (local_auth, remote_auth) = match auth {
         Auth::Psk => ("auth = psk".to_owned(), "auth = psk".to_owned()),
         _ => ("auth = pubkey\n            certs = site.pem".to_owned(), "auth = pubkey".to_owned()),
@@ -98,6 +106,7 @@ fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
         r#"connections {{
   gw {{
     version = 2
+    fragmentation = {fragmentation}
     local_addrs = {site}
     remote_addrs = {gw}
     proposals = {ike}
@@ -138,6 +147,7 @@ struct Tuning {
 
 fn gateway_conf(site: &str, gw: &str, ike: &str, auth: Auth, tuning: Tuning) -> String {
     let gw_id = auth.gw_id();
+    let fragmentation = if auth == Auth::Rsa4096Chain { r#"fragmentation = "no""# } else { "" };
     let (local, remote) = match auth {
         Auth::Psk => (
             format!(r#"{{ auth = "psk", id = "{gw_id}", secret = "psk" }}"#),
@@ -167,6 +177,7 @@ workers = 2
 local_addrs = ["{gw}"]
 remote_addrs = ["{site}"]
 proposals = ["{ike}"]
+{fragmentation}
 {tuning_connection}
 local = {local}
 remote = {remote}
@@ -371,13 +382,29 @@ fn case(initiator: Initiator, family: Family, ike: &str, auth: Auth) {
     assert!(list.contains("Established") && list.contains("net: INSTALLED, TUNNEL-in-UDP"), "{list}");
     assert!(!list.contains(PSK));
     let charon = tb.swanctl(&["--list-sas"]);
-    if auth == Auth::Rsa4096Chain {
-        // The point of the case: IKE_AUTH messages over 3 kB on port 4500, both ways.
-        let log = std::fs::read_to_string(tb.site.dir().join("charon.log")).unwrap_or_default();
-        for dir in ["sending packet", "received packet"] {
-            let largest = largest_natt_packet(&log, dir);
-            assert!(largest > 3000, "charon's largest {dir} on port 4500: {largest} bytes\n{}", tb.logs());
+    let log = std::fs::read_to_string(tb.site.dir().join("charon.log")).unwrap_or_default();
+    match auth {
+        Auth::Rsa4096Chain => {
+            // The point of the case: IKE_AUTH messages over 3 kB on port 4500, both ways.
+            for dir in ["sending packet", "received packet"] {
+                let largest = largest_natt_packet(&log, dir);
+                assert!(
+                    largest > 3000,
+                    "charon's largest {dir} on port 4500: {largest} bytes\n{}",
+                    tb.logs()
+                );
+            }
         }
+        Auth::Rsa4096Fragments(_) => {
+            // Both ways in fragments: charon split its IKE_AUTH and put Cloister's together.
+            assert!(log.contains("splitting IKE message"), "{}", tb.logs());
+            assert!(log.contains("reassembled fragmented IKE message"), "{}", tb.logs());
+            for dir in ["sending packet", "received packet"] {
+                let largest = largest_natt_packet(&log, dir);
+                assert!(largest <= 1280 - 28, "charon's largest {dir}: {largest} bytes\n{}", tb.logs());
+            }
+        }
+        _ => {}
     }
     eprintln!(
         "interop strongswan {initiator:?}-initiates {family:?} {ike} {auth:?}: ping {ping}; iperf3 {mbits:.0} Mbit/s\n{list}{charon}"
@@ -411,6 +438,14 @@ macro_rules! matrix {
             }
         )*
     };
+    ($($name:ident: $init:ident $fam:ident $suite:literal ($auth:ident($how:literal));)*) => {
+        $(
+            #[test]
+            fn $name() {
+                case(Initiator::$init, Family::$fam, $suite, Auth::$auth($how));
+            }
+        )*
+    };
 }
 
 matrix! {
@@ -436,6 +471,12 @@ matrix! {
     cloister_initiates_v6_ecdsa_certificates: Cloister V6 "chacha20poly1305-prfsha256-x25519" Ecdsa;
     strongswan_initiates_v4_rsa4096_chains_of_ike_auths_over_3_kb: StrongSwan V4 "aes256gcm16-prfsha256-x25519" Rsa4096Chain;
     cloister_initiates_v6_rsa4096_chains_of_ike_auths_over_3_kb: Cloister V6 "aes256gcm16-prfsha256-x25519" Rsa4096Chain;
+}
+
+matrix! {
+    strongswan_initiates_v6_rsa4096_chains_in_ike_fragments: StrongSwan V6 "aes256gcm16-prfsha256-x25519" (Rsa4096Fragments("yes"));
+    cloister_initiates_v4_rsa4096_chains_in_ike_fragments: Cloister V4 "aes256-sha256-modp3072" (Rsa4096Fragments("yes"));
+    strongswan_forces_fragments_v4_rsa4096_chains: StrongSwan V4 "aes256gcm16-prfsha256-x25519" (Rsa4096Fragments("force"));
 }
 
 /// Who starts a rekey.

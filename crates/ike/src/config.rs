@@ -9,6 +9,10 @@
 //! over_time = "24m"                        # hard IKE lifetime = rekey_time + over_time
 //! dpd_delay = "30s"                        # liveness check after this much silence; 0 = off
 //! encap = false                            # force UDP encapsulation (fake NAT detection)
+//! fragmentation = "yes"                    # RFC 7383: "yes" (announce, fragment large
+//!                                          # messages if the peer announced it too),
+//!                                          # "accept" (announce, never fragment), "no";
+//!                                          # "force" is "yes" (strongSwan: IKEv1 only)
 //! unique = "no"                            # "no": a peer's INITIAL_CONTACT replaces its other
 //!                                          # IKE SAs (RFC 7296 §2.4); "never": it does not
 //!
@@ -67,6 +71,7 @@ use wire::ike::{IdType, Identification};
 use crate::auth::AuthPolicy;
 use crate::cert::{self, Certificate};
 use crate::error::{Error, Result};
+use crate::fragment::FragmentationPolicy;
 use crate::proposal::{EspProposal, IkeProposal};
 use crate::ts::TsSpec;
 
@@ -122,6 +127,8 @@ pub struct Connection {
     pub dpd_delay: Option<Duration>,
     /// Force UDP encapsulation by faking NAT detection (strongSwan's `encap`).
     pub encap: bool,
+    /// IKE fragmentation (RFC 7383; strongSwan's `fragmentation`).
+    pub fragmentation: FragmentationPolicy,
     /// What a peer's INITIAL_CONTACT does to its other IKE SAs (strongSwan's `unique`).
     pub unique: Unique,
     /// Our identity.
@@ -212,6 +219,7 @@ struct RawConnection {
     dpd_delay: Option<RawDuration>,
     #[serde(default)]
     encap: bool,
+    fragmentation: Option<String>,
     unique: Option<String>,
     local: Option<RawLocal>,
     remote: Option<RawRemote>,
@@ -508,6 +516,15 @@ impl Connection {
             }
         };
 
+        let fragmentation = match c.fragmentation.as_deref() {
+            None | Some("yes" | "force") => FragmentationPolicy::Yes,
+            Some("accept") => FragmentationPolicy::Accept,
+            Some("no") => FragmentationPolicy::No,
+            Some(other) => {
+                return Err(invalid("fragmentation", other, "\"yes\", \"accept\", \"force\" or \"no\""))
+            }
+        };
+
         let local = c.local.ok_or(Error::MissingField {
             connection: name.clone(),
             field: "local",
@@ -536,6 +553,7 @@ impl Connection {
             over_time,
             dpd_delay,
             encap: c.encap,
+            fragmentation,
             unique,
             local_id: sides.local_id,
             remote_id: sides.remote_id,

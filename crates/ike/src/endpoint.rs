@@ -40,11 +40,14 @@ pub struct EndpointConfig {
     /// certificates, as strongswan.conf's `charon.signature_authentication` does; without
     /// it, ECDSA peers use RFC 4754's methods 9 and 10.
     pub signature_authentication: bool,
+    /// The largest IP datagram of an IKE fragment we send (RFC 7383, strongswan.conf's
+    /// `charon.fragment_size`), where a connection fragments.
+    pub fragment_size: usize,
 }
 
 impl Default for EndpointConfig {
     /// strongSwan-like: cookies from 10 half-open SAs, 30 s half-open, 2 s doubling, 5 tries,
-    /// RFC 7427 signatures announced.
+    /// RFC 7427 signatures announced, fragments of 1280 bytes.
     fn default() -> Self {
         Self {
             cookie_threshold: 10,
@@ -52,6 +55,7 @@ impl Default for EndpointConfig {
             retransmit_timeout: Duration::from_secs(2),
             retransmit_tries: 5,
             signature_authentication: true,
+            fragment_size: crate::fragment::DEFAULT_FRAGMENT_SIZE,
         }
     }
 }

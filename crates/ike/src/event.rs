@@ -268,11 +268,16 @@ pub enum DropReason {
     LateRetransmit,
     /// A responder's half-open SA was never authenticated in time.
     HalfOpenExpired,
+    /// An authentic IKE fragment (RFC 7383) that reassembly does not take: more fragments
+    /// or bytes than one message may have, or of an earlier try of the message.
+    FragmentRefused,
+    /// An authentic IKE fragment already held (a retransmission's copy).
+    FragmentDuplicate,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 12;
 
     /// Every reason, in counter order.
     pub const ALL: [Self; Self::COUNT] = [
@@ -286,6 +291,8 @@ impl DropReason {
         Self::IntegrityCheckFailed,
         Self::LateRetransmit,
         Self::HalfOpenExpired,
+        Self::FragmentRefused,
+        Self::FragmentDuplicate,
     ];
 
     /// The reason as a metric label.
@@ -301,6 +308,8 @@ impl DropReason {
             Self::IntegrityCheckFailed => "integrity_check_failed",
             Self::LateRetransmit => "late_retransmit",
             Self::HalfOpenExpired => "half_open_expired",
+            Self::FragmentRefused => "fragment_refused",
+            Self::FragmentDuplicate => "fragment_duplicate",
         }
     }
 
@@ -317,6 +326,8 @@ impl DropReason {
             Self::IntegrityCheckFailed => 7,
             Self::LateRetransmit => 8,
             Self::HalfOpenExpired => 9,
+            Self::FragmentRefused => 10,
+            Self::FragmentDuplicate => 11,
         }
     }
 }
@@ -385,6 +396,10 @@ pub struct Counters {
     pub retransmits: u64,
     /// Retransmitted requests answered again from the response cache.
     pub responses_resent: u64,
+    /// Messages we sent as IKE fragments (RFC 7383).
+    pub fragmented_sent: u64,
+    /// Messages of the peer's put together from fragments.
+    pub reassembled: u64,
 }
 
 impl Counters {

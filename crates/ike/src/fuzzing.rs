@@ -11,7 +11,11 @@
 //!   exchange, byte 2 the message ID, byte 3 the first inner payload type, and the rest is
 //!   the inner payload chain, so everything after the integrity check is reached;
 //! * 3: the initiator first starts an exchange (byte 1: liveness, child rekey, IKE rekey,
-//!   child delete), then receives a forged *response* with the rest as its inner chain.
+//!   child delete), then receives a forged *response* with the rest as its inner chain;
+//! * 4: an authentic IKE fragment (RFC 7383) of a request from the initiator: byte 1 the
+//!   message ID, bytes 2 and 3 Fragment Number and Total Fragments, byte 4 the first inner
+//!   payload type, the rest its piece of the chain, so successive inputs build up, restart
+//!   and complete reassemblies.
 //!
 //! Every path must end in an answer, a counted drop or an event, never a panic.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // Harness setup, not a packet path.
@@ -150,7 +154,7 @@ pub fn engine_input(data: &[u8]) {
         let Some((i_sa, _)) = p.established() else { return };
         // The address constants parse (the pair was built from them): unwrap cannot fire.
         let from: SocketAddr = SocketAddr::new(I_ADDR.parse().unwrap(), 500);
-        match mode % 4 {
+        match mode % 5 {
             0 => p.r.handle_datagram(p.now, from, SocketAddr::new(R_ADDR.parse().unwrap(), 500), rest),
             1 => {
                 let mut d = vec![0u8; 4];
@@ -174,6 +178,34 @@ pub fn engine_input(data: &[u8]) {
                 );
                 let (local, remote) = (sa.local(), sa.remote());
                 let Some(bytes) = forge(&mut p.i, header, *first, inner) else { return };
+                p.r.handle_datagram(p.now, local, remote, &bytes);
+            }
+            4 => {
+                let [id, number, total, first, piece @ ..] = rest else { return };
+                let Some(sa) = p.i.ike_sa(i_sa) else { return };
+                let (spi_i, spi_r) = sa.spis();
+                let flags = HeaderFlags::default().with(HeaderFlags::INITIATOR);
+                let header =
+                    IkeHeader::new(spi_i, spi_r, ExchangeType::INFORMATIONAL, flags, u32::from(*id % 8));
+                let (local, remote) = (sa.local(), sa.remote());
+                let spis = (header.initiator_spi, header.responder_spi);
+                let Some((ike, choice)) = p.i.ike_sas().find(|s| s.spis() == spis).and_then(|s| s.keys())
+                else {
+                    return;
+                };
+                let (number, total) = (u16::from(*number % 8), u16::from(*total % 8));
+                let Ok(bytes) = crate::sk::seal_raw_fragment(
+                    p.i.enclave_mut(),
+                    ike,
+                    choice.suite,
+                    header,
+                    PayloadType(*first),
+                    number,
+                    total,
+                    piece,
+                ) else {
+                    return;
+                };
                 p.r.handle_datagram(p.now, local, remote, &bytes);
             }
             _ => {

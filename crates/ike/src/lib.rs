@@ -43,6 +43,7 @@ mod cookie;
 mod endpoint;
 mod error;
 mod event;
+mod fragment;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod nat;
@@ -63,4 +64,5 @@ pub use event::{
     ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, OutboundSwitch, Refusal, SaId,
     SealReport, Transmit,
 };
+pub use fragment::{FragmentationPolicy, DEFAULT_FRAGMENT_SIZE};
 pub use sa::{Carried, CarriedIkeSa, IkeSa, IkeSaState, PeerAuth, IKE_PORT, NATT_PORT, RETIRE_GRACE};

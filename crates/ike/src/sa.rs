@@ -36,10 +36,11 @@ use crate::error::{Error, Side};
 use crate::event::{
     ChildSa, Counters, DeleteReason, DropReason, Encapsulation, Event, SaId, SealReport, Transmit,
 };
+use crate::fragment::{self, Fragmentation, FragmentationPolicy};
 use crate::nat::{self, NatState};
 use crate::proposal::{self, EspProposal, IkeChoice};
 use crate::random::RandomPool;
-use crate::sk::{self, OpenError};
+use crate::sk::{self, Datagrams, OpenError, Opened};
 use crate::ts::{self, TrafficSelector};
 
 mod authenticate;
@@ -84,6 +85,16 @@ pub(crate) struct Output {
 }
 
 impl Output {
+    /// Queues an IKE message's datagrams (one, or its fragments).
+    pub(crate) fn send_all(&mut self, local: SocketAddr, remote: SocketAddr, message: &[Vec<u8>]) {
+        for datagram in message {
+            self.send(local, remote, datagram);
+        }
+        if message.len() > 1 {
+            self.counters.fragmented_sent += 1;
+        }
+    }
+
     /// Queues an IKE message, with the non-ESP marker on port 4500.
     pub(crate) fn send(&mut self, local: SocketAddr, remote: SocketAddr, message: &[u8]) {
         let mut contents = Vec::with_capacity(message.len() + 4);
@@ -218,7 +229,7 @@ enum RequestKind {
 struct Pending {
     id: u32,
     exchange: ExchangeType,
-    bytes: Vec<u8>,
+    bytes: Datagrams,
     kind: RequestKind,
     tries: u32,
     interval: Duration,
@@ -249,7 +260,10 @@ pub(crate) struct Core {
     /// The ID of the peer's next request.
     expected_request: u32,
     /// Our answer to the peer's last request, for its retransmissions.
-    last_response: Option<(u32, Vec<u8>)>,
+    last_response: Option<(u32, Datagrams)>,
+    /// IKE fragmentation (RFC 7383): whether we send fragments, the peer's being put
+    /// together.
+    fragments: Fragmentation,
     pending: Option<Pending>,
     queue: VecDeque<RequestKind>,
     /// Requests to queue at a later time (retries after TEMPORARY_FAILURE).
@@ -385,10 +399,10 @@ impl Core {
         ctx: &mut Ctx<'_, E>,
         exchange: ExchangeType,
         id: u32,
-        bytes: Vec<u8>,
+        bytes: Datagrams,
         kind: RequestKind,
     ) {
-        ctx.out.send(self.local, self.remote, &bytes);
+        ctx.out.send_all(self.local, self.remote, &bytes);
         let interval = ctx.config.retransmit_timeout;
         self.pending = Some(Pending {
             id,
@@ -413,8 +427,10 @@ impl Core {
         inner: Vec<Payload>,
         to: (SocketAddr, SocketAddr),
     ) -> Result<(), Error> {
-        let bytes = sk::seal(ctx.enclave, ike, choice.suite, self.header(exchange, true, id), inner)?;
-        ctx.out.send(to.0, to.1, &bytes);
+        let fragment_at = self.fragment_at(ctx, to);
+        let bytes =
+            sk::seal(ctx.enclave, ike, choice.suite, self.header(exchange, true, id), inner, fragment_at)?;
+        ctx.out.send_all(to.0, to.1, &bytes);
         self.last_response = Some((id, bytes));
         self.expected_request = id.saturating_add(1);
         Ok(())
@@ -431,13 +447,25 @@ impl Core {
         to: (SocketAddr, SocketAddr),
     ) -> Result<(SealedBlob, SealedBlob, SealReport), Error> {
         let header = self.header(ExchangeType::IKE_AUTH, true, 1);
-        let (bytes, s) = sk::seal_with(ctx.enclave, choice.suite, header, inner, |e, m, aad, pt| {
-            e.sk_encrypt_establish(ike, m, aad, pt)
-        })?;
-        ctx.out.send(to.0, to.1, &bytes);
+        let fragment_at = self.fragment_at(ctx, to);
+        let (bytes, s) =
+            sk::seal_with(ctx.enclave, ike, choice.suite, header, inner, fragment_at, |e, m, aad, pt| {
+                e.sk_encrypt_establish(ike, m, aad, pt)
+            })?;
+        ctx.out.send_all(to.0, to.1, &bytes);
         self.last_response = Some((1, bytes));
         self.expected_request = 2;
         Ok(Self::seal_report(s))
+    }
+
+    /// The largest message one datagram between `to` carries, where we send fragments.
+    fn fragment_at<E: Enclave>(&self, ctx: &Ctx<'_, E>, to: (SocketAddr, SocketAddr)) -> Option<usize> {
+        self.fragments.send.then(|| fragment::max_message(ctx.config.fragment_size, to.0, to.1))
+    }
+
+    /// [`Self::fragment_at`] on the SA's own path.
+    fn fragment_at_peer<E: Enclave>(&self, ctx: &Ctx<'_, E>) -> Option<usize> {
+        self.fragment_at(ctx, (self.local, self.remote))
     }
 
     /// The group an INVALID_KE_PAYLOAD notify asks for (§1.2), if it is one of ours and not
@@ -701,6 +729,9 @@ fn sa_init_request(
     if core.conn.uses_signatures() && config.signature_authentication {
         payloads.push(authenticate::hashes_notify());
     }
+    if core.conn.fragmentation.announces() {
+        payloads.push(fragment::supported_notify());
+    }
     let header = core.header(ExchangeType::IKE_SA_INIT, false, 0);
     Ok(Message::new(header, payloads).to_vec()?)
 }
@@ -755,6 +786,7 @@ impl IkeSa {
                 next_request: 1,
                 expected_request: 0,
                 last_response: None,
+                fragments: Fragmentation::default(),
                 pending: None,
                 queue: VecDeque::new(),
                 deferred: Vec::new(),
@@ -777,8 +809,8 @@ impl IkeSa {
                 return Err(e);
             }
         };
-        /* IKE_SA_INIT { SA, KE, Ni, N(NATD_S), N(NATD_D) } --> */
-        sa.core.send_request(ctx, ExchangeType::IKE_SA_INIT, 0, bytes, RequestKind::SaInit);
+        /* IKE_SA_INIT { SA, KE, Ni, N(NATD_S), N(NATD_D), [N(FRAG_SUP)] } --> */
+        sa.core.send_request(ctx, ExchangeType::IKE_SA_INIT, 0, vec![bytes], RequestKind::SaInit);
         sa.state = State::ExpectSaInitResponse(st);
         Ok(sa)
     }
@@ -818,6 +850,12 @@ impl IkeSa {
         if peer_hashes.is_some() && new.conn.uses_signatures() && ctx.config.signature_authentication {
             payloads.push(authenticate::hashes_notify());
         }
+        // RFC 7383 §2.3: announced back only to an initiator that announced it.
+        let peer_fragments = init.message.notify(NotifyType::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
+        let fragmentation = new.conn.fragmentation;
+        if peer_fragments && fragmentation.announces() {
+            payloads.push(fragment::supported_notify());
+        }
         payloads.extend(authenticate::certreq(&new.conn));
         let header = IkeHeader::new(spi_i, spi_r, ExchangeType::IKE_SA_INIT, HeaderFlags::RESPONSE, 0);
         let response = match Message::new(header, payloads).to_vec() {
@@ -850,7 +888,8 @@ impl IkeSa {
                 nat,
                 next_request: 0,
                 expected_request: 1,
-                last_response: Some((0, response.clone())),
+                last_response: Some((0, vec![response.clone()])),
+                fragments: Fragmentation::new(peer_fragments && fragmentation == FragmentationPolicy::Yes),
                 pending: None,
                 queue: VecDeque::new(),
                 deferred: Vec::new(),
@@ -1005,7 +1044,7 @@ impl IkeSa {
     ) {
         match (&self.state, &self.core.last_response) {
             (State::ExpectAuthRequest(_), Some((0, bytes))) => {
-                ctx.out.send(local, remote, bytes);
+                ctx.out.send_all(local, remote, bytes);
                 ctx.out.counters.responses_resent += 1;
             }
             _ => ctx.out.counters.drop(DropReason::LateRetransmit),
@@ -1059,8 +1098,20 @@ impl IkeSa {
             ctx.out.counters.drop(DropReason::UnexpectedResponse);
             return;
         };
-        let inner = match sk::open(ctx.enclave, ike, datagram, message) {
-            Ok(inner) => inner,
+        let inner = match sk::open(ctx.enclave, ike, datagram, message, &mut self.core.fragments, ctx.now) {
+            Ok(Opened::Whole(inner)) => {
+                ctx.out.counters.reassembled += u64::from(message.encrypted_fragment().is_some());
+                inner
+            }
+            Ok(Opened::Waiting) => {
+                self.state = state;
+                return;
+            }
+            Err(OpenError::Fragment(reason)) => {
+                self.state = state;
+                ctx.out.counters.drop(reason);
+                return;
+            }
             Err(OpenError::Inner(_)) => {
                 // Authentic but unparseable: the exchange has failed (§2.21.4); wait for
                 // the retransmission schedule to end it rather than trusting nothing.
@@ -1097,8 +1148,24 @@ impl IkeSa {
             ctx.out.counters.drop(DropReason::UnexpectedExchange);
             return;
         };
-        let inner = match sk::open(ctx.enclave, ike, datagram, message) {
-            Ok(inner) => inner,
+        // Fragments are kept only of the request we expect and of the last one (whose
+        // retransmission earns our cached answer again, once it is whole).
+        let current = h.message_id == self.core.expected_request;
+        let previous = h.message_id.checked_add(1) == Some(self.core.expected_request);
+        if message.encrypted_fragment().is_some() && !current && !previous {
+            ctx.out.counters.drop(DropReason::OutOfWindow);
+            return;
+        }
+        let inner = match sk::open(ctx.enclave, ike, datagram, message, &mut self.core.fragments, ctx.now) {
+            Ok(Opened::Whole(inner)) => {
+                ctx.out.counters.reassembled += u64::from(message.encrypted_fragment().is_some());
+                inner
+            }
+            Ok(Opened::Waiting) => return,
+            Err(OpenError::Fragment(reason)) => {
+                ctx.out.counters.drop(reason);
+                return;
+            }
             Err(OpenError::NoSk | OpenError::Integrity) => {
                 ctx.out.counters.drop(DropReason::IntegrityCheckFailed);
                 return;
@@ -1125,7 +1192,7 @@ impl IkeSa {
         if h.message_id != self.core.expected_request {
             match &self.core.last_response {
                 Some((id, bytes)) if *id == h.message_id => {
-                    ctx.out.send(to.0, to.1, bytes);
+                    ctx.out.send_all(to.0, to.1, bytes);
                     ctx.out.counters.responses_resent += 1;
                 }
                 _ => ctx.out.counters.drop(DropReason::OutOfWindow),
@@ -1230,7 +1297,8 @@ impl IkeSa {
             };
             let id = self.core.next_request;
             let header = self.core.header(exchange, false, id);
-            match sk::seal(ctx.enclave, ike, choice.suite, header, inner) {
+            let fragment_at = self.core.fragment_at_peer(ctx);
+            match sk::seal(ctx.enclave, ike, choice.suite, header, inner, fragment_at) {
                 Ok(bytes) => {
                     /* INFORMATIONAL { SK { [D] } } or CREATE_CHILD_SA { SK { N(REKEY_SA), SA, Ni, [KEi], TSi, TSr } } --> */
                     self.core.send_request(ctx, exchange, id, bytes, kind);
@@ -1245,9 +1313,10 @@ impl IkeSa {
         }
     }
 
-    /// Retransmissions, half-open expiry, liveness checks.
+    /// Retransmissions, half-open expiry, liveness checks, stale fragments.
     pub(crate) fn handle_timeout<E: Enclave>(&mut self, ctx: &mut Ctx<'_, E>) {
         let now = ctx.now;
+        self.core.fragments.expire(now);
         if let Some(p) = &mut self.core.pending {
             if now >= p.deadline {
                 if p.tries >= ctx.config.retransmit_tries {
@@ -1288,7 +1357,7 @@ impl IkeSa {
                 p.deadline = later(now, p.interval);
                 ctx.out.counters.retransmits += 1;
                 let bytes = p.bytes.clone();
-                ctx.out.send(self.core.local, self.core.remote, &bytes);
+                ctx.out.send_all(self.core.local, self.core.remote, &bytes);
             }
         }
         if let State::ExpectAuthRequest(st) = &self.state {
@@ -1316,8 +1385,9 @@ impl IkeSa {
                 /* INFORMATIONAL { SK { D(IKE) } } --> (not awaited: the SA is gone either way) */
                 let header = self.core.header(ExchangeType::INFORMATIONAL, false, self.core.next_request);
                 let delete = vec![Payload::Delete(Delete::ike())];
-                if let Ok(bytes) = sk::seal(ctx.enclave, ike, st.choice.suite, header, delete) {
-                    ctx.out.send(self.core.local, self.core.remote, &bytes);
+                let fragment_at = self.core.fragment_at_peer(ctx);
+                if let Ok(bytes) = sk::seal(ctx.enclave, ike, st.choice.suite, header, delete, fragment_at) {
+                    ctx.out.send_all(self.core.local, self.core.remote, &bytes);
                 }
                 self.state = self.core.delete_established(ctx, ike, DeleteReason::Expired);
                 return;
@@ -1565,6 +1635,8 @@ impl ExpectSaInitResponse {
         };
         core.spi_r = spi_r;
         core.peer_hashes = authenticate::peer_hashes(message);
+        let peer_fragments = message.notify(NotifyType::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
+        core.fragments.send = peer_fragments && core.conn.fragmentation == FragmentationPolicy::Yes;
         core.nat = nat::detect(message, core.local, core.remote);
         if core.conn.encap && core.nat.supported {
             core.nat.local_behind_nat = true;
@@ -1574,7 +1646,7 @@ impl ExpectSaInitResponse {
             core.local.set_port(NATT_PORT);
             core.remote.set_port(NATT_PORT);
         }
-        let request = core.pending.take().map(|p| p.bytes).unwrap_or_default();
+        let request = core.pending.take().and_then(|p| p.bytes.into_iter().next()).unwrap_or_default();
         match ExpectAuthResponse::start(
             core,
             ctx,
@@ -1594,8 +1666,8 @@ impl ExpectSaInitResponse {
     fn resend<E: Enclave>(self, core: &mut Core, ctx: &mut Ctx<'_, E>) -> State {
         match sa_init_request(core, &self, ctx.config) {
             Ok(bytes) => {
-                /* IKE_SA_INIT { [N(COOKIE)], SA, KE, Ni, N(NATD_S), N(NATD_D) } --> */
-                core.send_request(ctx, ExchangeType::IKE_SA_INIT, 0, bytes, RequestKind::SaInit);
+                /* IKE_SA_INIT { [N(COOKIE)], SA, KE, Ni, N(NATD_S), N(NATD_D), [N(FRAG_SUP)] } --> */
+                core.send_request(ctx, ExchangeType::IKE_SA_INIT, 0, vec![bytes], RequestKind::SaInit);
                 State::ExpectSaInitResponse(self)
             }
             Err(e) => core.fail(ctx, None, Some(self.dh), e),
@@ -1649,7 +1721,8 @@ impl ExpectAuthResponse {
         inner.push(Payload::TsInitiator(ts::to_payload(&ts_i)));
         inner.push(Payload::TsResponder(ts::to_payload(&ts_r)));
         let header = core.header(ExchangeType::IKE_AUTH, false, 1);
-        let bytes = match sk::seal(ctx.enclave, ike, choice.suite, header, inner) {
+        let fragment_at = core.fragment_at_peer(ctx);
+        let bytes = match sk::seal(ctx.enclave, ike, choice.suite, header, inner, fragment_at) {
             Ok(b) => b,
             Err(e) => {
                 ctx.child_spis.remove(&spi);
@@ -1700,9 +1773,12 @@ impl ExpectAuthResponse {
             // §2.21.2: tell the responder in a separate INFORMATIONAL, then forget the SA.
             let header = core.header(ExchangeType::INFORMATIONAL, false, core.next_request);
             let notify = Payload::Notify(Notify::new(NotifyType::AUTHENTICATION_FAILED, Vec::new()));
-            if let Ok(bytes) = sk::seal(ctx.enclave, self.ike, self.choice.suite, header, vec![notify]) {
+            let fragment_at = core.fragment_at_peer(ctx);
+            if let Ok(bytes) =
+                sk::seal(ctx.enclave, self.ike, self.choice.suite, header, vec![notify], fragment_at)
+            {
                 /* INFORMATIONAL { SK { N(AUTHENTICATION_FAILED) } } --> */
-                ctx.out.send(core.local, core.remote, &bytes);
+                ctx.out.send_all(core.local, core.remote, &bytes);
             }
             return fail(core, ctx, error);
         }

@@ -24,6 +24,12 @@ use wire::ike::{CertEncoding, ExchangeType as X, IdType, Identification, NotifyT
 const A_DN: &str = "C=CH, O=Cloister Test, CN=site-a.cloister.test";
 const B_DN: &str = "C=CH, O=Cloister Test, CN=site-b.cloister.test";
 
+/// Endpoints that never fragment (RFC 7383; `fragmentation.rs` tests that): these tests
+/// look at whole IKE_AUTH messages.
+fn whole_messages() -> EndpointConfig {
+    EndpointConfig { fragment_size: 65_535, ..EndpointConfig::default() }
+}
+
 /// `local` of a side signing with tests/certs/NAME.pem, its `auth` and optional extra keys.
 fn local(cert: &str, auth: &str, extra: &str) -> String {
     let sep = if extra.is_empty() { "" } else { ", " };
@@ -40,12 +46,12 @@ fn pair(a: (&str, &str), a_trusts: &str, b: (&str, &str), b_trusts: &str) -> Pai
     let i = pubkey_endpoint(
         &pubkey_initiator(&local(a.0, "pubkey", ""), &remote(a_trusts, "pubkey", "%any")),
         a.1,
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let r = pubkey_endpoint(
         &pubkey_responder(&local(b.0, "pubkey", ""), &remote(b_trusts, "pubkey", "%any")),
         b.1,
-        EndpointConfig::default(),
+        whole_messages(),
     );
     Pair::new(i, r).with_wall_clock()
 }
@@ -111,7 +117,7 @@ fn rsa_certificates_authenticate_both_roles_with_rfc7427_pkcs1() {
             &remote("ca-rsa.pem", "pubkey", "site-b.cloister.test"),
         ),
         "a-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let r = pubkey_endpoint(
         &pubkey_responder(
@@ -119,7 +125,7 @@ fn rsa_certificates_authenticate_both_roles_with_rfc7427_pkcs1() {
             &remote("ca-rsa.pem", "pubkey", A_DN),
         ),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     /* IKE_SA_INIT { SA, KE, Ni, N(NATD_S), N(NATD_D), N(SIGNATURE_HASH_ALGORITHMS) } -->
@@ -163,7 +169,7 @@ fn rsa_pss_is_used_when_configured_and_enforced_when_required() {
             &remote("ca-rsa.pem", "rsa/pss-sha384", "%any"),
         ),
         "a-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let r = pubkey_endpoint(
         &pubkey_responder(
@@ -171,7 +177,7 @@ fn rsa_pss_is_used_when_configured_and_enforced_when_required() {
             &remote("ca-rsa.pem", "rsa/pss", "%any"),
         ),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     p.connect();
@@ -183,12 +189,12 @@ fn rsa_pss_is_used_when_configured_and_enforced_when_required() {
     let i = pubkey_endpoint(
         &pubkey_initiator(&local("a-rsa.pem", "rsa", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "a-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let r = pubkey_endpoint(
         &pubkey_responder(&local("b-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "rsa/pss", "%any")),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     p.connect();
@@ -198,12 +204,12 @@ fn rsa_pss_is_used_when_configured_and_enforced_when_required() {
     let i = pubkey_endpoint(
         &pubkey_initiator(&local("a-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey-sha512", "%any")),
         "a-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let r = pubkey_endpoint(
         &pubkey_responder(&local("b-rsa.pem", "pubkey-sha256", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     p.connect();
@@ -237,7 +243,7 @@ fn without_rfc7427_announced_ecdsa_uses_the_rfc4754_methods() {
         ("a-p256", "b-p384", AuthMethod::EcdsaSha256P256, AuthMethod::EcdsaSha384P384),
         ("a-p384", "b-p256", AuthMethod::EcdsaSha384P384, AuthMethod::EcdsaSha256P256),
     ] {
-        let old = EndpointConfig { signature_authentication: false, ..Default::default() };
+        let old = EndpointConfig { signature_authentication: false, ..whole_messages() };
         let i = pubkey_endpoint(
             &pubkey_initiator(
                 &local(&format!("{a}.pem"), "ecdsa", ""),
@@ -252,7 +258,7 @@ fn without_rfc7427_announced_ecdsa_uses_the_rfc4754_methods() {
                 &remote("ca-ec.pem", "pubkey", "%any"),
             ),
             b,
-            EndpointConfig::default(),
+            whole_messages(),
         );
         let mut p = Pair::new(i, r).with_wall_clock();
         p.connect();
@@ -297,7 +303,7 @@ fn every_id_type_is_matched_against_the_certificate() {
                 &remote("ca-rsa.pem", "pubkey", "%any"),
             ),
             "a-rsa",
-            EndpointConfig::default(),
+            whole_messages(),
         );
         // The responder expects it written differently where that is allowed.
         let expect =
@@ -305,7 +311,7 @@ fn every_id_type_is_matched_against_the_certificate() {
         let r = pubkey_endpoint(
             &pubkey_responder(&local("b-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", expect)),
             "b-rsa",
-            EndpointConfig::default(),
+            whole_messages(),
         );
         let mut p = Pair::new(i, r).with_wall_clock();
         p.connect();
@@ -367,12 +373,12 @@ fn an_endpoint_without_a_wall_clock_refuses_certificates() {
     let i = pubkey_endpoint(
         &pubkey_initiator(&local("a-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "a-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let r = pubkey_endpoint(
         &pubkey_responder(&local("b-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r);
     p.connect();
@@ -386,12 +392,12 @@ fn an_identity_not_in_the_certificate_or_not_the_expected_one_is_refused() {
     let text = pubkey_initiator(&local("a-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any"));
     let mut conn = Config::from_toml(&text).unwrap().connections.remove(0);
     conn.local_id = Identification::new(IdType::FQDN, b"site-b.cloister.test".to_vec());
-    let mut i = pubkey_endpoint("", "a-rsa", EndpointConfig::default());
+    let mut i = pubkey_endpoint("", "a-rsa", whole_messages());
     i.add_connection(conn).unwrap();
     let r = pubkey_endpoint(
         &pubkey_responder(&local("b-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     p.connect();
@@ -400,11 +406,11 @@ fn an_identity_not_in_the_certificate_or_not_the_expected_one_is_refused() {
     // B proves its subject DN, which its certificate holds, but A expects its address.
     let text =
         pubkey_initiator(&local("a-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "198.18.0.2"));
-    let i = pubkey_endpoint(&text, "a-rsa", EndpointConfig::default());
+    let i = pubkey_endpoint(&text, "a-rsa", whole_messages());
     let r = pubkey_endpoint(
         &pubkey_responder(&local("b-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     p.connect();
@@ -429,12 +435,12 @@ fn a_peer_without_a_certificate_is_refused() {
     let i = pubkey_endpoint(
         &pubkey_initiator(r#"auth = "psk", secret = "psk", id = "site-a.cloister.test""#, r#"auth = "psk""#),
         "a-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let r = pubkey_endpoint(
         &pubkey_responder(&local("b-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     p.connect();
@@ -447,12 +453,12 @@ fn an_issuer_that_is_not_a_ca_or_a_certificate_without_digital_signature_is_refu
     let text = pubkey_initiator(&local("a-by-ee.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any"));
     let mut conn = Config::from_toml(&text).unwrap().connections.remove(0);
     conn.local_certs.extend(Certificate::load(&std::fs::read(cert_file("b-rsa.pem")).unwrap()).unwrap());
-    let mut i = pubkey_endpoint("", "a-rsa", EndpointConfig::default());
+    let mut i = pubkey_endpoint("", "a-rsa", whole_messages());
     i.add_connection(conn).unwrap();
     let r = pubkey_endpoint(
         &pubkey_responder(&local("b-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any")),
         "b-rsa",
-        EndpointConfig::default(),
+        whole_messages(),
     );
     let mut p = Pair::new(i, r).with_wall_clock();
     p.connect();
@@ -640,7 +646,7 @@ fn tampering_endpoint(toml: &str, key: &str, now: Instant) -> Endpoint<Tampering
     let mut enclave = util::start_enclave(1);
     let pkcs8 = std::fs::read(cert_file(&format!("{key}.key.der"))).unwrap();
     let handle = util::provision(&mut enclave, util::key_kind(key), &pkcs8);
-    let mut ep = Endpoint::new(TamperingEnclave(enclave), EndpointConfig::default());
+    let mut ep = Endpoint::new(TamperingEnclave(enclave), whole_messages());
     ep.add_secret("key", handle);
     for conn in Config::from_toml(toml).unwrap().connections {
         ep.add_connection(conn).unwrap();
@@ -656,7 +662,7 @@ fn a_tampered_auth_payload_is_refused_in_either_role() {
     let b_toml =
         pubkey_responder(&local("b-p384.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any"));
     let honest = |toml: &str, key| {
-        let mut ep = pubkey_endpoint(toml, key, EndpointConfig::default());
+        let mut ep = pubkey_endpoint(toml, key, whole_messages());
         ep.set_wall_clock(now, util::wall());
         ep
     };
@@ -692,13 +698,13 @@ fn add_connection_checks_the_secret_against_the_certificate() {
     let text = pubkey_initiator(&local("a-rsa.pem", "pubkey", ""), &remote("ca-rsa.pem", "pubkey", "%any"));
     let conn = Config::from_toml(&text).unwrap().connections.remove(0);
     // `key` is a P-256 key here, `psk` a pre-shared key: neither signs for an RSA certificate.
-    let mut ep = pubkey_endpoint("", "a-p256", EndpointConfig::default());
+    let mut ep = pubkey_endpoint("", "a-p256", whole_messages());
     let e = ep.add_connection(conn.clone()).unwrap_err();
     assert!(matches!(e, Error::WrongSecretKind { .. }), "{e}");
     assert!(e.to_string().contains("to-b") && e.to_string().contains("\"key\""), "{e}");
     let mut psk_conn = conn.clone();
     psk_conn.secret = "psk".into();
     assert!(matches!(ep.add_connection(psk_conn), Err(Error::WrongSecretKind { .. })));
-    let mut ep = pubkey_endpoint("", "a-rsa", EndpointConfig::default());
+    let mut ep = pubkey_endpoint("", "a-rsa", whole_messages());
     ep.add_connection(conn).unwrap();
 }

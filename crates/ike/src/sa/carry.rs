@@ -61,6 +61,9 @@ pub struct CarriedIkeSa {
     next_request: u32,
     expected_request: u32,
     last_response: Option<CarriedResponse>,
+    /// We send IKE fragments (RFC 7383: both ends announced support).
+    #[serde(default)]
+    fragments: bool,
     peer_auth: Option<CarriedPeerAuth>,
     /// IANA hash IDs from the peer's SIGNATURE_HASH_ALGORITHMS, if it sent one.
     peer_hashes: Option<Vec<u16>>,
@@ -108,8 +111,18 @@ struct CarriedNat {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct CarriedResponse {
     id: u32,
-    /// The IKE message as sent (without a non-ESP marker).
+    /// The IKE message as sent (without a non-ESP marker): the one datagram, or the first
+    /// fragment.
     message: Hex,
+    /// The other fragments, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    more: Vec<Hex>,
+}
+
+impl CarriedResponse {
+    fn datagrams(&self) -> impl Iterator<Item = &[u8]> {
+        core::iter::once(&self.message).chain(&self.more).map(|h| h.0.as_slice())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -314,11 +327,13 @@ impl CarriedIkeSa {
         }
         if let Some(r) = &self.last_response {
             // Replayed to the peer verbatim, so it must be this SA's response with that ID.
-            let fits = IkeHeader::peek(&r.message.0).is_ok_and(|p| {
-                let h = p.header;
-                (h.initiator_spi, h.responder_spi, h.message_id) == (self.spi_i, self.spi_r, r.id)
-                    && h.flags.response()
-                    && h.flags.initiator() == (role == Role::Initiator)
+            let fits = r.datagrams().all(|d| {
+                IkeHeader::peek(d).is_ok_and(|p| {
+                    let h = p.header;
+                    (h.initiator_spi, h.responder_spi, h.message_id) == (self.spi_i, self.spi_r, r.id)
+                        && h.flags.response()
+                        && h.flags.initiator() == (role == Role::Initiator)
+                })
             });
             if !fits || self.expected_request != r.id.saturating_add(1) {
                 return Err(bad("its last response is not this SA's answer to the last request"));
@@ -424,7 +439,11 @@ impl CarriedIkeSa {
             },
             next_request: self.next_request,
             expected_request: self.expected_request,
-            last_response: self.last_response.map(|r| (r.id, r.message.0)),
+            last_response: self
+                .last_response
+                .as_ref()
+                .map(|r| (r.id, r.datagrams().map(<[u8]>::to_vec).collect())),
+            fragments: crate::fragment::Fragmentation::new(self.fragments),
             pending: None,
             queue: VecDeque::new(),
             deferred: Vec::new(),
@@ -581,10 +600,15 @@ impl IkeSa {
             },
             next_request: c.next_request,
             expected_request: c.expected_request,
-            last_response: c
-                .last_response
-                .as_ref()
-                .map(|(id, m)| CarriedResponse { id: *id, message: Hex(m.clone()) }),
+            last_response: c.last_response.as_ref().and_then(|(id, m)| {
+                let (first, more) = m.split_first()?;
+                Some(CarriedResponse {
+                    id: *id,
+                    message: Hex(first.clone()),
+                    more: more.iter().cloned().map(Hex).collect(),
+                })
+            }),
+            fragments: c.fragments.send,
             peer_auth,
             peer_hashes,
             choice: CarriedSuite::of(st.choice.suite)

@@ -198,6 +198,8 @@ fn successor<E: Enclave>(
         next_request: 0,
         expected_request: 0,
         last_response: None,
+        // Negotiated in IKE_SA_INIT, and a rekey has none: the new SA keeps it (RFC 7383 §2.3).
+        fragments: crate::fragment::Fragmentation::new(core.fragments.send),
         pending: None,
         queue: VecDeque::new(),
         deferred: Vec::new(),

@@ -126,6 +126,7 @@ key a-int4096 rsa4096
 SAN="$A_SAN" sign a-int4096 "/C=CH/O=Cloister Test/CN=site-a.cloister.test" int-rsa4096 ee
 key b-int4096 rsa4096
 SAN="$B_SAN" sign b-int4096 "/C=CH/O=Cloister Test/CN=site-b.cloister.test" int-rsa4096 ee
+cat a-int4096.pem int-rsa4096.pem > a-int4096-chain.pem
 cat b-int4096.pem int-rsa4096.pem > b-int4096-chain.pem
 
 # Site A's RSA certificate also in DER, to load both encodings.
