@@ -692,10 +692,15 @@ impl<E: Enclave> Endpoint<E> {
                 self.init_index.insert((from, spi_i), id.0);
                 self.half_open += 1;
             }
-            Err(_) => {
-                // The enclave refused the peer's public value (or was full).
+            Err(Error::Enclave(e)) if e.kind() == enclave::ErrorKind::BadInput => {
+                // The enclave refused the peer's public value.
                 let notify = Notify::new(NotifyType::INVALID_SYNTAX, Vec::new());
                 self.refuse(from, to, spi_i, notify, Refusal::InvalidSyntax);
+            }
+            Err(_) => {
+                // Our own failure (the enclave gone, full or refusing): no answer, which the
+                // peer retries, rather than a notify that tells it to give up (§2.21.1).
+                self.out.counters.drop(DropReason::Unavailable);
             }
         }
     }

@@ -273,11 +273,14 @@ pub enum DropReason {
     FragmentRefused,
     /// An authentic IKE fragment already held (a retransmission's copy).
     FragmentDuplicate,
+    /// An IKE_SA_INIT request we could not serve for a failure of our own (the enclave gone,
+    /// full or refusing): not answered, so the peer retries instead of giving up.
+    Unavailable,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 
     /// Every reason, in counter order.
     pub const ALL: [Self; Self::COUNT] = [
@@ -293,6 +296,7 @@ impl DropReason {
         Self::HalfOpenExpired,
         Self::FragmentRefused,
         Self::FragmentDuplicate,
+        Self::Unavailable,
     ];
 
     /// The reason as a metric label.
@@ -310,6 +314,7 @@ impl DropReason {
             Self::HalfOpenExpired => "half_open_expired",
             Self::FragmentRefused => "fragment_refused",
             Self::FragmentDuplicate => "fragment_duplicate",
+            Self::Unavailable => "unavailable",
         }
     }
 
@@ -328,6 +333,7 @@ impl DropReason {
             Self::HalfOpenExpired => 9,
             Self::FragmentRefused => 10,
             Self::FragmentDuplicate => 11,
+            Self::Unavailable => 12,
         }
     }
 }

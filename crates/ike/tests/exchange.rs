@@ -13,7 +13,10 @@ use cloister_ike::{
     Refusal, SaId, Side, RETIRE_GRACE,
 };
 use enclave_core::{Cipher, DhGroup, Enclave, Integ, Prf, Role, Suite};
-use util::{endpoint, esp_round_trip, initiator_config, responder_config, Dir, Pair};
+use util::{
+    endpoint, endpoint_on, esp_round_trip, initiator_config, responder_config, start_enclave_limited, Dir,
+    Pair,
+};
 use wire::ike::{ExchangeType as X, NotifyType};
 
 const PSK: &[u8] = b"a shared secret of the tenant";
@@ -948,4 +951,32 @@ fn with_unique_never_initial_contact_replaces_nothing() {
         .replace("remote_addrs = [\"%any\"]\n", "remote_addrs = [\"%any\"]\nunique = \"replace\"\n");
     let err = cloister_ike::Config::from_toml(&bad).unwrap_err().to_string();
     assert!(err.contains("unique") && err.contains("never"), "{err}");
+}
+
+/// §2.21.1 leaves a responder that cannot serve free to stay silent; a notify such as
+/// INVALID_SYNTAX would tell the initiator to give up (strongSwan does) for a failure that
+/// is ours (here a full IKE SA table, as with an enclave that died).
+#[test]
+fn a_responder_that_cannot_serve_stays_silent_rather_than_refuse() {
+    let (ike, esp) = ("aes256gcm16-prfsha256-ecp256", "aes256gcm16");
+    let psk = b"a shared secret of the tenant";
+    let full =
+        start_enclave_limited(1, enclave_core::Limits { max_ike_sas: 1, ..enclave_core::Limits::default() });
+    let mut p = Pair::new(
+        endpoint(&initiator_config(ike, esp), psk, EndpointConfig::default()),
+        endpoint_on(full, &responder_config(ike, esp), psk, EndpointConfig::default()),
+    );
+    p.connect();
+    both_established(&p);
+    let before = p.log.len();
+    p.i.initiate(p.now, "to-b").unwrap();
+    p.drive();
+    assert_eq!(p.log.len(), before + 1, "the second IKE_SA_INIT gets no answer");
+    let r = p.r.counters();
+    assert_eq!(r.dropped(DropReason::Unavailable), 1);
+    assert_eq!(r.refused(Refusal::InvalidSyntax), 0);
+    // The initiator keeps trying on its schedule.
+    p.advance(Duration::from_secs(2));
+    assert_eq!(p.i.counters().retransmits, 1);
+    assert_eq!(p.r.counters().dropped(DropReason::Unavailable), 2);
 }

@@ -39,13 +39,18 @@ fn platform() -> &'static (Vec<u8>, Vec<u8>) {
 
 /// A fresh enclave for `tenant`.
 pub fn start_enclave(tenant: u32) -> InlineEnclave {
+    start_enclave_limited(tenant, Limits::default())
+}
+
+/// A fresh enclave for `tenant` with these table sizes.
+pub fn start_enclave_limited(tenant: u32, limits: Limits) -> InlineEnclave {
     let config = EnclaveConfig {
         tenant: TenantId(tenant),
         provisioning_key: ProvisioningKey::from_bytes(PROVISIONING_KEY),
         trusted_platforms: vec![platform().1.clone()],
         backup_roots: Vec::new(),
         tenant_signers: Vec::new(),
-        limits: Limits::default(),
+        limits,
     };
     let attestation = SoftwareAttestation::new(
         &platform().0,
@@ -65,7 +70,16 @@ pub fn provision(enclave: &mut InlineEnclave, kind: SecretKind, secret: &[u8]) -
 
 /// An endpoint with the connections of `toml`, whose secret `psk` holds `psk`.
 pub fn endpoint(toml: &str, psk: &[u8], config: EndpointConfig) -> Endpoint<InlineEnclave> {
-    let mut enclave = start_enclave(1);
+    endpoint_on(start_enclave(1), toml, psk, config)
+}
+
+/// [`endpoint`] over this enclave.
+pub fn endpoint_on(
+    mut enclave: InlineEnclave,
+    toml: &str,
+    psk: &[u8],
+    config: EndpointConfig,
+) -> Endpoint<InlineEnclave> {
     let handle = provision(&mut enclave, SecretKind::PreSharedKey, psk);
     let mut ep = Endpoint::new(enclave, config);
     ep.add_secret("psk", handle);
