@@ -79,7 +79,7 @@ fn two_gateways_ping_through_esp_and_print_counters_on_sigterm() {
     use testnet::{Netns, Veth};
 
     if !testnet::can_create_namespaces() {
-        eprintln!("dataplane_cli: skipped (needs root to create network namespaces)");
+        testnet::skip("needs root to create network namespaces");
         return;
     }
     let a = Netns::new("dpa").unwrap();

@@ -294,11 +294,11 @@ fn parse_report(line: &str) -> Report {
 #[test]
 fn hostile_esp_is_dropped_and_counted_by_reason_and_valid_traffic_flows() {
     if !testnet::can_create_namespaces() {
-        eprintln!("esp_injector: skipped (needs root to create network namespaces)");
+        testnet::skip("needs root to create network namespaces");
         return;
     }
     if !venv_python().exists() {
-        eprintln!("esp_injector: skipped (no venv with scapy; run scripts/setup.sh)");
+        testnet::skip("no venv with scapy; run scripts/setup.sh");
         return;
     }
     let started = Instant::now();

@@ -394,7 +394,7 @@ fn start_gateway(gw: &Netns, label: &str, config: &Path, pk: &Path, process: boo
 /// dumpcap on the site's veth, bounded in time and size; stopped with SIGINT.
 fn start_capture(site: &Netns) -> Option<(Process, PathBuf)> {
     if !Path::new("/usr/bin/dumpcap").exists() || !Path::new("/usr/bin/tshark").exists() {
-        eprintln!("esp_scapy_live: tshark part skipped (needs tshark and dumpcap; run scripts/setup.sh)");
+        testnet::skip("its tshark part needs tshark and dumpcap; run scripts/setup.sh");
         return None;
     }
     let cap = site.dir().join("esp.pcapng");
@@ -553,11 +553,11 @@ fn check_with_tshark(cap: &Path, cases: &[Case]) {
 #[test]
 fn scapy_and_tshark_interoperate_with_wrapped_static_sas_on_both_backends() {
     if !testnet::can_create_namespaces() {
-        eprintln!("esp_scapy_live: skipped (needs root to create network namespaces)");
+        testnet::skip("needs root to create network namespaces");
         return;
     }
     if !venv_python().exists() {
-        eprintln!("esp_scapy_live: skipped (no venv with scapy; run scripts/setup.sh)");
+        testnet::skip("no venv with scapy; run scripts/setup.sh");
         return;
     }
     let started = Instant::now();

@@ -144,7 +144,7 @@ fn runnable(auth: Auth) -> bool {
     if missing.is_empty() {
         true
     } else {
-        eprintln!("libreswan_interop: skipped (needs {})", missing.join(", "));
+        testnet::skip(&format!("needs {}", missing.join(", ")));
         false
     }
 }

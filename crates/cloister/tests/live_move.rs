@@ -119,7 +119,7 @@ struct Bed {
 impl Bed {
     fn start() -> Option<Self> {
         if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-            eprintln!("live_move: skipped (needs root and strongSwan; run scripts/setup.sh)");
+            testnet::skip("needs root and strongSwan; run scripts/setup.sh");
             return None;
         }
         let site = Netns::new("mvsite").unwrap();
@@ -171,7 +171,7 @@ impl Bed {
     /// A SoftHSM2 token for both hosts, made by the project's script; `None` without SoftHSM2.
     fn hsm_token(site: &Netns) -> Option<PathBuf> {
         if !Path::new("/usr/lib/softhsm/libsofthsm2.so").exists() {
-            eprintln!("live_move: SoftHSM2 not installed; the move runs enclave-only");
+            testnet::skip("its HSM part needs SoftHSM2 (the move runs enclave-only); run scripts/setup.sh");
             return None;
         }
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/softhsm-init.sh");

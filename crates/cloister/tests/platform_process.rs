@@ -154,7 +154,7 @@ fn a_platform_that_cannot_load_its_files_says_why() {
 fn each_tenants_enclave_runs_as_its_own_user_and_no_other_may_read_it() {
     if !platform::started_as_root() {
         assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "the privilege test needs root in CI");
-        eprintln!("platform_process: SKIP privilege test (needs root)");
+        testnet::skip("its privilege test needs root");
         return;
     }
     const BASE: u32 = 2_000_100_000;

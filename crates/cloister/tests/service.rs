@@ -200,7 +200,7 @@ impl Bed {
 
     fn start_from(source: Source) -> Option<Self> {
         if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-            eprintln!("service: skipped (needs root and strongSwan; run scripts/setup.sh)");
+            testnet::skip("needs root and strongSwan; run scripts/setup.sh");
             return None;
         }
         let svc = Netns::new("svc").unwrap();

@@ -371,7 +371,7 @@ impl Testbed {
 
 fn case(initiator: Initiator, family: Family, ike: &str, auth: Auth) {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
     let mut tb = Testbed::start(family, ike, auth);
@@ -534,7 +534,7 @@ fn missing_pings(output: &str, count: u32) -> String {
 /// child SA, which still work (an IKE rekey is followed by a child rekey on the new SA).
 fn rekey_under_traffic(rekeyer: Rekeyer, what: Rekeyed) {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
     let mut tb = Testbed::start(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk);
@@ -679,7 +679,7 @@ fn both_rekey_the_child_at_once_under_traffic_without_loss() {
 #[test]
 fn the_largest_tun_mtu_and_batch_carry_whole_mtu_packets() {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
     let tuning = Tuning { dataplane: "tun_mtu = 9000\nbatch = 256", ..Tuning::default() };
@@ -718,7 +718,7 @@ fn the_largest_tun_mtu_and_batch_carry_whole_mtu_packets() {
 #[test]
 fn the_byte_limit_rekeys_the_child_under_traffic_without_loss() {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
     let tuning = Tuning { child: r#", rekey_bytes = "64k", life_bytes = "4m""#, ..Tuning::default() };
@@ -763,7 +763,7 @@ fn the_byte_limit_rekeys_the_child_under_traffic_without_loss() {
 #[test]
 fn dead_peer_detection_removes_the_sas_of_a_cut_off_peer() {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
     let tuning = Tuning {
@@ -857,7 +857,7 @@ fn charon_keys(log: &str) -> Vec<(String, Vec<u8>)> {
 fn no_key_that_strongswan_logged_is_in_the_gateway_process() {
     use testnet::memscan::{scan, Needles};
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
     let mut tb =
@@ -922,7 +922,7 @@ fn no_key_that_strongswan_logged_is_in_the_gateway_process() {
 #[test]
 fn the_gateway_and_its_enclave_run_as_users_of_their_own() {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
-        eprintln!("strongswan_interop: skipped (needs root and strongSwan; run scripts/setup.sh)");
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
     let mut tb = Testbed::start(Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk);

@@ -40,7 +40,7 @@ fn skip() -> bool {
     if testnet::can_create_namespaces() {
         false
     } else {
-        eprintln!("gateway_pair: skipped (needs root to create network namespaces)");
+        testnet::skip("needs root to create network namespaces");
         true
     }
 }

@@ -179,7 +179,7 @@ fn no_key_byte_is_in_the_gateway_and_the_enclave_holds_them() {
             std::env::var_os("CI").is_none(),
             "CI must have Python with `cryptography` (scripts/setup.sh)"
         );
-        eprintln!("SKIP key exposure: no Python with `cryptography`; run scripts/setup.sh");
+        testnet::skip("needs a Python with `cryptography`; run scripts/setup.sh");
         return;
     };
     let peer_script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/key_exposure_peer.py");

@@ -21,7 +21,7 @@ fn skip() -> bool {
     if testnet::can_create_namespaces() {
         false
     } else {
-        eprintln!("devices: skipped (needs root to create network namespaces)");
+        testnet::skip("needs root to create network namespaces");
         true
     }
 }

@@ -15,7 +15,7 @@ fn skip() -> bool {
     if can_create_namespaces() {
         return false;
     }
-    eprintln!("NOTICE: not root or no `ip netns`: namespace self-test skipped");
+    cloister_testnet::skip("needs root and `ip netns`");
     true
 }
 

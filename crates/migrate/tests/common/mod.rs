@@ -96,7 +96,9 @@ pub(crate) fn with_setup(name: &str, setup: Setup, body: impl FnOnce(&Env)) {
         return;
     }
     if !Path::new(DEFAULT_MODULE_PATH).exists() {
-        println!("SKIP {name}: PKCS#11 module {DEFAULT_MODULE_PATH} not installed (Debian softhsm2; scripts/setup.sh)");
+        testnet::skip(&format!(
+            "needs the PKCS#11 module {DEFAULT_MODULE_PATH} (Debian softhsm2; scripts/setup.sh)"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
