@@ -92,7 +92,7 @@ fn esp_for(ike: &str) -> &'static str {
     }
 }
 
-fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
+fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth, more_children: &str) -> String {
     let gw_id = auth.gw_id();
     let fragmentation = match auth {
         Auth::Rsa4096Fragments(how) => how,
@@ -121,6 +121,7 @@ fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth) -> String {
         esp_proposals = {esp}
         start_action = none
       }}
+      {more_children}
     }}
   }}
 }}
@@ -143,6 +144,12 @@ struct Tuning {
     connection: &'static str,
     /// Extra keys of the child's inline table, each starting with ", ".
     child: &'static str,
+    /// More children of Cloister's connection (TOML lines).
+    children: &'static str,
+    /// More children of charon's connection (swanctl.conf blocks).
+    charon_children: &'static str,
+    /// More TUN addresses of Cloister's, each starting with ", ".
+    tun_addresses: &'static str,
 }
 
 fn gateway_conf(site: &str, gw: &str, ike: &str, auth: Auth, tuning: Tuning) -> String {
@@ -168,7 +175,7 @@ control_socket = "gw.sock"
 
 [dataplane]
 tun = "clgw0"
-tun_addresses = ["{GW_INNER}/32"]
+tun_addresses = ["{GW_INNER}/32"{tuning_tun_addresses}]
 listen = ["{listen}"]
 workers = 2
 {tuning_dataplane}
@@ -182,6 +189,7 @@ proposals = ["{ike}"]
 local = {local}
 remote = {remote}
 children.net = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.1.0/24"], esp_proposals = ["{esp}"]{tuning_child} }}
+{tuning_children}
 
 [secrets.psk]
 file = "psk.blob"
@@ -192,6 +200,8 @@ file = "psk.blob"
         tuning_dataplane = tuning.dataplane,
         tuning_connection = tuning.connection,
         tuning_child = tuning.child,
+        tuning_children = tuning.children,
+        tuning_tun_addresses = tuning.tun_addresses,
     )
 }
 
@@ -247,8 +257,12 @@ impl Testbed {
             gw.spawn("cloister", &[CLOISTER, "gateway", "--config", conf.to_str().unwrap()]).unwrap();
         cloister.wait_for_log("gateway: tenant 1", Duration::from_secs(30)).unwrap();
 
-        let swanctl =
-            site.write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike, auth)).unwrap();
+        let swanctl = site
+            .write_file(
+                "swanctl/swanctl.conf",
+                &swanctl_conf(site_addr, gw_addr, ike, auth, tuning.charon_children),
+            )
+            .unwrap();
         let charon = start_charon(&site, log_keys);
         let tb = Self { _charon: charon, cloister, site, gw };
         tb.swanctl(&["--load-all", "--file", swanctl.to_str().unwrap()]);
@@ -710,6 +724,58 @@ fn the_largest_tun_mtu_and_batch_carry_whole_mtu_packets() {
     );
     let list = tb.sa(&["list"]);
     assert!(list.contains("net: INSTALLED"), "{list}");
+}
+
+/// A connection with two children, and Cloister's TUN device with two IPv4 addresses: every
+/// child comes up whoever initiates (Cloister: the first in IKE_AUTH, the other in a
+/// CREATE_CHILD_SA; strongSwan: one `--initiate` per child, which Cloister answers by the
+/// selectors), and each carries its own traffic to its own address.
+#[test]
+fn two_children_and_two_tun_addresses_carry_traffic_whoever_initiates() {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
+        return;
+    }
+    for initiator in [Initiator::Cloister, Initiator::StrongSwan] {
+        let tuning = Tuning {
+            children: r#"children.lab = { local_ts = ["198.19.4.0/24"], remote_ts = ["198.19.3.0/24"], esp_proposals = ["aes256gcm16"] }"#,
+            charon_children: "lab {\n        local_ts = 198.19.3.1/32\n        remote_ts = 198.19.4.0/24\n        esp_proposals = aes256gcm16\n        start_action = none\n      }",
+            tun_addresses: r#", "198.19.4.1/32""#,
+            ..Tuning::default()
+        };
+        let mut tb =
+            Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-x25519", Auth::Psk, false, tuning);
+        tb.site.add_addr("lo", "198.19.3.1/32").unwrap();
+        match initiator {
+            Initiator::Cloister => {
+                let reply = tb.sa(&["initiate", "site-a"]);
+                assert!(reply.contains("initiating site-a"), "{reply}");
+            }
+            Initiator::StrongSwan => {
+                for child in ["net", "lab"] {
+                    tb.swanctl(&["--initiate", "--child", child, "--timeout", "30"]);
+                }
+            }
+        }
+        for child in ["net", "lab"] {
+            let line = format!("child: {child} installed");
+            if let Err(e) = tb.cloister.wait_for_log(&line, Duration::from_secs(30)) {
+                panic!("{initiator:?}: no child SA {child}: {e}\n{}", tb.logs());
+            }
+        }
+        for (from, to) in [(SITE_INNER, GW_INNER), ("198.19.3.1", "198.19.4.1")] {
+            let argv = ["ping", "-n", "-q", "-c", "3", "-i", "0.2", "-w", "8", "-I", from, to];
+            let out = tb.site.exec(&argv, Duration::from_secs(15)).unwrap();
+            assert!(
+                out.success && out.stdout.contains(" 3 received"),
+                "{initiator:?}: {from} -> {to}:\n{}\n{}",
+                out.stdout,
+                tb.logs()
+            );
+        }
+        let list = tb.sa(&["list"]);
+        assert!(list.contains("net: INSTALLED") && list.contains("lab: INSTALLED"), "{list}");
+    }
 }
 
 /// Volume lifetimes: with `rekey_bytes = "64k"` on Cloister's side, 1000-byte pings every

@@ -215,7 +215,9 @@ enum RequestKind {
     DeleteRefused(u32),
     /// CREATE_CHILD_SA rekeying the child with this inbound SPI (queued).
     RekeyChild(u32),
-    /// CREATE_CHILD_SA rekeying a child (sent).
+    /// CREATE_CHILD_SA creating the connection's child of this name (queued).
+    NewChild(String),
+    /// CREATE_CHILD_SA rekeying a child or creating one (sent).
     RekeyChildSent(child::ChildRekey),
     /// CREATE_CHILD_SA rekeying the IKE SA (queued): the group the peer asked for, if it
     /// did, and how often it has.
@@ -1275,6 +1277,19 @@ impl IkeSa {
                     // The child went away meanwhile.
                     Err(_) => continue,
                 },
+                RequestKind::NewChild(name) => match child::new_child_request(&self.core, ctx, &name) {
+                    Ok((new, inner)) => {
+                        (ExchangeType::CREATE_CHILD_SA, inner, RequestKind::RekeyChildSent(new))
+                    }
+                    Err(error) => {
+                        ctx.out.events.push_back(Event::ChildSaFailed {
+                            sa: self.core.id,
+                            child: name,
+                            error,
+                        });
+                        continue;
+                    }
+                },
                 RequestKind::RekeyIke(group, retries) => {
                     // A rekeyed SA is not rekeyed again: its successor is.
                     if self.core.rekey.successor.is_some() {
@@ -1477,7 +1492,7 @@ impl IkeSa {
             || self.core.closing(spi)
             || self.core.queue.contains(&RequestKind::RekeyChild(spi))
             || self.core.deferred.iter().any(|(_, k)| *k == RequestKind::RekeyChild(spi))
-            || matches!(self.core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyChildSent(r)) if r.old == spi);
+            || matches!(self.core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyChildSent(r)) if r.old == Some(spi));
         if queued {
             // Rekeyed already (its fresh successor only waits for the old one's Delete), or
             // asked twice (both directions' soft limits, an operator racing the peer): one
@@ -1862,6 +1877,9 @@ impl ExpectAuthResponse {
         core.next_request = 2;
         ctx.out.events.push_back(core.established_event(self.choice, id_r.clone(), report));
         ctx.out.events.extend(events);
+        // IKE_AUTH carried the first child; every other one is a CREATE_CHILD_SA of its own.
+        let more = core.conn.children.iter().skip(1).map(|c| RequestKind::NewChild(c.name.clone()));
+        core.queue.extend(more);
         State::Established(Established { ike: self.ike, choice: self.choice, sealed_sk_d, sealed_state })
     }
 }
@@ -2098,6 +2116,7 @@ impl Established {
             | RequestKind::SaInit
             | RequestKind::Auth
             | RequestKind::RekeyChild(_)
+            | RequestKind::NewChild(_)
             | RequestKind::RekeyIke(..) => State::Established(self),
         }
     }

@@ -980,3 +980,41 @@ fn a_responder_that_cannot_serve_stays_silent_rather_than_refuse() {
     assert_eq!(p.i.counters().retransmits, 1);
     assert_eq!(p.r.counters().dropped(DropReason::Unavailable), 2);
 }
+
+/// A connection with several children brings every one up as initiator: the first in
+/// IKE_AUTH, each other in a CREATE_CHILD_SA of its own, with its own selectors and keys.
+#[test]
+fn an_initiator_brings_up_every_child_of_its_connection() {
+    let (ike, esp) = ("aes256gcm16-prfsha256-ecp256", "aes256gcm16");
+    let extra = |conn: &str, name: &str, local: &str, remote: &str| {
+        format!(
+            "[connections.{conn}.children.{name}]\nlocal_ts = [\"{local}\"]\nremote_ts = [\"{remote}\"]\nesp_proposals = [\"{esp}\"]\n"
+        )
+    };
+    let mut i_conf = initiator_config(ike, esp);
+    i_conf.push_str(&extra("to-b", "red", "198.18.3.0/24", "198.18.4.0/24"));
+    i_conf.push_str(&extra("to-b", "blue", "198.18.5.0/24", "198.18.6.0/24"));
+    let mut r_conf = responder_config(ike, esp);
+    r_conf.push_str(&extra("from-a", "red", "198.18.4.0/24", "198.18.3.0/24"));
+    r_conf.push_str(&extra("from-a", "blue", "198.18.6.0/24", "198.18.5.0/24"));
+    let psk = b"a shared secret of the tenant";
+    let mut p = Pair::new(
+        endpoint(&i_conf, psk, EndpointConfig::default()),
+        endpoint(&r_conf, psk, EndpointConfig::default()),
+    );
+    p.connect();
+    both_established(&p);
+    let (ci, cr) = (Pair::ready(&p.i_events), Pair::ready(&p.r_events));
+    assert_eq!(ci.len(), 3, "{:#?}", p.i_events);
+    assert_eq!(cr.len(), 3, "{:#?}", p.r_events);
+    let created = p.exchanges().iter().filter(|(_, x, _)| *x == X::CREATE_CHILD_SA).count();
+    assert_eq!(created, 4, "two CREATE_CHILD_SA exchanges after IKE_AUTH");
+    let mut selectors: Vec<String> = ci.iter().map(|c| format!("{:?}", c.local_ts)).collect();
+    selectors.sort();
+    selectors.dedup();
+    assert_eq!(selectors.len(), 3, "each child its own selectors: {selectors:?}");
+    for c in &ci {
+        let peer = cr.iter().find(|r| r.spi_outbound == c.spi_inbound).expect("the responder's half");
+        esp_round_trip(p.i.enclave_mut(), c, p.r.enclave_mut(), peer);
+    }
+}

@@ -1,6 +1,8 @@
 //! CREATE_CHILD_SA for child SAs (RFC 7296 §1.3.1, §1.3.3): rekeying a child SA, or a new
 //! one, as initiator and responder, with or without PFS. Keys come from the sealed SK_d
 //! (the IKE SA is cleared and sealed by now). IKE SA rekeys are in [`super::ike_rekey`].
+//! As initiator, a connection's children after the first (which IKE_AUTH carries) are
+//! created so, one exchange each, once the IKE SA is established.
 //!
 //! ```text
 //! CREATE_CHILD_SA { SK { N(REKEY_SA), SA, Ni, [KEi], TSi, TSr } } -->
@@ -30,11 +32,11 @@ use core::net::SocketAddr;
 use enclave::{ChildSaParams, DhExchange, DhGroup, DhHandle, Enclave, Role};
 use wire::ike::{KeyExchange, Nonce, Notify, NotifyType, Payload, ProtocolId};
 
-/// A rekey we requested, held while its CREATE_CHILD_SA is outstanding.
+/// A rekey or a new child we requested, held while its CREATE_CHILD_SA is outstanding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ChildRekey {
-    /// The old child's inbound SPI.
-    pub(super) old: u32,
+    /// The old child's inbound SPI; `None` for a new child.
+    pub(super) old: Option<u32>,
     /// The new child's inbound SPI.
     spi: u32,
     nonce_i: Vec<u8>,
@@ -78,16 +80,41 @@ pub(super) fn rekey_request<E: Enclave>(
         .ok_or(Error::UnknownChildSa { spi: old })?;
     let config =
         core.conn.children.iter().find(|c| c.name == child.name).ok_or(Error::UnknownChildSa { spi: old })?;
+    let (ts_i, ts_r) = (child.local_ts.clone(), child.remote_ts.clone());
+    let notify = Notify::for_child(ProtocolId::ESP, old, NotifyType::REKEY_SA, Vec::new());
+    request(ctx, Some(old), config, ts_i, ts_r, Some(notify))
+}
+
+/// The request creating the connection's child `name` (not one IKE_AUTH made).
+pub(super) fn new_child_request<E: Enclave>(
+    core: &Core,
+    ctx: &mut Ctx<'_, E>,
+    name: &str,
+) -> Result<(ChildRekey, Vec<Payload>), Error> {
+    // The name comes from the connection itself: only a changed configuration misses it.
+    let config = core
+        .conn
+        .children
+        .iter()
+        .find(|c| c.name == name)
+        .ok_or(Error::UnknownConnection { name: format!("{}/{name}", core.conn.name) })?;
+    let ts_i = config.local_ts.iter().map(|t| t.resolve(core.local.ip())).collect();
+    let ts_r = config.remote_ts.iter().map(|t| t.resolve(core.remote.ip())).collect();
+    request(ctx, None, config, ts_i, ts_r, None)
+}
+
+/// CREATE_CHILD_SA { SK { [N(REKEY_SA)], SA, Ni, [KEi], TSi, TSr } } for `config`.
+fn request<E: Enclave>(
+    ctx: &mut Ctx<'_, E>,
+    old: Option<u32>,
+    config: &crate::config::ChildConfig,
+    ts_i: Vec<TrafficSelector>,
+    ts_r: Vec<TrafficSelector>,
+    rekey_notify: Option<Notify>,
+) -> Result<(ChildRekey, Vec<Payload>), Error> {
     let spi = ctx.child_spi()?;
-    let mut rekey = ChildRekey {
-        old,
-        spi,
-        nonce_i: Vec::new(),
-        dh: None,
-        config: config.name.clone(),
-        ts_i: child.local_ts.clone(),
-        ts_r: child.remote_ts.clone(),
-    };
+    let mut rekey =
+        ChildRekey { old, spi, nonce_i: Vec::new(), dh: None, config: config.name.clone(), ts_i, ts_r };
     let prepared = (|| {
         rekey.nonce_i = ctx.nonce()?;
         if let Some(group) = config.esp_proposals.first().and_then(|p| p.groups.first().copied()) {
@@ -105,11 +132,9 @@ pub(super) fn rekey_request<E: Enclave>(
             return Err(e);
         }
     };
-    let mut payloads = vec![
-        Payload::Notify(Notify::for_child(ProtocolId::ESP, old, NotifyType::REKEY_SA, Vec::new())),
-        Payload::Sa(proposal::esp_sa_payload(&config.esp_proposals, spi, true)),
-        Payload::Nonce(Nonce { data: rekey.nonce_i.clone() }),
-    ];
+    let mut payloads: Vec<Payload> = rekey_notify.map(Payload::Notify).into_iter().collect();
+    payloads.push(Payload::Sa(proposal::esp_sa_payload(&config.esp_proposals, spi, true)));
+    payloads.push(Payload::Nonce(Nonce { data: rekey.nonce_i.clone() }));
     payloads.extend(ke.map(Payload::KeyExchange));
     payloads.push(Payload::TsInitiator(ts::to_payload(&rekey.ts_i)));
     payloads.push(Payload::TsResponder(ts::to_payload(&rekey.ts_r)));
@@ -162,7 +187,7 @@ pub(super) fn rekey_response<E: Enclave>(
 ) {
     let parts = Parts::of(inner);
     // Whatever this answer says, the peer's colliding rekey (if any) is settled now.
-    let collision = core.collision.take().filter(|c| c.old == rekey.old);
+    let collision = core.collision.take().filter(|c| Some(c.old) == rekey.old);
     let failed = |core: &Core, ctx: &mut Ctx<'_, E>, rekey: &ChildRekey, error: Error| {
         rekey.release(ctx);
         ctx.out.events.push_back(Event::ChildSaFailed { sa: core.id, child: rekey.config.clone(), error });
@@ -175,7 +200,11 @@ pub(super) fn rekey_response<E: Enclave>(
                 // §2.25: the peer is busy (rekeying the IKE SA, or this child); again later.
                 rekey.release(ctx);
                 let at = ctx.retry_at();
-                core.deferred.push((at, RequestKind::RekeyChild(rekey.old)));
+                let again = match rekey.old {
+                    Some(old) => RequestKind::RekeyChild(old),
+                    None => RequestKind::NewChild(rekey.config.clone()),
+                };
+                core.deferred.push((at, again));
                 return;
             }
             Some(n) => super::peer_error(n),
@@ -184,7 +213,7 @@ pub(super) fn rekey_response<E: Enclave>(
         return failed(core, ctx, &rekey, error);
     };
     let Some(config) = core.conn.children.iter().find(|c| c.name == rekey.config).cloned() else {
-        return failed(core, ctx, &rekey, Error::UnknownChildSa { spi: rekey.old });
+        return failed(core, ctx, &rekey, Error::UnknownChildSa { spi: rekey.old.unwrap_or(0) });
     };
     let Some((spi_out, esp)) = proposal::accept_esp_answer(sa, &config.esp_proposals, true) else {
         return failed(core, ctx, &rekey, Error::NoProposalChosen { side: Side::Local });
@@ -228,18 +257,22 @@ pub(super) fn rekey_response<E: Enclave>(
     };
     let child = core.child_sa(&config, rekey.spi, spi_out, handles, &esp, answer_i, answer_r);
     core.children.push(child.clone());
+    let Some(old) = rekey.old else {
+        ctx.out.events.push_back(Event::ChildSaReady { sa: core.id, child });
+        return;
+    };
     // §2.8.1: ours is redundant when its exchange holds the lowest of the four nonces.
     let ours_lowest = rekey.nonce_i.as_slice().min(nonce.data.as_slice());
     let redundant = collision.is_some_and(|c| ours_lowest < c.lowest.as_slice());
     ctx.out.events.push_back(Event::ChildSaRekeyed {
         sa: core.id,
-        old_spi_inbound: rekey.old,
+        old_spi_inbound: old,
         child,
         outbound: if redundant { OutboundSwitch::Never } else { OutboundSwitch::Now },
     });
     /* INFORMATIONAL { SK { D(ESP, old) } } -->  (or D(ESP, ours) when ours is redundant) */
-    let doomed = if redundant { rekey.spi } else { rekey.old };
-    core.replaced.push(rekey.old);
+    let doomed = if redundant { rekey.spi } else { old };
+    core.replaced.push(old);
     core.queue.push_front(RequestKind::DeleteChild(vec![doomed]));
 }
 
@@ -398,7 +431,7 @@ fn answer<E: Enclave>(
 fn note_peer_rekey(core: &mut Core, old: u32, ni: &[u8], nr: &[u8]) {
     core.queue.retain(|k| *k != RequestKind::RekeyChild(old));
     core.deferred.retain(|(_, k)| *k != RequestKind::RekeyChild(old));
-    if matches!(core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyChildSent(r)) if r.old == old)
+    if matches!(core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyChildSent(r)) if r.old == Some(old))
     {
         core.collision = Some(Collision { old, lowest: ni.min(nr).to_vec() });
     }
