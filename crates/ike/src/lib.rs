@@ -12,7 +12,9 @@
 //!   traffic selector narrowing; clear-and-seal of SK_d once authenticated;
 //!   retransmission with exponential backoff and message-ID windows; INFORMATIONAL
 //!   Deletes (child and IKE) and liveness checks; CREATE_CHILD_SA child rekeys and new
-//!   child SAs, with or without PFS, keyed from the sealed SK_d;
+//!   child SAs (every child of a connection as initiator), with or without PFS, keyed
+//!   from the sealed SK_d; IKE SA rekeys and rekey collisions (both kinds); IKE
+//!   fragmentation (RFC 7383, `fragment.rs`);
 //! * [`cert`] and [`auth`]: IKE_AUTH with X.509 certificates (RSA PKCS#1 v1.5 and PSS,
 //!   ECDSA P-256/P-384; RFC 7427 and RFC 4754), CERT/CERTREQ, chain validation against
 //!   configured CAs at a wall-clock time the caller supplies, identities matched to
@@ -23,9 +25,8 @@
 //!
 //! What it does not do: open sockets, read the clock, spawn threads or sleep (time is an
 //! argument, see STYLE.md §2); hold key bytes (it holds enclave handles, nonces and public
-//! values only); certificate revocation (CRL, OCSP), IKE SA rekeys (refused with
-//! NO_ADDITIONAL_SAS for now), rekey collisions, lifetimes, IKE fragmentation, MOBIKE. See
-//! `docs/ike.md`.
+//! values only); certificate revocation (CRL, OCSP), child lifetimes (the gateway acts on
+//! them), MOBIKE. See `docs/ike.md`.
 //!
 //! ```text
 //! handle_datagram(now, from, to, bytes) ─┐            ┌─> poll_transmit() -> Transmit
