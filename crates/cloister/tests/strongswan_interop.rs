@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 
@@ -776,6 +776,61 @@ fn two_children_and_two_tun_addresses_carry_traffic_whoever_initiates() {
         let list = tb.sa(&["list"]);
         assert!(list.contains("net: INSTALLED") && list.contains("lab: INSTALLED"), "{list}");
     }
+}
+
+/// `kill -9` of the enclave process under traffic: the gateway says so, starts a fresh
+/// enclave, provisions its secret again and initiates the connection, whoever initiated it
+/// first; strongSwan takes the new IKE SA (INITIAL_CONTACT) and pings get through again
+/// with no command typed. Five kills each way; the time from the kill to the first ping
+/// answered is printed.
+#[test]
+fn a_killed_enclave_is_replaced_and_traffic_returns_whoever_initiated() {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
+        return;
+    }
+    let mut times = Vec::new();
+    for initiator in [Initiator::StrongSwan, Initiator::Cloister] {
+        let mut tb = Testbed::start(Family::V4, "aes256gcm16-prfsha256-x25519", Auth::Psk);
+        tb.up(initiator);
+        tb.ping(2);
+        for kill in 1..=5 {
+            let pid = latest_enclave_pid(&tb.cloister.log());
+            let killed = Instant::now();
+            let out = tb.gw.exec(&["kill", "-9", &pid.to_string()], Duration::from_secs(5)).unwrap();
+            assert!(out.success, "kill {pid}: {}", out.stderr);
+            let back = testnet::wait_until("a ping through the new tunnel", Duration::from_secs(30), || {
+                // A 100 ms answer deadline: the probe's own resolution.
+                let argv = ["ping", "-n", "-q", "-c", "1", "-W", "0.1", "-I", SITE_INNER, GW_INNER];
+                tb.site.exec(&argv, Duration::from_secs(5)).is_ok_and(|o| o.success)
+            });
+            assert!(back.is_ok(), "{initiator:?}, kill {kill}: no traffic after the restart\n{}", tb.logs());
+            times.push(killed.elapsed().as_millis());
+            let log = tb.cloister.log();
+            assert_eq!(log.matches("enclave died").count(), kill, "{log}");
+            assert_eq!(log.matches("enclave restarted in").count(), kill, "{log}");
+        }
+        let log = tb.cloister.log();
+        let restarts: Vec<&str> = log.lines().filter(|l| l.contains("enclave restarted in")).collect();
+        eprintln!("{initiator:?} initiated first: {restarts:#?}");
+        let list = tb.sa(&["list"]);
+        assert!(list.contains("Established") && list.contains("net: INSTALLED"), "{list}");
+        let charon = tb.swanctl(&["--list-sas"]);
+        assert_eq!(charon.matches("ESTABLISHED").count(), 1, "strongSwan keeps one IKE SA:\n{charon}");
+    }
+    times.sort_unstable();
+    eprintln!(
+        "enclave kill to traffic back, ms (10 kills): median {} min {} max {}: {times:?}",
+        times[times.len() / 2],
+        times[0],
+        times[times.len() - 1]
+    );
+}
+
+/// The newest enclave process's pid: the start line's, or the last restart line's.
+fn latest_enclave_pid(log: &str) -> u32 {
+    let last = log.rsplit("enclave process pid ").next().unwrap_or_default();
+    last.split(|c: char| !c.is_ascii_digit()).next().and_then(|p| p.parse().ok()).expect("an enclave pid")
 }
 
 /// Volume lifetimes: with `rekey_bytes = "64k"` on Cloister's side, 1000-byte pings every

@@ -625,6 +625,18 @@ impl<E: Enclave + 'static> Gateway<E> {
         )
     }
 
+    /// Takes the control socket out of this gateway (for its successor: [`Self::set_control`]),
+    /// so that stopping this one leaves it in place.
+    pub fn take_control(&mut self) -> Option<ControlServer> {
+        self.control.take()
+    }
+
+    /// Serves `control` from now on (a predecessor's control socket, which a gateway that
+    /// dropped root could not bind again; start this one with no `control_socket`).
+    pub fn set_control(&mut self, control: Option<ControlServer>) {
+        self.control = control;
+    }
+
     /// Stops the data plane and removes the control socket; returns the data plane's report.
     pub fn stop(mut self) -> dataplane::StopReport {
         if let Some(c) = self.control.take() {

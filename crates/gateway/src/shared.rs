@@ -30,6 +30,14 @@ impl<E: Enclave> SharedEnclave<E> {
         Self { inner: Arc::new(Mutex::new(enclave)), tenant }
     }
 
+    /// The enclave back, once no other clone is left (the engine and the data plane that
+    /// shared it are gone); `None` while one is.
+    pub fn into_inner(self) -> Option<E> {
+        Arc::try_unwrap(self.inner)
+            .ok()
+            .map(|m| m.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
     /// The enclave, locked (a poisoned lock is taken over: the enclave's own state is
     /// consistent after any call, since calls are all-or-nothing on its side).
     pub fn lock(&self) -> MutexGuard<'_, E> {

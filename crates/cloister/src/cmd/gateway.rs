@@ -13,11 +13,19 @@
 //!
 //! Output for scripts: one `gateway: ...` line once running, then one line per IKE or child
 //! SA event (`ike: ...`, `child: ...`), and the data plane's counters at exit.
+//!
+//! The enclave process is watched every round (a zero-timeout poll of its pidfd): when it
+//! dies, the gateway says so, stops its data plane and IKE engine (their SAs are gone with
+//! the enclave's keys), starts a fresh enclave process, provisions the secrets again from
+//! the wrapped blobs it read at start, and initiates every connection that had been up, so
+//! that a peer gets a new tunnel (with INITIAL_CONTACT, replacing its stale one) without
+//! anyone typing a command.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use dataplane::WorkerSnapshot;
@@ -90,14 +98,111 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-fn serve<E: Enclave + 'static>(
+/// What watching the enclave needs of its backend.
+trait Supervised: Enclave + Sized + 'static {
+    /// Why the enclave can no longer serve, if it cannot.
+    fn dead(&mut self) -> Option<String>;
+    /// A fresh, empty enclave in place of this dead one.
+    fn restart(&mut self) -> anyhow::Result<()>;
+    /// Its process, if it has one.
+    fn process_id(&self) -> Option<u32>;
+}
+
+impl Supervised for ProcessEnclave {
+    fn dead(&mut self) -> Option<String> {
+        self.check().err().map(|e| e.to_string())
+    }
+    fn restart(&mut self) -> anyhow::Result<()> {
+        ProcessEnclave::restart(self).context("starting a new enclave process")
+    }
+    fn process_id(&self) -> Option<u32> {
+        self.pid()
+    }
+}
+
+impl Supervised for InlineEnclave {
+    /// It lives and dies with this process.
+    fn dead(&mut self) -> Option<String> {
+        None
+    }
+    fn restart(&mut self) -> anyhow::Result<()> {
+        anyhow::bail!("an inline enclave is not restarted")
+    }
+    fn process_id(&self) -> Option<u32> {
+        None
+    }
+}
+
+fn log_line() -> Box<dyn FnMut(&str) + Send> {
+    Box::new(|line| println!("{line}"))
+}
+
+/// The configuration's wrapped secrets, read now (as root) for restarts after the drop.
+fn wrapped_secrets(config: &GatewayConfig) -> anyhow::Result<Vec<(String, zeroize::Zeroizing<Vec<u8>>)>> {
+    let mut out = Vec::new();
+    for s in &config.ike.secrets {
+        if let Some(file) = &s.file {
+            let path = config.secret_path(file);
+            let blob = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            out.push((s.name.clone(), zeroize::Zeroizing::new(blob)));
+        }
+    }
+    Ok(out)
+}
+
+/// Replaces a gateway whose enclave died: stops it, restarts the enclave, provisions the
+/// wrapped secrets again and initiates the connections in `wanted`.
+fn recover<E: Supervised>(
+    gw: &mut Option<Gateway<E>>,
+    why: &str,
+    config: &GatewayConfig,
+    secrets: &[(String, zeroize::Zeroizing<Vec<u8>>)],
+    wanted: &BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let died = Instant::now();
+    println!("gateway: enclave died ({why}); its SAs are gone, restarting it");
+    let mut old = gw.take().context("no gateway")?;
+    let shared = old.enclave();
+    let control = old.take_control();
+    drop(old.stop());
+    let mut enclave = shared.into_inner().context("the enclave is still in use")?;
+    enclave.restart()?;
+    let pid = enclave.process_id().map_or_else(|| "?".into(), |p| p.to_string());
+    let mut given = BTreeMap::new();
+    for (name, blob) in secrets {
+        let handle = enclave.provision_secret(blob).with_context(|| format!("provisioning secret {name}"))?;
+        given.insert(name.clone(), handle);
+    }
+    // The control socket carries over: after the drop it could not be bound again.
+    let mut again = config.clone();
+    again.settings.control_socket = None;
+    let mut new = Gateway::start_with(&again, enclave, given, log_line())?;
+    new.set_control(control);
+    let now = Instant::now();
+    for c in wanted {
+        if let Err(e) = new.initiate(now, c) {
+            println!("gateway: initiating {c} after the restart: {e}");
+        }
+    }
+    let names: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    println!(
+        "gateway: enclave restarted in {} ms (enclave process pid {pid}), secrets provisioned again; initiating [{}]",
+        died.elapsed().as_millis(),
+        names.join(", ")
+    );
+    *gw = Some(new);
+    Ok(())
+}
+
+fn serve<E: Supervised>(
     config: &GatewayConfig,
     enclave: E,
     signals: &cio::signal::Signals,
     backend: &str,
     drop_to: Option<(PlatformClient, u32)>,
 ) -> anyhow::Result<()> {
-    let mut gw = Gateway::start(config, enclave, Box::new(|line| println!("{line}")))?;
+    let secrets = wrapped_secrets(config)?;
+    let gw = Gateway::start(config, enclave, log_line())?;
     // Its files are read, its TUN device and sockets open: root's other powers go now.
     if let Some((platform, uid)) = drop_to {
         platform.become_network_user(uid).with_context(|| format!("becoming user {uid}"))?;
@@ -117,14 +222,23 @@ fn serve<E: Enclave + 'static>(
         config.settings.control_socket.as_deref().map_or_else(|| "none".into(), |p| p.display().to_string()),
         dp.offloads()
     );
+    // The connections to bring back after an enclave restart: every one that was up.
+    let mut wanted = BTreeSet::new();
+    let mut gw = Some(gw);
     let signal = loop {
         if let Some(s) = signals.wait(Duration::ZERO)? {
             break s;
         }
-        gw.round(gateway::daemon::MAX_WAIT);
+        let g = gw.as_mut().context("no gateway")?;
+        g.round(gateway::daemon::MAX_WAIT);
+        wanted.extend(g.established_connections());
+        let dead = g.enclave().lock().dead();
+        if let Some(why) = dead {
+            recover(&mut gw, &why, config, &secrets, &wanted)?;
+        }
     };
     println!("gateway: {}, stopping", cio::signal::Signals::name(signal));
-    let report = gw.stop();
+    let report = gw.context("no gateway")?.stop();
     println!("{}", WorkerSnapshot::sum(&report.workers));
     anyhow::ensure!(report.panicked.is_empty(), "workers {:?} panicked", report.panicked);
     Ok(())
