@@ -486,6 +486,8 @@ impl<E: Enclave> Endpoint<E> {
             out: &mut self.out,
             child_spis: &mut self.child_spis,
             ike_sas: &self.sas,
+            connections: &self.connections,
+            secrets: &self.secrets,
             now,
             wall,
         }

@@ -505,6 +505,17 @@ fn pick<T: Copy + PartialEq>(
     p.transforms_of(ty).filter_map(plain_id).filter_map(|id| map(id.id())).find(|x| ours.contains(x))
 }
 
+/// Whether one of `ours` holds every transform of `choice` (a connection that would have
+/// accepted what was negotiated with another).
+pub(crate) fn allows(ours: &[IkeProposal], choice: &IkeChoice) -> bool {
+    ours.iter().any(|p| {
+        p.ciphers.contains(&choice.suite.cipher)
+            && choice.suite.integ.map_or(p.integs.is_empty(), |i| p.integs.contains(&i))
+            && p.prfs.contains(&choice.prf)
+            && p.groups.contains(&choice.group)
+    })
+}
+
 /// Chooses an IKE proposal from a received SA payload (responder, RFC 7296 §2.7).
 ///
 /// Returns the peer's proposal number and the choice, or `None` (NO_PROPOSAL_CHOSEN).

@@ -120,6 +120,11 @@ pub(crate) struct Ctx<'a, E> {
     pub(crate) child_spis: &'a mut HashSet<u32>,
     /// The endpoint's other IKE SAs, by our SPI.
     pub(crate) ike_sas: &'a HashMap<u64, IkeSa>,
+    /// The endpoint's connections, for a responder that switches to the one whose
+    /// identities the initiator's IKE_AUTH names.
+    pub(crate) connections: &'a [Arc<Connection>],
+    /// The endpoint's secrets, by name.
+    pub(crate) secrets: &'a HashMap<String, SecretHandle>,
     /// The current time.
     pub(crate) now: Instant,
     /// The wall-clock time at `now`, if the endpoint knows it (certificate validity).
@@ -458,6 +463,40 @@ impl Core {
         self.last_response = Some((1, bytes));
         self.expected_request = 2;
         Ok(Self::seal_report(s))
+    }
+
+    /// Responder at IKE_AUTH: makes sure the connection is one whose identities the
+    /// initiator names, as strongSwan does. The one chosen at IKE_SA_INIT (by addresses and
+    /// proposals) is kept when it accepts IDi and IDr (if sent) is our ID; else the first
+    /// connection of these addresses that would have taken the negotiated proposal, has its
+    /// secret and fits both takes over, with its secret; else the first one is kept if it
+    /// accepts IDi. `false`: no connection accepts the initiator.
+    fn switch_to_identities<E: Enclave>(
+        &mut self,
+        ctx: &Ctx<'_, E>,
+        choice: IkeChoice,
+        id_i: &Identification,
+        id_r: Option<&Identification>,
+    ) -> bool {
+        let fits = |c: &Connection| c.accepts_identity(id_i) && id_r.is_none_or(|r| *r == c.local_id);
+        if fits(&self.conn) {
+            return true;
+        }
+        let (local, remote) = (self.local.ip(), self.remote.ip());
+        let other = ctx.connections.iter().find(|c| {
+            fits(c)
+                && c.matches_addresses(local, remote)
+                && proposal::allows(&c.proposals, &choice)
+                && ctx.secrets.contains_key(&c.secret)
+        });
+        match other.and_then(|c| ctx.secrets.get(&c.secret).map(|s| (c, *s))) {
+            Some((c, secret)) => {
+                self.conn = Arc::clone(c);
+                self.secret = secret;
+                true
+            }
+            None => self.conn.accepts_identity(id_i),
+        }
     }
 
     /// The largest message one datagram between `to` carries, where we send fragments.
@@ -1907,7 +1946,7 @@ impl ExpectAuthRequest {
             let error = Error::InvalidMessage { exchange: "IKE_AUTH", why: "IDi or AUTH missing" };
             return notify_and_fail(core, ctx, NotifyType::INVALID_SYNTAX, error);
         };
-        if !core.conn.accepts_identity(id_i) {
+        if !core.switch_to_identities(ctx, choice, id_i, found.id_r) {
             return notify_and_fail(core, ctx, NotifyType::AUTHENTICATION_FAILED, Error::IdentityMismatch);
         }
         let (id_i_body, id_r) = (id_i.body_bytes(), core.conn.local_id.clone());

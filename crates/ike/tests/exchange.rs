@@ -1018,3 +1018,108 @@ fn an_initiator_brings_up_every_child_of_its_connection() {
         esp_round_trip(p.i.enclave_mut(), c, p.r.enclave_mut(), peer);
     }
 }
+
+/// The responder's connections for three sites that share its address: each site has its
+/// own identity, PSK and selectors; which one a request is for shows only in IKE_AUTH.
+fn three_site_responder(ike: &str, esp: &str) -> cloister_ike::Endpoint<enclave_core::InlineEnclave> {
+    let mut toml = String::new();
+    for (n, site) in [(11, "a"), (12, "c"), (13, "d")] {
+        toml.push_str(&format!(
+            r#"
+[connections.site-{site}]
+local_addrs = ["{r}"]
+remote_addrs = ["%any"]
+proposals = ["{ike}"]
+local = {{ auth = "psk", id = "site-b.cloister.test", secret = "psk-{site}" }}
+remote = {{ auth = "psk", id = "site-{site}.cloister.test" }}
+children.net = {{ local_ts = ["198.18.2.0/24"], remote_ts = ["198.18.{n}.0/24"], esp_proposals = ["{esp}"] }}
+"#,
+            r = util::R_ADDR
+        ));
+    }
+    let mut enclave = util::start_enclave(1);
+    let mut ep_secrets = Vec::new();
+    for site in ["a", "c", "d"] {
+        let psk = format!("the PSK of site {site}");
+        ep_secrets.push((
+            site,
+            util::provision(&mut enclave, enclave_core::SecretKind::PreSharedKey, psk.as_bytes()),
+        ));
+    }
+    let mut ep = cloister_ike::Endpoint::new(enclave, EndpointConfig::default());
+    for (site, handle) in ep_secrets {
+        ep.add_secret(&format!("psk-{site}"), handle);
+    }
+    for conn in cloister_ike::Config::from_toml(&toml).unwrap().connections {
+        ep.add_connection(conn).unwrap();
+    }
+    ep
+}
+
+/// Site `site` (on the initiator's address, as all of them) with its PSK, naming the
+/// responder's identity (IDr).
+fn site_initiator(
+    site: &str,
+    n: u8,
+    psk: &str,
+    ike: &str,
+    esp: &str,
+) -> cloister_ike::Endpoint<enclave_core::InlineEnclave> {
+    let toml = format!(
+        r#"
+[connections.to-b]
+local_addrs = ["{i}"]
+remote_addrs = ["{r}"]
+proposals = ["{ike}"]
+local = {{ auth = "psk", id = "site-{site}.cloister.test", secret = "psk" }}
+remote = {{ auth = "psk", id = "site-b.cloister.test" }}
+children.net = {{ local_ts = ["198.18.{n}.0/24"], remote_ts = ["198.18.2.0/24"], esp_proposals = ["{esp}"] }}
+"#,
+        i = util::I_ADDR,
+        r = util::R_ADDR
+    );
+    endpoint(&toml, psk.as_bytes(), EndpointConfig::default())
+}
+
+/// Several connections on one responder address: IKE_SA_INIT picks the first by address
+/// and proposal, and IKE_AUTH switches to the one whose remote identity is the initiator's
+/// (with that connection's PSK and selectors), as strongSwan does; an identity none of them
+/// accepts is refused.
+#[test]
+fn a_responder_chooses_among_connections_on_one_address_by_identity() {
+    let (ike, esp) = ("aes256gcm16-prfsha256-ecp256", "aes256gcm16");
+    for (site, n) in [("a", 11), ("c", 12), ("d", 13)] {
+        let psk = format!("the PSK of site {site}");
+        let mut p = Pair::new(site_initiator(site, n, &psk, ike, esp), three_site_responder(ike, esp));
+        p.connect();
+        both_established(&p);
+        let chosen = p.r_events.iter().find_map(|e| match e {
+            Event::IkeSaEstablished { connection, .. } => Some(connection.clone()),
+            _ => None,
+        });
+        assert_eq!(chosen.as_deref(), Some(format!("site-{site}").as_str()));
+        let (ci, cr) = (Pair::ready(&p.i_events), Pair::ready(&p.r_events));
+        assert_eq!((ci.len(), cr.len()), (1, 1));
+        assert_eq!(
+            format!("{:?}", cr[0].remote_ts),
+            format!("{:?}", ci[0].local_ts),
+            "site {site}'s selectors"
+        );
+        esp_round_trip(p.i.enclave_mut(), &ci[0], p.r.enclave_mut(), &cr[0]);
+    }
+    // Another site's PSK under site c's name: the switch goes to site c, whose PSK refuses it.
+    let mut p =
+        Pair::new(site_initiator("c", 12, "the PSK of site d", ike, esp), three_site_responder(ike, esp));
+    p.connect();
+    assert!(Pair::established(&p.r_events).is_empty());
+    // An identity no connection takes.
+    let mut p =
+        Pair::new(site_initiator("x", 14, "the PSK of site a", ike, esp), three_site_responder(ike, esp));
+    p.connect();
+    assert!(Pair::established(&p.r_events).is_empty());
+    assert!(
+        p.r_events.iter().any(|e| matches!(e, Event::IkeSaFailed { error: Error::IdentityMismatch, .. })),
+        "{:#?}",
+        p.r_events
+    );
+}
