@@ -92,7 +92,9 @@ fn esp_for(ike: &str) -> &'static str {
     }
 }
 
-fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth, more_children: &str) -> String {
+fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth, tuning: &Tuning) -> String {
+    let (more_children, more_connections, more_secrets) =
+        (tuning.charon_children, tuning.charon_connections, tuning.charon_secrets);
     let gw_id = auth.gw_id();
     let fragmentation = match auth {
         Auth::Rsa4096Fragments(how) => how,
@@ -124,11 +126,13 @@ fn swanctl_conf(site: &str, gw: &str, ike: &str, auth: Auth, more_children: &str
       {more_children}
     }}
   }}
+  {more_connections}
 }}
 secrets {{
   ike-gw {{ id-a = {SITE_ID}
            id-b = {gw_id}
            secret = "{PSK}" }}
+  {more_secrets}
 }}
 "#,
         esp = esp_for(ike)
@@ -150,6 +154,12 @@ struct Tuning {
     charon_children: &'static str,
     /// More TUN addresses of Cloister's, each starting with ", ".
     tun_addresses: &'static str,
+    /// More connections of charon's (swanctl.conf blocks), and their secrets.
+    charon_connections: &'static str,
+    charon_secrets: &'static str,
+    /// More PSKs for Cloister, wrapped into these files (`[secrets.NAME] file = ...` in
+    /// `children`'s extra tables): (file, PSK).
+    psk_files: &'static [(&'static str, &'static str)],
 }
 
 fn gateway_conf(site: &str, gw: &str, ike: &str, auth: Auth, tuning: Tuning) -> String {
@@ -251,6 +261,9 @@ impl Testbed {
                 std::fs::copy(fixture(&format!("a-{kind}.key.der")), sw.join("private/site.der")).unwrap();
             }
         }
+        for (file, psk) in tuning.psk_files {
+            wrap_secret(&key, &gw.dir().join(file), "psk", format!("{psk}\n").as_bytes());
+        }
         let conf =
             gw.write_file("gateway.toml", &gateway_conf(site_addr, gw_addr, ike, auth, tuning)).unwrap();
         let mut cloister =
@@ -258,10 +271,7 @@ impl Testbed {
         cloister.wait_for_log("gateway: tenant 1", Duration::from_secs(30)).unwrap();
 
         let swanctl = site
-            .write_file(
-                "swanctl/swanctl.conf",
-                &swanctl_conf(site_addr, gw_addr, ike, auth, tuning.charon_children),
-            )
+            .write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike, auth, &tuning))
             .unwrap();
         let charon = start_charon(&site, log_keys);
         let tb = Self { _charon: charon, cloister, site, gw };
@@ -776,6 +786,73 @@ fn two_children_and_two_tun_addresses_carry_traffic_whoever_initiates() {
         let list = tb.sa(&["list"]);
         assert!(list.contains("net: INSTALLED") && list.contains("lab: INSTALLED"), "{list}");
     }
+}
+
+/// Three sites behind one strongSwan (one address, identities site-a, site-c and site-d,
+/// each with its own PSK and inner address) and three connections on one Cloister address:
+/// Cloister, the responder, can tell them apart only by the identities in IKE_AUTH, and
+/// switches to each one's connection (its PSK, its selectors); each site's traffic flows.
+#[test]
+fn three_sites_on_one_gateway_address_are_told_apart_by_identity() {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
+        return;
+    }
+    let (site_addr, gw_addr, _) = Family::V4.outer();
+    let ike = "aes256gcm16-prfsha256-x25519";
+    let (mut gw_extra, mut charon_conns, mut charon_secrets) = (String::new(), String::new(), String::new());
+    for (site, n) in [("c", 3), ("d", 5)] {
+        gw_extra.push_str(&format!(
+            r#"
+[connections.site-{site}]
+local_addrs = ["{gw_addr}"]
+remote_addrs = ["{site_addr}"]
+proposals = ["{ike}"]
+local = {{ auth = "psk", id = "{GW_ID}", secret = "psk-{site}" }}
+remote = {{ auth = "psk", id = "site-{site}.cloister.test" }}
+children.net-{site} = {{ local_ts = ["198.19.2.0/24"], remote_ts = ["198.19.{n}.0/24"], esp_proposals = ["aes256gcm16"] }}
+
+[secrets.psk-{site}]
+file = "psk-{site}.blob"
+"#
+        ));
+        charon_conns.push_str(&format!(
+            "gw-{site} {{\n    version = 2\n    local_addrs = {site_addr}\n    remote_addrs = {gw_addr}\n    proposals = {ike}\n    local {{ auth = psk\n            id = site-{site}.cloister.test }}\n    remote {{ auth = psk\n             id = {GW_ID} }}\n    children {{\n      net-{site} {{\n        local_ts = 198.19.{n}.1/32\n        remote_ts = 198.19.2.0/24\n        esp_proposals = aes256gcm16\n        start_action = none\n      }}\n    }}\n  }}\n  "
+        ));
+        charon_secrets.push_str(&format!(
+            "ike-{site} {{ id-a = site-{site}.cloister.test\n           id-b = {GW_ID}\n           secret = \"the PSK of site {site}\" }}\n  "
+        ));
+    }
+    let tuning = Tuning {
+        children: Box::leak(gw_extra.into_boxed_str()),
+        charon_connections: Box::leak(charon_conns.into_boxed_str()),
+        charon_secrets: Box::leak(charon_secrets.into_boxed_str()),
+        psk_files: &[("psk-c.blob", "the PSK of site c"), ("psk-d.blob", "the PSK of site d")],
+        ..Tuning::default()
+    };
+    let mut tb = Testbed::start_with(Family::V4, ike, Auth::Psk, false, tuning);
+    for a in ["198.19.3.1/32", "198.19.5.1/32"] {
+        tb.site.add_addr("lo", a).unwrap();
+    }
+    for child in ["net", "net-c", "net-d"] {
+        tb.swanctl(&["--initiate", "--child", child, "--timeout", "30"]);
+    }
+    for child in ["net", "net-c", "net-d"] {
+        let line = format!("child: {child} installed");
+        if let Err(e) = tb.cloister.wait_for_log(&line, Duration::from_secs(30)) {
+            panic!("no child SA {child}: {e}\n{}", tb.logs());
+        }
+    }
+    for from in [SITE_INNER, "198.19.3.1", "198.19.5.1"] {
+        let argv = ["ping", "-n", "-q", "-c", "3", "-i", "0.2", "-w", "8", "-I", from, GW_INNER];
+        let out = tb.site.exec(&argv, Duration::from_secs(15)).unwrap();
+        assert!(out.success && out.stdout.contains(" 3 received"), "{from}:\n{}\n{}", out.stdout, tb.logs());
+    }
+    let list = tb.sa(&["list"]);
+    for conn in ["site-a:", "site-c:", "site-d:"] {
+        assert!(list.contains(conn), "{conn} in\n{list}");
+    }
+    assert_eq!(list.matches("Established").count(), 3, "{list}");
 }
 
 /// `kill -9` of the enclave process under traffic: the gateway says so, starts a fresh
