@@ -19,6 +19,8 @@ use common::{
 use testnet::{Netns, Process, Veth};
 
 use common::CHARON;
+/// The gateway's address on the far side of the NAT testbed's NAT.
+const NAT_GW: &str = "198.18.1.2";
 /// The site's inner address (strongSwan side) and the gateway's (on Cloister's TUN).
 const SITE_INNER: &str = "198.19.1.1";
 const GW_INNER: &str = "198.19.2.1";
@@ -157,6 +159,8 @@ struct Tuning {
     /// More connections of charon's (swanctl.conf blocks), and their secrets.
     charon_connections: &'static str,
     charon_secrets: &'static str,
+    /// A NAT between the two (IPv4; the site initiates).
+    nat: bool,
     /// More PSKs for Cloister, wrapped into these files (`[secrets.NAME] file = ...` in
     /// `children`'s extra tables): (file, PSK).
     psk_files: &'static [(&'static str, &'static str)],
@@ -222,6 +226,8 @@ struct Testbed {
     cloister: Process,
     site: Netns,
     gw: Netns,
+    /// The NAT between the two, if there is one.
+    _nat: Option<Netns>,
 }
 
 impl Testbed {
@@ -230,12 +236,40 @@ impl Testbed {
     }
 
     fn start_with(family: Family, ike: &str, auth: Auth, log_keys: bool, tuning: Tuning) -> Self {
-        let (site_addr, gw_addr, plen) = family.outer();
+        let (site_addr, mut gw_addr, plen) = family.outer();
         let site = Netns::new("site").unwrap();
         let gw = Netns::new("gw").unwrap();
-        Veth::connect(&site, "wan0", &gw, "wan0").unwrap();
-        site.add_addr("wan0", &format!("{site_addr}/{plen}")).unwrap();
-        gw.add_addr("wan0", &format!("{gw_addr}/{plen}")).unwrap();
+        let nat = if tuning.nat {
+            // site (198.18.0.1) -- NAT (masquerade, random source ports) -- gw (198.18.1.2):
+            // the gateway sees the site as the NAT's outer address and a port of its choice.
+            assert_eq!(family, Family::V4, "the NAT testbed is IPv4");
+            gw_addr = NAT_GW;
+            let nat = Netns::new("nat").unwrap();
+            Veth::connect(&site, "wan0", &nat, "in0").unwrap();
+            Veth::connect(&nat, "out0", &gw, "wan0").unwrap();
+            site.add_addr("wan0", &format!("{site_addr}/24")).unwrap();
+            nat.add_addr("in0", "198.18.0.254/24").unwrap();
+            nat.add_addr("out0", "198.18.1.254/24").unwrap();
+            gw.add_addr("wan0", &format!("{gw_addr}/24")).unwrap();
+            site.add_route("198.18.1.0/24", "198.18.0.254").unwrap();
+            let limit = Duration::from_secs(10);
+            nat.exec_ok(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], limit).unwrap();
+            for rule in [
+                "add table ip nat",
+                "add chain ip nat post { type nat hook postrouting priority 100 ; }",
+                "add rule ip nat post oifname out0 masquerade random",
+            ] {
+                let mut argv = vec!["nft"];
+                argv.extend(rule.split(' '));
+                nat.exec_ok(&argv, limit).unwrap();
+            }
+            Some(nat)
+        } else {
+            Veth::connect(&site, "wan0", &gw, "wan0").unwrap();
+            site.add_addr("wan0", &format!("{site_addr}/{plen}")).unwrap();
+            gw.add_addr("wan0", &format!("{gw_addr}/{plen}")).unwrap();
+            None
+        };
         site.add_addr("lo", &format!("{SITE_INNER}/32")).unwrap();
 
         // Cloister: provisioning key, the PSK wrapped for tenant 1, the gateway.
@@ -264,8 +298,9 @@ impl Testbed {
         for (file, psk) in tuning.psk_files {
             wrap_secret(&key, &gw.dir().join(file), "psk", format!("{psk}\n").as_bytes());
         }
-        let conf =
-            gw.write_file("gateway.toml", &gateway_conf(site_addr, gw_addr, ike, auth, tuning)).unwrap();
+        // Behind the NAT the site has no address of its own that the gateway could name.
+        let peer = if tuning.nat { "%any" } else { site_addr };
+        let conf = gw.write_file("gateway.toml", &gateway_conf(peer, gw_addr, ike, auth, tuning)).unwrap();
         let mut cloister =
             gw.spawn("cloister", &[CLOISTER, "gateway", "--config", conf.to_str().unwrap()]).unwrap();
         cloister.wait_for_log("gateway: tenant 1", Duration::from_secs(30)).unwrap();
@@ -274,7 +309,7 @@ impl Testbed {
             .write_file("swanctl/swanctl.conf", &swanctl_conf(site_addr, gw_addr, ike, auth, &tuning))
             .unwrap();
         let charon = start_charon(&site, log_keys);
-        let tb = Self { _charon: charon, cloister, site, gw };
+        let tb = Self { _charon: charon, cloister, site, gw, _nat: nat };
         tb.swanctl(&["--load-all", "--file", swanctl.to_str().unwrap()]);
         tb
     }
@@ -394,11 +429,15 @@ impl Testbed {
 }
 
 fn case(initiator: Initiator, family: Family, ike: &str, auth: Auth) {
+    case_with(initiator, family, ike, auth, Tuning::default());
+}
+
+fn case_with(initiator: Initiator, family: Family, ike: &str, auth: Auth, tuning: Tuning) {
     if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
         testnet::skip("needs root and strongSwan; run scripts/setup.sh");
         return;
     }
-    let mut tb = Testbed::start(family, ike, auth);
+    let mut tb = Testbed::start_with(family, ike, auth, false, tuning);
     tb.up(initiator);
     let ping = tb.ping(5);
     let mbits = tb.iperf();
@@ -502,6 +541,45 @@ matrix! {
     cloister_initiates_v4_rsa4096_chains_in_ike_fragments: Cloister V4 "aes256-sha256-modp3072" (Rsa4096Fragments("yes"));
     strongswan_forces_fragments_v4_rsa4096_chains: StrongSwan V4 "aes256gcm16-prfsha256-x25519" (Rsa4096Fragments("force"));
 }
+
+/// Through a real NAT (nftables masquerade with random ports): certificate chains whose
+/// IKE_AUTH is over 3 kB, whole (IP-fragmented, reassembled by the NAT's connection
+/// tracking) and in RFC 7383 fragments, and a PSK tunnel; strongSwan initiates.
+#[test]
+fn rsa4096_chains_whole_across_a_real_nat() {
+    case_with(Initiator::StrongSwan, Family::V4, "aes256gcm16-prfsha256-x25519", Auth::Rsa4096Chain, NAT);
+}
+
+#[test]
+fn rsa4096_chains_in_ike_fragments_across_a_real_nat() {
+    let auth = Auth::Rsa4096Fragments("yes");
+    case_with(Initiator::StrongSwan, Family::V4, "aes256gcm16-prfsha256-x25519", auth, NAT);
+}
+
+#[test]
+fn strongswan_forcing_fragments_across_a_real_nat() {
+    let auth = Auth::Rsa4096Fragments("force");
+    case_with(Initiator::StrongSwan, Family::V4, "aes256-sha256-modp3072", auth, NAT);
+}
+
+#[test]
+fn psk_across_a_real_nat() {
+    case_with(Initiator::StrongSwan, Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, NAT);
+}
+
+const NAT: Tuning = Tuning {
+    gateway: "",
+    dataplane: "",
+    connection: "",
+    child: "",
+    children: "",
+    charon_children: "",
+    tun_addresses: "",
+    charon_connections: "",
+    charon_secrets: "",
+    nat: true,
+    psk_files: &[],
+};
 
 /// Who starts a rekey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
