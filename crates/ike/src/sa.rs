@@ -499,6 +499,22 @@ impl Core {
         }
     }
 
+    /// Opens a received encrypted message or fragment ([`sk::open`]), counting the messages
+    /// put together from fragments.
+    fn open<E: Enclave>(
+        &mut self,
+        ctx: &mut Ctx<'_, E>,
+        ike: IkeSaHandle,
+        datagram: &[u8],
+        message: &Message,
+    ) -> Result<Opened, OpenError> {
+        let opened = sk::open(ctx.enclave, ike, datagram, message, &mut self.fragments, ctx.now);
+        if matches!(opened, Ok(Opened::Whole(_))) && message.encrypted_fragment().is_some() {
+            ctx.out.counters.reassembled += 1;
+        }
+        opened
+    }
+
     /// The largest message one datagram between `to` carries, where we send fragments.
     fn fragment_at<E: Enclave>(&self, ctx: &Ctx<'_, E>, to: (SocketAddr, SocketAddr)) -> Option<usize> {
         self.fragments.send.then(|| fragment::max_message(ctx.config.fragment_size, to.0, to.1))
@@ -1139,11 +1155,8 @@ impl IkeSa {
             ctx.out.counters.drop(DropReason::UnexpectedResponse);
             return;
         };
-        let inner = match sk::open(ctx.enclave, ike, datagram, message, &mut self.core.fragments, ctx.now) {
-            Ok(Opened::Whole(inner)) => {
-                ctx.out.counters.reassembled += u64::from(message.encrypted_fragment().is_some());
-                inner
-            }
+        let inner = match self.core.open(ctx, ike, datagram, message) {
+            Ok(Opened::Whole(inner)) => inner,
             Ok(Opened::Waiting) => {
                 self.state = state;
                 return;
@@ -1197,11 +1210,8 @@ impl IkeSa {
             ctx.out.counters.drop(DropReason::OutOfWindow);
             return;
         }
-        let inner = match sk::open(ctx.enclave, ike, datagram, message, &mut self.core.fragments, ctx.now) {
-            Ok(Opened::Whole(inner)) => {
-                ctx.out.counters.reassembled += u64::from(message.encrypted_fragment().is_some());
-                inner
-            }
+        let inner = match self.core.open(ctx, ike, datagram, message) {
+            Ok(Opened::Whole(inner)) => inner,
             Ok(Opened::Waiting) => return,
             Err(OpenError::Fragment(reason)) => {
                 ctx.out.counters.drop(reason);
