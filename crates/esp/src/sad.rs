@@ -44,19 +44,7 @@ impl core::fmt::Display for OutboundSaId {
     }
 }
 
-/// How ESP travels between the tunnel endpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Encapsulation {
-    /// Directly in IP, protocol 50 (RFC 4303).
-    Esp,
-    /// In UDP (RFC 3948), e.g. behind a NAT: usually port 4500 on both sides.
-    Udp {
-        /// Our UDP port.
-        local_port: u16,
-        /// The peer's UDP port (as seen after its NAT).
-        remote_port: u16,
-    },
-}
+pub use wire::udp_encap::Encapsulation;
 
 /// One set of limits; `None` is unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use esp::{
-    AddressRange, Encapsulation, Lifetime, LifetimeLimits, OutboundSaId, Policy, PolicyAction, PolicyId,
-    PolicySelector, PortRange, SaConfig, TrafficSelector,
+    AddressRange, Lifetime, LifetimeLimits, OutboundSaId, Policy, PolicyAction, PolicyId, PolicySelector,
+    PortRange, SaConfig, TrafficSelector,
 };
 use ike::{ChildSa, OutboundSwitch, SaId};
 
@@ -70,10 +70,7 @@ fn sa_config(child: &ChildSa, inbound: bool, window: u32) -> Option<SaConfig> {
     if inbound {
         c.replay_window = window;
     }
-    c.encapsulation = match child.encapsulation {
-        ike::Encapsulation::None => Encapsulation::Esp,
-        ike::Encapsulation::Udp { local_port, remote_port } => Encapsulation::Udp { local_port, remote_port },
-    };
+    c.encapsulation = child.encapsulation;
     c.local_selectors = child.local_ts.iter().map(esp_ts).collect::<Option<_>>()?;
     c.remote_selectors = child.remote_ts.iter().map(esp_ts).collect::<Option<_>>()?;
     // Soft expiry asks the engine to rekey; hard expiry stops traffic and deletes it.
@@ -445,7 +442,7 @@ mod tests {
             esn: false,
             local_ts: vec![any],
             remote_ts: vec![any],
-            encapsulation: ike::Encapsulation::None,
+            encapsulation: ike::Encapsulation::Esp,
             local: "198.18.0.1:500".parse().unwrap(),
             remote: "198.18.0.2:500".parse().unwrap(),
             rekey_time: std::time::Duration::from_secs(3000),

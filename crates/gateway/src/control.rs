@@ -236,7 +236,7 @@ pub(crate) fn list<E: Enclave + 'static>(
         for c in children.iter().filter(|c| c.ike == sa.id()) {
             let ch = &c.child;
             let mode = match ch.encapsulation {
-                ike::Encapsulation::None => "TUNNEL",
+                ike::Encapsulation::Esp => "TUNNEL",
                 ike::Encapsulation::Udp { .. } => "TUNNEL-in-UDP",
             };
             let state = if c.outbound.is_some() { "INSTALLED" } else { "REKEYED" };

@@ -168,7 +168,7 @@ pub(crate) fn take<E: Enclave + 'static>(
                             name: ch.name.clone(),
                             state: if c.outbound.is_some() { "installed" } else { "rekeyed" },
                             mode: match ch.encapsulation {
-                                ike::Encapsulation::None => "tunnel",
+                                ike::Encapsulation::Esp => "tunnel",
                                 ike::Encapsulation::Udp { .. } => "tunnel-in-udp",
                             },
                             esp: format!("{:?}{}", ch.suite, if ch.esn { "/ESN" } else { "" }),

@@ -28,19 +28,9 @@ pub struct Transmit {
     pub contents: Vec<u8>,
 }
 
-/// How a child SA's ESP packets travel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Encapsulation {
-    /// Raw ESP (IP protocol 50).
-    None,
-    /// ESP in UDP (RFC 3948), because NAT detection found a NAT or `encap` forced it.
-    Udp {
-        /// Our port (4500).
-        local_port: u16,
-        /// The peer's port (4500, or what its NAT mapped it to).
-        remote_port: u16,
-    },
-}
+/// How a child SA's ESP packets travel: in UDP when NAT detection found a NAT or `encap`
+/// forced it.
+pub use wire::udp_encap::Encapsulation;
 
 /// A negotiated child SA: everything the ESP data plane needs, with enclave handles for
 /// the keys.

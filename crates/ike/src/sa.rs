@@ -681,7 +681,7 @@ impl Core {
         if self.nat.any() {
             Encapsulation::Udp { local_port: self.local.port(), remote_port: self.remote.port() }
         } else {
-            Encapsulation::None
+            Encapsulation::Esp
         }
     }
 

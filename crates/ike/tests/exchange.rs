@@ -103,7 +103,7 @@ fn the_four_interop_suites_establish_and_their_child_keys_agree() {
         assert_eq!((ci.spi_inbound, ci.spi_outbound), (cr.spi_outbound, cr.spi_inbound));
         assert_eq!((ci.suite, cr.suite), (esp_suite, esp_suite));
         assert_eq!(ci.esn, esp.ends_with("-esn"));
-        assert_eq!(ci.encapsulation, Encapsulation::None);
+        assert_eq!(ci.encapsulation, Encapsulation::Esp);
         // Narrowing: the responder allowed 198.18.0.0/16 for the initiator's side.
         assert_eq!(ci.local_ts, cr.remote_ts);
         assert_eq!(ci.remote_ts, cr.local_ts);

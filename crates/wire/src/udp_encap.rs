@@ -11,6 +11,21 @@ pub const PORT: u16 = 4500;
 /// Four zero bytes in the SPI's place, marking an IKE message (RFC 3948 §2.2).
 pub const NON_ESP_MARKER: [u8; 4] = [0; 4];
 
+/// How ESP travels between two tunnel endpoints: the one definition the IKE engine
+/// negotiates (NAT detection, RFC 7296 §2.23) and the ESP data plane sends by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Encapsulation {
+    /// Directly in IP, protocol 50 (RFC 4303).
+    Esp,
+    /// In UDP (RFC 3948), behind a NAT or when forced: usually port 4500 on both sides.
+    Udp {
+        /// Our UDP port.
+        local_port: u16,
+        /// The peer's UDP port (as seen after its NAT).
+        remote_port: u16,
+    },
+}
+
 /// The one-byte NAT-keepalive payload (RFC 3948 §2.3).
 pub const NAT_KEEPALIVE: [u8; 1] = [0xff];
 

@@ -404,7 +404,7 @@ impl CarriedIkeSa {
                 remote_ts: selectors(&c.remote_ts)?,
                 encapsulation: match c.udp {
                     Some((local_port, remote_port)) => Encapsulation::Udp { local_port, remote_port },
-                    None => Encapsulation::None,
+                    None => Encapsulation::Esp,
                 },
                 local: c.local,
                 remote: c.remote,
@@ -557,7 +557,7 @@ impl IkeSa {
                     remote_ts: k.remote_ts.iter().map(CarriedTs::of).collect(),
                     udp: match k.encapsulation {
                         Encapsulation::Udp { local_port, remote_port } => Some((local_port, remote_port)),
-                        Encapsulation::None => None,
+                        Encapsulation::Esp => None,
                     },
                     local: k.local,
                     remote: k.remote,
