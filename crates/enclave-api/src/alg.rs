@@ -4,7 +4,12 @@
 //! uses these types freely, e.g. to lay out an SK payload or an ESP packet before the enclave
 //! fills it ([`Suite::sk_layout`], [`Suite::esp_overhead`]).
 
-/// Diffie-Hellman groups (IKEv2 Transform Type 4).
+/// Key exchange methods (IKEv2 Transform Types 4 and, RFC 9370, 6..=12): Diffie-Hellman
+/// groups and the ML-KEM key encapsulation mechanisms (FIPS 203).
+///
+/// A DH group's two public values have one length. A KEM's do not: the initiator sends an
+/// encapsulation key ([`Self::public_len`]), the responder a ciphertext made to it
+/// ([`Self::response_len`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DhGroup {
     /// 2048-bit MODP group (RFC 3526 §3), ID 14.
@@ -17,6 +22,10 @@ pub enum DhGroup {
     EcpP384,
     /// Curve25519 (RFC 8031), ID 31.
     Curve25519,
+    /// ML-KEM-768 (FIPS 203; draft-ietf-ipsecme-ikev2-mlkem), ID 36.
+    MlKem768,
+    /// ML-KEM-1024 (FIPS 203; draft-ietf-ipsecme-ikev2-mlkem), ID 37.
+    MlKem1024,
 }
 
 impl DhGroup {
@@ -28,6 +37,8 @@ impl DhGroup {
             Self::EcpP256 => 19,
             Self::EcpP384 => 20,
             Self::Curve25519 => 31,
+            Self::MlKem768 => 36,
+            Self::MlKem1024 => 37,
         }
     }
 
@@ -39,11 +50,14 @@ impl DhGroup {
             19 => Some(Self::EcpP256),
             20 => Some(Self::EcpP384),
             31 => Some(Self::Curve25519),
+            36 => Some(Self::MlKem768),
+            37 => Some(Self::MlKem1024),
             _ => None,
         }
     }
 
-    /// Length of the Key Exchange Data (the public value) in bytes.
+    /// Length of the initiator's Key Exchange Data in bytes: the public value, or a KEM's
+    /// encapsulation key.
     pub const fn public_len(self) -> usize {
         match self {
             Self::Modp2048 => 256,
@@ -51,7 +65,24 @@ impl DhGroup {
             Self::EcpP256 => 64,
             Self::EcpP384 => 96,
             Self::Curve25519 => 32,
+            Self::MlKem768 => 1184,
+            Self::MlKem1024 => 1568,
         }
+    }
+
+    /// Length of the responder's Key Exchange Data in bytes: the public value, or a KEM's
+    /// ciphertext.
+    pub const fn response_len(self) -> usize {
+        match self {
+            Self::MlKem768 => 1088,
+            Self::MlKem1024 => 1568,
+            g => g.public_len(),
+        }
+    }
+
+    /// Whether this is a KEM (the responder's value depends on the initiator's).
+    pub const fn is_kem(self) -> bool {
+        matches!(self, Self::MlKem768 | Self::MlKem1024)
     }
 
     /// Length of the shared secret g^ir in bytes.
@@ -62,6 +93,7 @@ impl DhGroup {
             Self::EcpP256 => 32,
             Self::EcpP384 => 48,
             Self::Curve25519 => 32,
+            Self::MlKem768 | Self::MlKem1024 => 32,
         }
     }
 }
@@ -482,9 +514,15 @@ mod tests {
 
     #[test]
     fn ids_round_trip() {
-        for g in
-            [DhGroup::Modp2048, DhGroup::Modp3072, DhGroup::EcpP256, DhGroup::EcpP384, DhGroup::Curve25519]
-        {
+        for g in [
+            DhGroup::Modp2048,
+            DhGroup::Modp3072,
+            DhGroup::EcpP256,
+            DhGroup::EcpP384,
+            DhGroup::Curve25519,
+            DhGroup::MlKem768,
+            DhGroup::MlKem1024,
+        ] {
             assert_eq!(DhGroup::from_id(g.id()), Some(g));
         }
         assert_eq!(Cipher::from_id(20, 256), Some(Cipher::AesGcm16_256));

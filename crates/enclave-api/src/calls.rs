@@ -206,14 +206,40 @@ fn dh_generate(group: $crate::DhGroup, #[out] public_out: &mut [u8]) -> $crate::
 call DH_DELETE = 9
 fn dh_delete(dh: $crate::DhHandle) -> ();
 
+/// The responder's value of a key exchange whose initiator sent `peer_public`: for a DH
+/// group a fresh private value (as [`Self::dh_generate`]; `peer_public` is checked in the
+/// agreement); for a KEM the encapsulation to `peer_public` (its ciphertext into
+/// `public_out`, exactly [`crate::DhGroup::response_len`] bytes), whose shared secret only an
+/// agreement with that same `peer_public` yields.
+call KE_RESPOND = 43
+fn ke_respond(group: $crate::DhGroup, peer_public: &[u8], #[out] public_out: &mut [u8]) -> $crate::DhHandle;
+
+/// An additional key exchange of IKE_SA_INIT, done in IKE_INTERMEDIATE (RFC 9370 §2.2.2),
+/// before any AUTH of this IKE SA was computed or verified: checks that `exchange` is this
+/// SA's next IKE_INTERMEDIATE (its SPIs, a message ID above the last one's, its
+/// IKE_SA_INIT's nonces) and that its request and response each carry exactly one KE
+/// payload, with the two values the agreement `ke` uses; computes the RFC 9242 IntAuth
+/// chains over both messages with the current SK_pi/SK_pr; agrees (consuming `ke.dh`)
+/// and derives all keys anew: SKEYSEED = prf(SK_d, SK(n) | Ni | Nr), SK_* = prf+(SKEYSEED,
+/// Ni | Nr | SPIi | SPIr). Protect the exchange's messages before this call (with the
+/// keys they were sent under). Every AUTH of the SA then also covers
+/// `IntAuth_i | IntAuth_r | IKE_AUTH_MID` (the IKE_AUTH request's message ID is the last
+/// IKE_INTERMEDIATE's plus one).
+call IKE_SA_INTERMEDIATE = 44
+fn ike_sa_intermediate(
+    ike: $crate::IkeSaHandle,
+    ke: $crate::DhExchange<'_>,
+    exchange: &$crate::IntermediateExchange<'_>
+) -> ();
+
 /// IKE_SA_INIT done: agrees on g^ir (consuming `dh`), derives SKEYSEED and
 /// SK_d, SK_ai, SK_ar, SK_ei, SK_er, SK_pi, SK_pr (RFC 7296 §2.14). SKEYSEED and g^ir
 /// are never stored.
 call IKE_SA_CREATE = 10
 fn ike_sa_create(dh: $crate::DhExchange<'_>, params: &$crate::IkeSaParams<'_>) -> $crate::IkeSaHandle;
 
-/// The responder's key work for IKE_SA_INIT in one call: a fresh DH value of `group`
-/// (its public value into `public_out`, as [`Self::dh_generate`]), agreed with
+/// The responder's key work for IKE_SA_INIT in one call: its value of `group` (into
+/// `public_out`, as [`Self::ke_respond`]), agreed with
 /// `peer_public` into a new IKE SA (as [`Self::ike_sa_create`]).
 composite IKE_SA_RESPOND = 39
 fn ike_sa_respond(
@@ -222,7 +248,7 @@ fn ike_sa_respond(
     #[out] public_out: &mut [u8],
     params: &$crate::IkeSaParams<'_>
 ) -> $crate::IkeSaHandle = |this| {
-    let dh = this.dh_generate(group, public_out)?;
+    let dh = this.ke_respond(group, peer_public, public_out)?;
     this.ike_sa_create($crate::DhExchange { dh, peer_public }, params)
 };
 

@@ -351,6 +351,12 @@ pub mod refusal {
     /// An AUTH input that is not this IKE SA's IKE_SA_INIT: another message, other SPIs,
     /// KE or Nonce payloads other than those its keys came from, or the wrong peer nonce.
     pub const NOT_THE_TRANSCRIPT: &str = "the AUTH input is not this IKE SA's IKE_SA_INIT";
+    /// An IKE_INTERMEDIATE exchange that is not this IKE SA's next one, or whose KE payloads
+    /// are not the values of the agreement ([`crate::Enclave::ike_sa_intermediate`]).
+    pub const NOT_THE_INTERMEDIATE: &str = "the exchange is not this IKE SA's next IKE_INTERMEDIATE";
+    /// An additional key exchange once AUTH was computed or verified: keys change only
+    /// before IKE_AUTH.
+    pub const AUTH_STARTED: &str = "the IKE SA's AUTH was computed or verified already";
     /// A sealed IKE SA state restored while an IKE SA with its SPIs is live here.
     pub const IKE_SA_LIVE: &str = "an IKE SA with these SPIs is live in this instance";
     /// The stated role is not the one the enclave's nonce holds in the exchange.

@@ -16,6 +16,23 @@ pub struct DhExchange<'a> {
     pub peer_public: &'a [u8],
 }
 
+/// One IKE_INTERMEDIATE exchange that carries an additional key exchange of IKE_SA_INIT
+/// (RFC 9370 §2.2.2), for [`crate::Enclave::ike_sa_intermediate`]. The messages come in
+/// the form RFC 9242 §3.3.2 authenticates (`IntAuth_[i|r]*A | IntAuth_[i|r]*P`): the IKE
+/// header and the Encrypted payload's header, their lengths counting the inner payloads
+/// only, then the inner payloads in plaintext; as if unfragmented.
+#[derive(Debug, Clone, Copy)]
+pub struct IntermediateExchange<'a> {
+    /// Ni of the IKE SA's IKE_SA_INIT.
+    pub nonce_i: &'a [u8],
+    /// Nr of the IKE SA's IKE_SA_INIT.
+    pub nonce_r: &'a [u8],
+    /// The initiator's IKE_INTERMEDIATE request, as described above.
+    pub request: &'a [u8],
+    /// The responder's IKE_INTERMEDIATE response, as described above.
+    pub response: &'a [u8],
+}
+
 /// Everything public that an IKE SA's key derivation needs (RFC 7296 §2.14, §2.18).
 #[derive(Debug, Clone, Copy)]
 pub struct IkeSaParams<'a> {

@@ -33,7 +33,8 @@ pub use esp::{BatchSummary, EspDescriptor, EspOpcode, EspSaParams, EspStatus, ES
 pub use handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 pub use ike::{
     AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
-    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind, SealedBlob,
+    IkeSaParams, IntermediateExchange, OurAuth, PeerAuthCheck, PeerCredential, PublicKey, PublicKeyKind,
+    SealedBlob,
 };
 pub use provision::{seal_format, ProvisioningOffer};
 pub use report::{

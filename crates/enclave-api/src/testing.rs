@@ -9,7 +9,10 @@
 
 use crate::alg::{AuthMethod, DhGroup, Prf, Role, Suite};
 use crate::handle::{IkeSaHandle, SecretHandle};
-use crate::ike::{AuthInput, AuthSpec, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, PeerCredential};
+use crate::ike::{
+    AuthInput, AuthSpec, ChildSaPair, ChildSaParams, DhExchange, IkeSaParams, IntermediateExchange,
+    PeerCredential,
+};
 use crate::{Enclave, Result, IKE_NONCE_LEN};
 
 /// An IKE SA between `a` (the initiator) and `b`, and the IKE_SA_INIT it came from.
@@ -84,6 +87,31 @@ impl Handshake {
         AuthInput { real_message: &self.msg2, peer_nonce: &self.ni, id_body: id }
     }
 
+    /// One additional key exchange of `group` (RFC 9370) in IKE_INTERMEDIATE message `mid`,
+    /// `a` initiating: both enclaves' keys change, and their AUTHs cover the exchange.
+    pub fn additional_ke(
+        &self,
+        a: &mut (impl Enclave + ?Sized),
+        b: &mut (impl Enclave + ?Sized),
+        group: DhGroup,
+        mid: u32,
+    ) -> Result<()> {
+        let mut ke_a = vec![0u8; group.public_len()];
+        let dh_a = a.dh_generate(group, &mut ke_a)?;
+        let mut ke_b = vec![0u8; group.response_len()];
+        let dh_b = b.ke_respond(group, &ke_a, &mut ke_b)?;
+        let request = intermediate_message(self.spi_i, self.spi_r, false, mid, group, &ke_a);
+        let response = intermediate_message(self.spi_i, self.spi_r, true, mid, group, &ke_b);
+        let exchange = |_| IntermediateExchange {
+            nonce_i: &self.ni,
+            nonce_r: &self.nr,
+            request: &request,
+            response: &response,
+        };
+        b.ike_sa_intermediate(self.ike_b, DhExchange { dh: dh_b, peer_public: &ke_a }, &exchange(()))?;
+        a.ike_sa_intermediate(self.ike_a, DhExchange { dh: dh_a, peer_public: &ke_b }, &exchange(()))
+    }
+
     /// IKE_AUTH's AUTH payloads over a pre-shared key both enclaves hold (`psk_a` in `a`,
     /// `psk_b` in `b`): `a`'s verified at `b`, then `b`'s at `a`, as the engine does.
     pub fn authenticate_psk(
@@ -153,6 +181,37 @@ pub fn sa_init_message(
     m.extend_from_slice(&[0, 0]);
     m.extend_from_slice(&len16(4 + nonce.len()));
     m.extend_from_slice(nonce);
+    let len = u32::try_from(m.len()).unwrap_or(u32::MAX);
+    m[24..28].copy_from_slice(&len.to_be_bytes());
+    m
+}
+
+/// An IKE_INTERMEDIATE message in the form RFC 9242 §3.3.2 authenticates (IKE header and
+/// Encrypted payload header, their lengths those of this form, then the inner payloads in
+/// plaintext): one KE payload of `group` with `ke`.
+pub fn intermediate_message(
+    spi_i: u64,
+    spi_r: u64,
+    response: bool,
+    mid: u32,
+    group: DhGroup,
+    ke: &[u8],
+) -> Vec<u8> {
+    let flags = if response { 0x20 } else { 0x08 };
+    let len16 = |n: usize| u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes();
+    let mut m = Vec::new();
+    m.extend_from_slice(&spi_i.to_be_bytes());
+    m.extend_from_slice(&spi_r.to_be_bytes());
+    m.extend_from_slice(&[46, 0x20, 43, flags]);
+    m.extend_from_slice(&mid.to_be_bytes());
+    m.extend_from_slice(&[0, 0, 0, 0]);
+    m.extend_from_slice(&[34, 0]);
+    m.extend_from_slice(&len16(4 + 8 + ke.len()));
+    m.extend_from_slice(&[0, 0]);
+    m.extend_from_slice(&len16(8 + ke.len()));
+    m.extend_from_slice(&group.id().to_be_bytes());
+    m.extend_from_slice(&[0, 0]);
+    m.extend_from_slice(ke);
     let len = u32::try_from(m.len()).unwrap_or(u32::MAX);
     m[24..28].copy_from_slice(&len.to_be_bytes());
     m

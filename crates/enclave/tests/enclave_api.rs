@@ -913,3 +913,113 @@ fn attestation_evidence_verifies_with_the_platform_key() {
     let v = verify_software_evidence(&ev.bytes, &anchor, identity, &rd).unwrap();
     assert_eq!((v.measurement, v.tenant), (expected, TenantId(9)));
 }
+
+/// RFC 9370 hybrid: X25519 in IKE_SA_INIT, ML-KEM in IKE_INTERMEDIATE. Both sides' keys
+/// change alike (SK payloads still open), and AUTH covers the exchange: an initiator that
+/// skipped it, or saw another, no longer authenticates to the responder.
+#[test]
+fn additional_key_exchanges_change_the_keys_and_bind_auth() {
+    let suite = Suite::aead(Cipher::AesGcm16_256);
+    for groups in [&[DhGroup::MlKem768][..], &[DhGroup::MlKem1024], &[DhGroup::MlKem768, DhGroup::EcpP384]] {
+        let (mut i, mut r) = (start(1), start(1));
+        let h = enclave_api::testing::ike_sa_init(
+            &mut i,
+            &mut r,
+            DhGroup::Curve25519,
+            Prf::HmacSha256,
+            suite,
+            (7, 9),
+        )
+        .unwrap();
+        for (mid, g) in (1..).zip(groups) {
+            h.additional_ke(&mut i, &mut r, *g, mid).unwrap();
+        }
+        sk_round_trip(&mut i, h.ike_a, &mut r, h.ike_b, suite);
+        sk_round_trip(&mut r, h.ike_b, &mut i, h.ike_a, suite);
+        let (psk_i, psk_r) = (support::psk(&mut i, PROV_KEY), support::psk(&mut r, PROV_KEY));
+        h.authenticate_psk(&mut i, &mut r, psk_i, psk_r).unwrap();
+        // Keys change only before AUTH.
+        let again = h.additional_ke(&mut i, &mut r, DhGroup::MlKem768, 9);
+        assert_eq!(again, Err(Error::ProtocolRefused { why: refusal::AUTH_STARTED }));
+    }
+    // The responder did an intermediate exchange the initiator's enclave never saw.
+    let (mut i, mut r) = (start(1), start(1));
+    let h = enclave_api::testing::ike_sa_init(
+        &mut i,
+        &mut r,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
+        suite,
+        (7, 9),
+    )
+    .unwrap();
+    let mut i2 = start(1);
+    let mut ek = vec![0u8; DhGroup::MlKem768.public_len()];
+    let dh = i2.dh_generate(DhGroup::MlKem768, &mut ek).unwrap();
+    let mut ct = vec![0u8; DhGroup::MlKem768.response_len()];
+    let dh_r = r.ke_respond(DhGroup::MlKem768, &ek, &mut ct).unwrap();
+    let msg =
+        |resp, ke: &[u8]| enclave_api::testing::intermediate_message(7, 9, resp, 1, DhGroup::MlKem768, ke);
+    let (req, resp) = (msg(false, &ek), msg(true, &ct));
+    let x = IntermediateExchange { nonce_i: &h.ni, nonce_r: &h.nr, request: &req, response: &resp };
+    r.ike_sa_intermediate(h.ike_b, DhExchange { dh: dh_r, peer_public: &ek }, &x).unwrap();
+    let _ = dh;
+    let (psk_i, psk_r) = (support::psk(&mut i, PROV_KEY), support::psk(&mut r, PROV_KEY));
+    assert!(h.authenticate_psk(&mut i, &mut r, psk_i, psk_r).is_err());
+}
+
+/// What a hostile caller cannot make `ike_sa_intermediate` do: take KE payloads other than
+/// the agreement's values, go back to an earlier message ID, use another SA's nonces or
+/// SPIs, or run on an SA that never authenticates (a rekeyed one).
+#[test]
+fn intermediate_exchanges_are_checked_against_the_sa_and_the_agreement() {
+    let suite = Suite::aead(Cipher::AesGcm16_128);
+    let g = DhGroup::MlKem768;
+    let (mut i, mut r) = (start(1), start(1));
+    let h = enclave_api::testing::ike_sa_init(
+        &mut i,
+        &mut r,
+        DhGroup::Curve25519,
+        Prf::HmacSha256,
+        suite,
+        (7, 9),
+    )
+    .unwrap();
+    let refused = Err(Error::ProtocolRefused { why: refusal::NOT_THE_INTERMEDIATE });
+    let mut ek = vec![0u8; g.public_len()];
+    let mut ct = vec![0u8; g.response_len()];
+    let dh = i.dh_generate(g, &mut ek).unwrap();
+    let dh_r = r.ke_respond(g, &ek, &mut ct).unwrap();
+    let msg = |spis: (u64, u64), resp, mid, ke: &[u8]| {
+        enclave_api::testing::intermediate_message(spis.0, spis.1, resp, mid, g, ke)
+    };
+    let good = (msg((7, 9), false, 1, &ek), msg((7, 9), true, 1, &ct));
+    let mut other_ct = ct.clone();
+    other_ct[5] ^= 1;
+    type Case<'a> = ((Vec<u8>, Vec<u8>), &'a [u8], &'a [u8]);
+    let cases: Vec<Case<'_>> = vec![
+        // KE data other than what was agreed, in the response or the request.
+        ((good.0.clone(), msg((7, 9), true, 1, &other_ct)), &h.ni, &h.nr),
+        ((msg((7, 9), false, 1, &other_ct[..]), good.1.clone()), &h.ni, &h.nr),
+        // Message ID 0 (IKE_SA_INIT's), IDs that differ, other SPIs, another SA's nonce.
+        ((msg((7, 9), false, 0, &ek), msg((7, 9), true, 0, &ct)), &h.ni, &h.nr),
+        ((msg((7, 9), false, 1, &ek), msg((7, 9), true, 2, &ct)), &h.ni, &h.nr),
+        ((msg((7, 8), false, 1, &ek), msg((7, 8), true, 1, &ct)), &h.ni, &h.nr),
+        (good.clone(), &h.nr, &h.ni),
+        // Request and response swapped; cut short.
+        ((good.1.clone(), good.0.clone()), &h.ni, &h.nr),
+        ((good.0[..good.0.len() - 1].to_vec(), good.1.clone()), &h.ni, &h.nr),
+    ];
+    for ((req, resp), ni, nr) in &cases {
+        let x = IntermediateExchange { nonce_i: ni, nonce_r: nr, request: req, response: resp };
+        assert_eq!(i.ike_sa_intermediate(h.ike_a, DhExchange { dh, peer_public: &ct }, &x), refused);
+    }
+    // The good exchange goes through on both sides, once; the same message ID again does not.
+    let x = IntermediateExchange { nonce_i: &h.ni, nonce_r: &h.nr, request: &good.0, response: &good.1 };
+    i.ike_sa_intermediate(h.ike_a, DhExchange { dh, peer_public: &ct }, &x).unwrap();
+    r.ike_sa_intermediate(h.ike_b, DhExchange { dh: dh_r, peer_public: &ek }, &x).unwrap();
+    let dh2 = i.dh_generate(g, &mut ek).unwrap();
+    let replay = IntermediateExchange { nonce_i: &h.ni, nonce_r: &h.nr, request: &good.0, response: &good.1 };
+    assert_eq!(i.ike_sa_intermediate(h.ike_a, DhExchange { dh: dh2, peer_public: &ct }, &replay), refused);
+    sk_round_trip(&mut i, h.ike_a, &mut r, h.ike_b, suite);
+}

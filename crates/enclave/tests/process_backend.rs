@@ -884,3 +884,28 @@ fn merged_ike_auth_calls_match_the_separate_ones() {
     let si = i.sk_encrypt_establish(t.ike_i, &mut msg_i, aad_len, payloads.len()).unwrap();
     assert_eq!((si.sk_d.0.len(), si.state.0.len()), (s.sk_d.0.len(), s.state.0.len()));
 }
+
+/// ML-KEM runs inside the hardened enclave process (its seccomp filter allows what AWS-LC
+/// needs): a hybrid exchange with an inline peer, each side once the initiator, then AUTH.
+#[test]
+fn a_hybrid_key_exchange_crosses_both_ways() {
+    for (group, process_initiates) in [(DhGroup::MlKem768, true), (DhGroup::MlKem1024, false)] {
+        let (mut p, _) = start_process(1);
+        let mut i = start_inline(1);
+        let (a, b): (&mut dyn Enclave, &mut dyn Enclave) =
+            if process_initiates { (&mut p, &mut i) } else { (&mut i, &mut p) };
+        let h = enclave_api::testing::ike_sa_init(
+            a,
+            b,
+            DhGroup::Curve25519,
+            Prf::HmacSha256,
+            SUITE,
+            (0x7111, 0x7222),
+        )
+        .unwrap();
+        h.additional_ke(a, b, group, 1).unwrap();
+        assert_eq!(sk_across(a, h.ike_a, b, h.ike_b).unwrap(), b"INFORMATIONAL request after the restart");
+        let (psk_a, psk_b) = (support::psk(a, PROV_KEY), support::psk(b, PROV_KEY));
+        h.authenticate_psk(a, b, psk_a, psk_b).unwrap();
+    }
+}

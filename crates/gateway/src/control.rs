@@ -195,6 +195,8 @@ fn prf_group_name(prf: enclave::Prf, group: enclave::DhGroup) -> String {
         DhGroup::EcpP256 => "ECP_256",
         DhGroup::EcpP384 => "ECP_384",
         DhGroup::Curve25519 => "CURVE_25519",
+        DhGroup::MlKem768 => "ML_KEM_768",
+        DhGroup::MlKem1024 => "ML_KEM_1024",
     };
     format!("{p}/{g}")
 }

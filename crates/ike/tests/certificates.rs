@@ -528,6 +528,22 @@ impl Enclave for TamperingEnclave {
     fn dh_delete(&mut self, dh: DhHandle) -> enclave_core::Result<()> {
         self.0.dh_delete(dh)
     }
+    fn ke_respond(
+        &mut self,
+        group: DhGroup,
+        peer_public: &[u8],
+        public_out: &mut [u8],
+    ) -> enclave_core::Result<DhHandle> {
+        self.0.ke_respond(group, peer_public, public_out)
+    }
+    fn ike_sa_intermediate(
+        &mut self,
+        ike: IkeSaHandle,
+        ke: DhExchange<'_>,
+        exchange: &enclave_core::IntermediateExchange<'_>,
+    ) -> enclave_core::Result<()> {
+        self.0.ike_sa_intermediate(ike, ke, exchange)
+    }
     fn ike_sa_create(
         &mut self,
         dh: DhExchange<'_>,

@@ -16,7 +16,7 @@ use crate::esp::EspSaParams;
 use crate::handle::{DhHandle, EspSaHandle, IkeSaHandle, SecretHandle};
 use crate::ike::{
     AuthAnswered, AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal,
-    IkeSaParams, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
+    IkeSaParams, IntermediateExchange, OurAuth, PeerAuthCheck, PeerCredential, SealedBlob,
 };
 use crate::migration::DestinationKey;
 use crate::provision::ProvisioningOffer;
@@ -159,6 +159,20 @@ borrowed_arg!(by_ref IkeSaParams, |s, w| codec::put_ike_params(w, s), |r| codec:
 borrowed_arg!(by_ref ChildSaParams, |s, w| codec::put_child_params(w, s), |r| codec::get_child_params(r));
 borrowed_arg!(by_ref AuthInput, |s, w| codec::put_auth_input(w, s), |r| codec::get_auth_input(r));
 borrowed_arg!(by_ref OurAuth, |s, w| put_our_auth(w, s), |r| get_our_auth(r));
+borrowed_arg!(by_ref IntermediateExchange, |s, w| put_intermediate(w, s), |r| get_intermediate(r));
+
+fn put_intermediate(w: &mut Writer, x: &IntermediateExchange<'_>) {
+    w.bytes(x.nonce_i).bytes(x.nonce_r).bytes(x.request).bytes(x.response);
+}
+
+fn get_intermediate<'a>(r: &mut Reader<'a>) -> Result<IntermediateExchange<'a>, Malformed> {
+    Ok(IntermediateExchange {
+        nonce_i: r.bytes()?,
+        nonce_r: r.bytes()?,
+        request: r.bytes()?,
+        response: r.bytes()?,
+    })
+}
 
 fn put_our_auth(w: &mut Writer, o: &OurAuth<'_>) {
     w.u32(o.credential.0);

@@ -142,6 +142,17 @@ impl Enclave for MockEnclave {
     fn dh_generate(&mut self, _: DhGroup, _: &mut [u8]) -> Result<DhHandle> {
         unsupported()
     }
+    fn ke_respond(&mut self, _: DhGroup, _: &[u8], _: &mut [u8]) -> Result<DhHandle> {
+        unsupported()
+    }
+    fn ike_sa_intermediate(
+        &mut self,
+        _: IkeSaHandle,
+        _: DhExchange<'_>,
+        _: &enclave_api::IntermediateExchange<'_>,
+    ) -> Result<()> {
+        unsupported()
+    }
     fn dh_delete(&mut self, dh: DhHandle) -> Result<()> {
         Err(Error::UnknownHandle { kind: HandleKind::Dh, handle: dh.0 })
     }

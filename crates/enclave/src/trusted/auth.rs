@@ -231,7 +231,7 @@ fn ecdsa_der_to_fixed(der_sig: &[u8], n: usize) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// `real_message | peer_nonce | prf(SK_px, IDx')` where x is the signer.
+/// `real_message | peer_nonce | prf(SK_px, IDx') [| IntAuth]` where x is the signer.
 fn signed_octets(sa: &IkeSa, signer: Role, input: &AuthInput<'_>) -> Result<Zeroizing<Vec<u8>>> {
     let keys = sa.sk_p.as_ref().ok_or(Error::KeyCleared { what: "SK_pi/SK_pr" })?;
     let sk_p = match signer {
@@ -244,6 +244,10 @@ fn signed_octets(sa: &IkeSa, signer: Role, input: &AuthInput<'_>) -> Result<Zero
     v.extend_from_slice(input.real_message);
     v.extend_from_slice(input.peer_nonce);
     v.extend_from_slice(maced.get(..n).unwrap_or(&[]));
+    // RFC 9242 §3.3.2: after IKE_INTERMEDIATE exchanges, `| IntAuth`.
+    if let Some(int) = sa.transcript.as_ref().and_then(|t| t.intermediate.as_ref()) {
+        v.extend_from_slice(&int.octets());
+    }
     Ok(Zeroizing::new(v))
 }
 

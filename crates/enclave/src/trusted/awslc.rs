@@ -1,5 +1,5 @@
-//! The two Diffie-Hellman primitives the enclave takes from AWS-LC (through `aws-lc-sys`):
-//! X25519 and constant-time modular exponentiation.
+//! The primitives the enclave takes from AWS-LC (through `aws-lc-sys`): X25519,
+//! constant-time modular exponentiation, and ML-KEM (FIPS 203).
 //!
 //! Why a second crypto library: an IKE SA costs each side one key generation and one
 //! agreement, and on this project's machines AWS-LC's assembly (s2n-bignum's X25519, the
@@ -35,6 +35,177 @@ pub(crate) fn x25519(private: &[u8; 32], peer: &[u8; 32]) -> Option<Zeroizing<[u
     // returns 0 exactly when the result is all zeros.
     let ok = unsafe { sys::X25519(shared.as_mut_ptr(), private.as_ptr(), peer.as_ptr()) };
     (ok == 1).then_some(shared)
+}
+
+/// An ML-KEM parameter set of AWS-LC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MlKem {
+    MlKem768,
+    MlKem1024,
+}
+
+impl MlKem {
+    fn nid(self) -> core::ffi::c_int {
+        match self {
+            Self::MlKem768 => sys::NID_MLKEM768,
+            Self::MlKem1024 => sys::NID_MLKEM1024,
+        }
+    }
+
+    /// Encapsulation key, decapsulation key and ciphertext lengths (FIPS 203 Table 3).
+    pub(crate) fn lengths(self) -> (usize, usize, usize) {
+        match self {
+            Self::MlKem768 => (1184, 2400, 1088),
+            Self::MlKem1024 => (1568, 3168, 1568),
+        }
+    }
+}
+
+/// ML-KEM's shared secret length.
+pub(crate) const MLKEM_SHARED: usize = 32;
+
+/// An owned EVP_PKEY, freed on drop (AWS-LC clears a KEM key's memory when it frees it).
+struct Pkey(*mut sys::EVP_PKEY);
+
+impl Drop for Pkey {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from an AWS-LC constructor, is owned by this value alone
+        // and is freed exactly once, here.
+        unsafe { sys::EVP_PKEY_free(self.0) }
+    }
+}
+
+/// An owned EVP_PKEY_CTX, freed on drop.
+struct PkeyCtx(*mut sys::EVP_PKEY_CTX);
+
+impl Drop for PkeyCtx {
+    fn drop(&mut self) {
+        // SAFETY: as for `Pkey`: owned here alone, freed once.
+        unsafe { sys::EVP_PKEY_CTX_free(self.0) }
+    }
+}
+
+impl PkeyCtx {
+    fn of(key: &Pkey) -> Result<Self> {
+        // SAFETY: `key` is a live EVP_PKEY; the new context takes its own reference to it
+        // and the caller (this wrapper) owns the context. Null means allocation failed.
+        let p = unsafe { sys::EVP_PKEY_CTX_new(key.0, core::ptr::null_mut()) };
+        non_null(p, "AWS-LC EVP_PKEY_CTX").map(Self)
+    }
+}
+
+/// Clears AWS-LC's thread error queue after a refusal (it would otherwise grow).
+fn refused<T>(e: Error) -> Result<T> {
+    // SAFETY: no arguments; touches only this thread's error queue.
+    unsafe { sys::ERR_clear_error() };
+    Err(e)
+}
+
+/// ML-KEM.KeyGen_internal(d, z) (FIPS 203 Algorithm 16) from `seed` = d || z: the
+/// encapsulation key, and the decapsulation key in its zeroizing buffer.
+pub(crate) fn mlkem_keygen(kem: MlKem, seed: &[u8; 64]) -> Result<(Vec<u8>, Zeroizing<Vec<u8>>)> {
+    let (ek_len, dk_len, _) = kem.lengths();
+    let internal = Error::Internal { what: "ML-KEM key generation" };
+    // SAFETY: a new context for the KEM type, owned by the wrapper; null on failure.
+    let ctx = PkeyCtx(non_null(
+        unsafe { sys::EVP_PKEY_CTX_new_id(sys::EVP_PKEY_KEM, core::ptr::null_mut()) },
+        "AWS-LC EVP_PKEY_CTX",
+    )?);
+    // SAFETY: `ctx` is live; the call sets its parameter set.
+    let set = unsafe { sys::EVP_PKEY_CTX_kem_set_params(ctx.0, kem.nid()) };
+    // SAFETY: `ctx` is live; the call starts key generation on it.
+    if set != 1 || unsafe { sys::EVP_PKEY_keygen_init(ctx.0) } != 1 {
+        return refused(internal);
+    }
+    let mut key: *mut sys::EVP_PKEY = core::ptr::null_mut();
+    let mut seed_len = seed.len();
+    // SAFETY: `seed` is 64 live bytes (`seed_len` says so); on success AWS-LC stores a new
+    // EVP_PKEY in `key`, which the wrapper below then owns.
+    let ok = unsafe { sys::EVP_PKEY_keygen_deterministic(ctx.0, &mut key, seed.as_ptr(), &mut seed_len) };
+    if ok != 1 || key.is_null() {
+        return refused(internal);
+    }
+    let key = Pkey(key);
+    let mut ek = vec![0u8; ek_len];
+    let mut dk = Zeroizing::new(vec![0u8; dk_len]);
+    let (mut ek_out, mut dk_out) = (ek_len, dk_len);
+    // SAFETY: `key` is live; each output buffer is as long as its length variable says,
+    // and AWS-LC writes at most that many bytes and stores the count written.
+    let ok_pub = unsafe { sys::EVP_PKEY_get_raw_public_key(key.0, ek.as_mut_ptr(), &mut ek_out) };
+    // SAFETY: as above, for the decapsulation key's buffer.
+    let ok_priv = unsafe { sys::EVP_PKEY_get_raw_private_key(key.0, dk.as_mut_ptr(), &mut dk_out) };
+    if ok_pub != 1 || ok_priv != 1 || ek_out != ek_len || dk_out != dk_len {
+        return refused(internal);
+    }
+    Ok((ek, dk))
+}
+
+/// ML-KEM.Encaps_internal(ek, m) (FIPS 203 Algorithm 17): the ciphertext and the shared
+/// secret; `None` for an encapsulation key that fails the input checks of FIPS 203 §7.2
+/// (length, coefficients below q).
+pub(crate) fn mlkem_encapsulate(
+    kem: MlKem,
+    ek: &[u8],
+    m: &[u8; 32],
+) -> Option<(Vec<u8>, Zeroizing<[u8; 32]>)> {
+    let (ek_len, _, ct_len) = kem.lengths();
+    if ek.len() != ek_len {
+        return None;
+    }
+    // SAFETY: `ek` is a live slice of `ek.len()` bytes; the result is a new EVP_PKEY the
+    // wrapper owns, or null when AWS-LC refuses the key.
+    let key = unsafe { sys::EVP_PKEY_kem_new_raw_public_key(kem.nid(), ek.as_ptr(), ek.len()) };
+    if key.is_null() {
+        return refused(Error::Internal { what: "" }).ok();
+    }
+    let key = Pkey(key);
+    let ctx = PkeyCtx::of(&key).ok()?;
+    let mut ct = vec![0u8; ct_len];
+    let mut ss = Zeroizing::new([0u8; 32]);
+    let (mut ct_out, mut ss_out, mut m_len) = (ct_len, MLKEM_SHARED, m.len());
+    // SAFETY: every buffer is as long as its length variable says; AWS-LC reads `m` and
+    // writes at most those lengths into `ct` and `ss`, storing the counts written.
+    let ok = unsafe {
+        sys::EVP_PKEY_encapsulate_deterministic(
+            ctx.0,
+            ct.as_mut_ptr(),
+            &mut ct_out,
+            ss.as_mut_ptr(),
+            &mut ss_out,
+            m.as_ptr(),
+            &mut m_len,
+        )
+    };
+    if ok != 1 || ct_out != ct_len || ss_out != MLKEM_SHARED {
+        return refused(Error::Internal { what: "" }).ok();
+    }
+    Some((ct, ss))
+}
+
+/// ML-KEM.Decaps(dk, c) (FIPS 203 Algorithm 18); `None` for a ciphertext of the wrong
+/// length (a wrong ciphertext of the right length yields the implicit-rejection secret).
+pub(crate) fn mlkem_decapsulate(kem: MlKem, dk: &[u8], ct: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
+    let (_, dk_len, ct_len) = kem.lengths();
+    if dk.len() != dk_len || ct.len() != ct_len {
+        return None;
+    }
+    // SAFETY: `dk` is a live slice of `dk.len()` bytes; the result is a new EVP_PKEY the
+    // wrapper owns (AWS-LC copies the key and clears its copy when freed), or null.
+    let key = unsafe { sys::EVP_PKEY_kem_new_raw_secret_key(kem.nid(), dk.as_ptr(), dk.len()) };
+    if key.is_null() {
+        return refused(Error::Internal { what: "" }).ok();
+    }
+    let key = Pkey(key);
+    let ctx = PkeyCtx::of(&key).ok()?;
+    let mut ss = Zeroizing::new([0u8; 32]);
+    let mut ss_out = MLKEM_SHARED;
+    // SAFETY: `ss` holds `ss_out` bytes and `ct` is a live slice of `ct.len()` bytes;
+    // AWS-LC writes at most `ss_out` bytes and stores the count.
+    let ok = unsafe { sys::EVP_PKEY_decapsulate(ctx.0, ss.as_mut_ptr(), &mut ss_out, ct.as_ptr(), ct.len()) };
+    if ok != 1 || ss_out != MLKEM_SHARED {
+        return refused(Error::Internal { what: "" }).ok();
+    }
+    Some(ss)
 }
 
 /// An owned BIGNUM, cleared and freed on drop (it may hold a secret).

@@ -1,5 +1,7 @@
-//! Ephemeral Diffie-Hellman for IKEv2: MODP 14/15 (RFC 3526), ECP 19/20 (RFC 5903),
-//! Curve25519 (RFC 8031).
+//! Ephemeral key exchanges for IKEv2: MODP 14/15 (RFC 3526), ECP 19/20 (RFC 5903),
+//! Curve25519 (RFC 8031), and the ML-KEM-768/1024 KEMs (FIPS 203, RFC 9370's additional
+//! key exchanges), whose initiator holds a decapsulation key and whose responder holds the
+//! secret it encapsulated to the initiator's key.
 //!
 //! The ECP groups use RustCrypto's `p256`/`p384`, whose secret types zeroize on drop and,
 //! unlike ring's one-shot agreement API, can be built from a known private value so the
@@ -8,7 +10,7 @@
 //! this crate's zeroizing buffers, for the same reason and for speed; MODP's g^x uses a
 //! fixed-base table on `crypto-bigint` (`modp.rs`).
 
-use super::awslc;
+use super::awslc::{self, MlKem};
 use super::keybuf::KeyBuf;
 use super::modp;
 use crypto_bigint::U512;
@@ -31,6 +33,30 @@ pub(crate) enum DhSecret {
     P384(p384::SecretKey),
     /// The raw scalar; AWS-LC clamps it at each use (RFC 7748 §5).
     X25519(Zeroizing<[u8; 32]>),
+    /// ML-KEM, initiator: the decapsulation key (which holds the encapsulation key).
+    MlKemDecaps(MlKem, Zeroizing<Vec<u8>>),
+    /// ML-KEM, responder: the secret encapsulated to the initiator's key, whose digest the
+    /// agreement must be given again.
+    MlKemEncapsulated {
+        kem: MlKem,
+        peer: [u8; 32],
+        shared: Zeroizing<[u8; 32]>,
+    },
+}
+
+fn kem_of(group: DhGroup) -> Option<MlKem> {
+    match group {
+        DhGroup::MlKem768 => Some(MlKem::MlKem768),
+        DhGroup::MlKem1024 => Some(MlKem::MlKem1024),
+        _ => None,
+    }
+}
+
+fn kem_group(kem: MlKem) -> DhGroup {
+    match kem {
+        MlKem::MlKem768 => DhGroup::MlKem768,
+        MlKem::MlKem1024 => DhGroup::MlKem1024,
+    }
 }
 
 impl DhSecret {
@@ -41,11 +67,12 @@ impl DhSecret {
             Self::P256(_) => DhGroup::EcpP256,
             Self::P384(_) => DhGroup::EcpP384,
             Self::X25519(_) => DhGroup::Curve25519,
+            Self::MlKemDecaps(kem, _) | Self::MlKemEncapsulated { kem, .. } => kem_group(*kem),
         }
     }
 
     /// Generates a private value from the CSPRNG and writes the public value to `public_out`
-    /// (exactly `group.public_len()` bytes).
+    /// (exactly `group.public_len()` bytes); for a KEM, a key pair and its encapsulation key.
     pub(crate) fn generate(group: DhGroup, rng: &SystemRandom, public_out: &mut [u8]) -> Result<Self> {
         if public_out.len() != group.public_len() {
             return Err(Error::BadLength {
@@ -54,9 +81,43 @@ impl DhSecret {
                 why: "must be the group's public value length",
             });
         }
+        if let Some(kem) = kem_of(group) {
+            let mut seed = Zeroizing::new([0u8; 64]);
+            rng.fill(&mut seed[..]).map_err(|_| Error::Random)?;
+            let (ek, dk) = awslc::mlkem_keygen(kem, &seed)?;
+            public_out.copy_from_slice(&ek);
+            return Ok(Self::MlKemDecaps(kem, dk));
+        }
         let secret = Self::random(group, rng)?;
         secret.public_value(public_out)?;
         Ok(secret)
+    }
+
+    /// The responder's value for the initiator's `peer` (see `Enclave::ke_respond`): a fresh
+    /// DH private value, or the encapsulation to the initiator's key; writes what the
+    /// responder sends to `public_out` (exactly `group.response_len()` bytes).
+    pub(crate) fn respond(
+        group: DhGroup,
+        peer: &[u8],
+        rng: &SystemRandom,
+        public_out: &mut [u8],
+    ) -> Result<Self> {
+        let Some(kem) = kem_of(group) else {
+            return Self::generate(group, rng, public_out);
+        };
+        if public_out.len() != group.response_len() {
+            return Err(Error::BadLength {
+                what: "KEM ciphertext output",
+                len: public_out.len(),
+                why: "must be the KEM's ciphertext length",
+            });
+        }
+        let mut m = Zeroizing::new([0u8; 32]);
+        rng.fill(&mut m[..]).map_err(|_| Error::Random)?;
+        let (ct, shared) =
+            awslc::mlkem_encapsulate(kem, peer, &m).ok_or(Error::BadPeerPublicValue { group })?;
+        public_out.copy_from_slice(&ct);
+        Ok(Self::MlKemEncapsulated { kem, peer: super::transcript::digest(peer), shared })
     }
 
     fn random(group: DhGroup, rng: &SystemRandom) -> Result<Self> {
@@ -89,6 +150,7 @@ impl DhSecret {
                     b.copy_from_slice(&seed[..32]);
                     Self::X25519(b)
                 }
+                DhGroup::MlKem768 | DhGroup::MlKem1024 => return Err(Error::Internal { what: "KEM as DH" }),
             };
             return Ok(candidate);
         }
@@ -117,6 +179,7 @@ impl DhSecret {
                 let b: [u8; 32] = bytes.try_into().map_err(|_| bad)?;
                 Self::X25519(Zeroizing::new(b))
             }
+            DhGroup::MlKem768 | DhGroup::MlKem1024 => return Err(bad),
         })
     }
 
@@ -142,6 +205,15 @@ impl DhSecret {
                 copy_exact(p.as_bytes().get(1..).unwrap_or(&[]), out).ok_or_else(bad_len)
             }
             Self::X25519(s) => copy_exact(&awslc::x25519_public(s), out).ok_or_else(bad_len),
+            Self::MlKemDecaps(kem, dk) => {
+                // FIPS 203 Algorithm 16: dk = dk_PKE || ek || H(ek) || z, dk_PKE 32 bytes
+                // shorter than ek.
+                let ek_len = kem.lengths().0;
+                let ek = dk.get(ek_len - 32..2 * ek_len - 32).unwrap_or(&[]);
+                copy_exact(ek, out).ok_or_else(bad_len)
+            }
+            // Its ciphertext went out once, when it was made (`respond`).
+            Self::MlKemEncapsulated { .. } => Err(Error::Internal { what: "a KEM ciphertext is not kept" }),
         }
     }
 
@@ -151,13 +223,30 @@ impl DhSecret {
     /// enough for these safe primes: the only small subgroup is {1, p-1}); ECP a valid
     /// point on the curve, not the identity (RFC 5903 §7 / SP 800-56A 5.6.2.3.3); X25519
     /// a non-zero result (RFC 8031 §2, RFC 7748 §6.1).
+    /// KEMs: the initiator decapsulates the responder's ciphertext (a wrong one of the
+    /// right length yields FIPS 203's implicit-rejection secret, so the peer's AUTH fails);
+    /// the responder's secret comes back only for the very key it was encapsulated to.
     pub(crate) fn agree(self, peer: &[u8]) -> Result<SharedSecret> {
         let group = self.group();
         let bad = Error::BadPeerPublicValue { group };
-        if peer.len() != group.public_len() {
+        let expect = match &self {
+            Self::MlKemDecaps(..) => group.response_len(),
+            _ => group.public_len(),
+        };
+        if peer.len() != expect {
             return Err(bad);
         }
         match self {
+            Self::MlKemDecaps(kem, dk) => {
+                let z = awslc::mlkem_decapsulate(kem, &dk, peer).ok_or(bad)?;
+                SharedSecret::from_slice(&z[..])
+            }
+            Self::MlKemEncapsulated { peer: digest, shared, .. } => {
+                if super::transcript::digest(peer) != digest {
+                    return Err(bad);
+                }
+                SharedSecret::from_slice(&shared[..])
+            }
             Self::Modp2048(x) | Self::Modp3072(x) => {
                 let mut out = SharedSecret::zeroed(group.shared_len())?;
                 modp::agree(group, &x, peer, out.as_mut())?;
@@ -190,6 +279,10 @@ impl DhSecret {
     /// Bytes this value occupies (for accounting).
     pub(crate) fn footprint(&self) -> usize {
         core::mem::size_of::<Self>()
+            + match self {
+                Self::MlKemDecaps(_, dk) => dk.len(),
+                _ => 0,
+            }
     }
 }
 

@@ -219,6 +219,9 @@ pub(crate) enum SkeyseedSource<'a> {
     Initial,
     /// Rekey: SKEYSEED = prf_old(SK_d_old, g^ir | Ni | Nr).
     Rekey { old_prf: Prf, old_sk_d: &'a [u8] },
+    /// An additional key exchange of IKE_SA_INIT (RFC 9370 §2.2.2): SKEYSEED(n) =
+    /// prf(SK_d(n-1), SK(n) | Ni | Nr); the SA still authenticates, so SK_p* stay.
+    Intermediate { sk_d: &'a [u8] },
 }
 
 /// Derives a new IKE SA from g^ir. `keep_auth_keys` is false for rekeyed SAs.
@@ -231,7 +234,7 @@ pub(crate) fn derive_ike_sa(
     check_nonce("Nr", p.nonce_r)?;
     check_suite(&p.suite)?;
     let mut skeyseed = Zeroizing::new([0u8; MAX_PRF_LEN]);
-    let keep_auth_keys = matches!(source, SkeyseedSource::Initial);
+    let keep_auth_keys = !matches!(source, SkeyseedSource::Rekey { .. });
     let seed_len = match source {
         SkeyseedSource::Initial => {
             let mut key = Zeroizing::new([0u8; 2 * MAX_NONCE]);
@@ -242,6 +245,9 @@ pub(crate) fn derive_ike_sa(
         }
         SkeyseedSource::Rekey { old_prf, old_sk_d } => {
             prf::prf(old_prf, old_sk_d, &[g_ir.as_slice(), p.nonce_i, p.nonce_r], &mut skeyseed[..])?
+        }
+        SkeyseedSource::Intermediate { sk_d } => {
+            prf::prf(p.prf, sk_d, &[g_ir.as_slice(), p.nonce_i, p.nonce_r], &mut skeyseed[..])?
         }
     };
     // {SK_d | SK_ai | SK_ar | SK_ei | SK_er | SK_pi | SK_pr} = prf+(SKEYSEED, Ni | Nr | SPIi | SPIr)

