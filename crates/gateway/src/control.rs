@@ -181,15 +181,20 @@ pub fn suite_name(s: enclave::Suite) -> String {
     integ.map_or_else(|| cipher.to_owned(), |i| format!("{cipher}/{i}"))
 }
 
-/// An IKE PRF and DH group as strongSwan prints them.
-fn prf_group_name(prf: enclave::Prf, group: enclave::DhGroup) -> String {
+/// An IKE PRF, key exchange and RFC 9370 additional key exchanges as strongSwan prints
+/// them (`PRF_HMAC_SHA2_384/CURVE_25519/KE1_ML_KEM_768`).
+fn prf_group_name(
+    prf: enclave::Prf,
+    group: enclave::DhGroup,
+    additional: &[Option<enclave::DhGroup>],
+) -> String {
     use enclave::{DhGroup, Prf};
     let p = match prf {
         Prf::HmacSha256 => "PRF_HMAC_SHA2_256",
         Prf::HmacSha384 => "PRF_HMAC_SHA2_384",
         Prf::HmacSha512 => "PRF_HMAC_SHA2_512",
     };
-    let g = match group {
+    let name = |g: DhGroup| match g {
         DhGroup::Modp2048 => "MODP_2048",
         DhGroup::Modp3072 => "MODP_3072",
         DhGroup::EcpP256 => "ECP_256",
@@ -198,7 +203,13 @@ fn prf_group_name(prf: enclave::Prf, group: enclave::DhGroup) -> String {
         DhGroup::MlKem768 => "ML_KEM_768",
         DhGroup::MlKem1024 => "ML_KEM_1024",
     };
-    format!("{p}/{g}")
+    let mut out = format!("{p}/{}", name(group));
+    for (n, g) in (1..).zip(additional) {
+        if let Some(g) = g {
+            out.push_str(&format!("/KE{n}_{}", name(*g)));
+        }
+    }
+    out
 }
 
 fn ago(since: Instant, now: Instant) -> String {
@@ -233,7 +244,8 @@ pub(crate) fn list<E: Enclave + 'static>(
         let _ = writeln!(out, "  local  '{lid}' @ {}", sa.local());
         let _ = writeln!(out, "  remote '{rid}' @ {}", sa.remote());
         if let Some(c) = sa.choice() {
-            let _ = writeln!(out, "  {}/{}", suite_name(c.suite), prf_group_name(c.prf, c.group));
+            let _ =
+                writeln!(out, "  {}/{}", suite_name(c.suite), prf_group_name(c.prf, c.group, &c.additional));
         }
         for c in children.iter().filter(|c| c.ike == sa.id()) {
             let ch = &c.child;
@@ -302,8 +314,17 @@ mod tests {
             "AES_CBC-256/HMAC_SHA2_256_128"
         );
         assert_eq!(
-            prf_group_name(enclave_core::Prf::HmacSha384, enclave_core::DhGroup::EcpP384),
+            prf_group_name(enclave_core::Prf::HmacSha384, enclave_core::DhGroup::EcpP384, &[]),
             "PRF_HMAC_SHA2_384/ECP_384"
+        );
+        use enclave_core::DhGroup as G;
+        assert_eq!(
+            prf_group_name(
+                enclave_core::Prf::HmacSha256,
+                G::Curve25519,
+                &[Some(G::MlKem768), None, Some(G::EcpP256)]
+            ),
+            "PRF_HMAC_SHA2_256/CURVE_25519/KE1_ML_KEM_768/KE3_ECP_256"
         );
     }
 

@@ -663,7 +663,10 @@ impl<E: Enclave> Endpoint<E> {
             }
             return;
         }
-        let Some((conn, number, choice)) = self.select(from, to, sa, ke) else {
+        // RFC 9370 §2.2.1: additional key exchanges only with an initiator that can do
+        // IKE_INTERMEDIATE.
+        let intermediate = message.notify(NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED).is_some();
+        let Some((conn, number, choice)) = self.select(from, to, sa, ke, intermediate) else {
             let notify = Notify::new(NotifyType::NO_PROPOSAL_CHOSEN, Vec::new());
             return self.refuse(from, to, spi_i, notify, Refusal::NoProposalChosen);
         };
@@ -727,9 +730,12 @@ impl<E: Enclave> Endpoint<E> {
         to: SocketAddr,
         sa: &Sa,
         ke: &KeyExchange,
+        intermediate: bool,
     ) -> Option<(Arc<Connection>, u8, proposal::IkeChoice)> {
         for conn in self.connections.iter().filter(|c| c.matches_addresses(to.ip(), from.ip())) {
-            let Some((number, choice)) = proposal::select_ike(sa, &conn.proposals, 0) else { continue };
+            let Some((number, choice)) = proposal::select_ike(sa, &conn.proposals, 0, intermediate) else {
+                continue;
+            };
             if ke.group.0 != choice.group.id() {
                 // Narrow the chosen proposal's groups to the KE's and try again.
                 let mut only =
@@ -740,7 +746,9 @@ impl<E: Enclave> Endpoint<E> {
                         _ => true,
                     });
                 }
-                if let Some((_, better)) = proposal::select_ike(&Sa { proposals: only }, &conn.proposals, 0) {
+                if let Some((_, better)) =
+                    proposal::select_ike(&Sa { proposals: only }, &conn.proposals, 0, intermediate)
+                {
                     return Some((conn.clone(), number, better));
                 }
             }

@@ -396,6 +396,8 @@ pub struct Counters {
     pub fragmented_sent: u64,
     /// Messages of the peer's put together from fragments.
     pub reassembled: u64,
+    /// RFC 9370 additional key exchanges done in IKE_INTERMEDIATE (either role).
+    pub additional_key_exchanges: u64,
 }
 
 impl Counters {

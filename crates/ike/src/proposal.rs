@@ -10,7 +10,9 @@
 //!
 //! Only what the enclave implements is accepted: AES-CBC-128/256 with HMAC-SHA2, AES-GCM-16
 //! 128/256, ChaCha20-Poly1305, PRF HMAC-SHA2-256/384/512, MODP 2048/3072, ECP 256/384 and
-//! Curve25519. Keywords strongSwan knows but the enclave does not (`aes192`, `sha1`,
+//! Curve25519, and, as RFC 9370 additional key exchanges of IKE proposals in strongSwan 6's
+//! syntax (`ke1_mlkem768` .. `ke7_...`, `keN_none` making one optional), ML-KEM-768/1024 or
+//! any of those groups. Keywords strongSwan knows but the enclave does not (`aes192`, `sha1`,
 //! `modp1024`, ...) are refused as unsupported, others as unknown.
 //!
 //! Selection (responder): the peer's proposals are tried in *its* order, each against our
@@ -41,6 +43,21 @@ pub struct IkeProposal {
     pub prfs: Vec<Prf>,
     /// Diffie-Hellman groups, at least one; the first is what the initiator's KE uses.
     pub groups: Vec<DhGroup>,
+    /// RFC 9370 additional key exchanges 1..=7 (Transform Types 6..=12), done in
+    /// IKE_INTERMEDIATE after IKE_SA_INIT: per slot its alternatives, `None` standing for
+    /// NONE (the slot is optional); an empty slot is not proposed.
+    pub additional: [Vec<Option<DhGroup>>; MAX_ADDITIONAL],
+}
+
+/// How many additional key exchanges RFC 9370 defines.
+pub const MAX_ADDITIONAL: usize = 7;
+
+/// The additional key exchanges a negotiation settled on, by slot (`None`: not done).
+pub type AdditionalKes = [Option<DhGroup>; MAX_ADDITIONAL];
+
+/// The Transform Type of additional key exchange slot `i` (0-based).
+fn addke_type(i: usize) -> TransformType {
+    TransformType(6 + u8::try_from(i).unwrap_or(0))
 }
 
 /// One ESP proposal: alternatives for each transform type, in preference order.
@@ -65,6 +82,20 @@ pub struct IkeChoice {
     pub prf: Prf,
     /// The DH group.
     pub group: DhGroup,
+    /// The additional key exchanges (RFC 9370), in slot order.
+    pub additional: AdditionalKes,
+}
+
+impl IkeChoice {
+    /// A choice without additional key exchanges.
+    pub fn new(suite: Suite, prf: Prf, group: DhGroup) -> Self {
+        Self { suite, prf, group, additional: [None; MAX_ADDITIONAL] }
+    }
+
+    /// The additional key exchanges to do, in order.
+    pub fn additional_kes(&self) -> impl Iterator<Item = DhGroup> + '_ {
+        self.additional.iter().flatten().copied()
+    }
 }
 
 /// What a child SA negotiation settled on.
@@ -85,12 +116,24 @@ enum Keyword {
     Integ(Integ),
     Prf(Prf),
     Group(DhGroup),
+    /// `keN_<group>` / `keN_none`: additional key exchange slot N-1.
+    Additional(usize, Option<DhGroup>),
     Esn(bool),
 }
 
 /// Maps an implemented keyword.
 fn keyword(token: &str) -> Option<Keyword> {
     use Keyword as K;
+    if let Some((slot, method)) = token.strip_prefix("ke").and_then(|t| t.split_once('_')) {
+        let slot: usize = slot.parse().ok().filter(|n| (1..=MAX_ADDITIONAL).contains(n))?;
+        return match method {
+            "none" => Some(K::Additional(slot - 1, None)),
+            m => match keyword(m)? {
+                K::Group(g) => Some(K::Additional(slot - 1, Some(g))),
+                _ => None,
+            },
+        };
+    }
     Some(match token {
         "aes128" | "aes" => K::Cipher(Cipher::AesCbc128),
         "aes256" => K::Cipher(Cipher::AesCbc256),
@@ -108,6 +151,8 @@ fn keyword(token: &str) -> Option<Keyword> {
         "ecp256" => K::Group(DhGroup::EcpP256),
         "ecp384" => K::Group(DhGroup::EcpP384),
         "x25519" | "curve25519" => K::Group(DhGroup::Curve25519),
+        "mlkem768" => K::Group(DhGroup::MlKem768),
+        "mlkem1024" => K::Group(DhGroup::MlKem1024),
         "esn" => K::Esn(true),
         "noesn" => K::Esn(false),
         _ => return None,
@@ -162,11 +207,17 @@ fn known_elsewhere(token: &str) -> bool {
         "ntru192",
         "ntru256",
         "newhope128",
+        "mlkem512",
         "none",
         "chacha20poly1305compat",
     ];
     if EXACT.contains(&token) {
         return true;
+    }
+    // An additional key exchange of a method strongSwan has and the enclave not.
+    if let Some((slot, method)) = token.strip_prefix("ke").and_then(|t| t.split_once('_')) {
+        return slot.parse::<usize>().is_ok_and(|n| (1..=MAX_ADDITIONAL).contains(&n))
+            && known_elsewhere(method);
     }
     // AES and Camellia in their other modes and ICV sizes: aes192gcm16, aes128ccm12,
     // aes256ctr, aes128gmac, camellia256, camellia128ctr, ...
@@ -188,12 +239,20 @@ struct Parsed {
     integs: Vec<Integ>,
     prfs: Vec<Prf>,
     groups: Vec<DhGroup>,
+    additional: [Vec<Option<DhGroup>>; MAX_ADDITIONAL],
     esn: Vec<bool>,
 }
 
 /// Splits one proposal into keywords, refusing unknown, unsupported and mixed ones.
 fn parse_keywords(proposal: &str) -> Result<Parsed> {
-    let mut p = Parsed { ciphers: vec![], integs: vec![], prfs: vec![], groups: vec![], esn: vec![] };
+    let mut p = Parsed {
+        ciphers: vec![],
+        integs: vec![],
+        prfs: vec![],
+        groups: vec![],
+        additional: Default::default(),
+        esn: vec![],
+    };
     for token in proposal.split('-') {
         let token = token.trim();
         let lower = token.to_ascii_lowercase();
@@ -212,6 +271,7 @@ fn parse_keywords(proposal: &str) -> Result<Parsed> {
             Keyword::Integ(i) => push_unique(&mut p.integs, i),
             Keyword::Prf(f) => push_unique(&mut p.prfs, f),
             Keyword::Group(g) => push_unique(&mut p.groups, g),
+            Keyword::Additional(slot, g) => push_unique(&mut p.additional[slot], g),
             Keyword::Esn(e) => push_unique(&mut p.esn, e),
         }
     }
@@ -297,7 +357,20 @@ impl IkeProposal {
                 missing: "an IKE proposal needs a DH group (e.g. ecp256, x25519, modp3072)",
             });
         }
-        Ok(Self { ciphers: p.ciphers, integs: p.integs, prfs, groups: p.groups })
+        if p.groups.iter().any(|g| g.is_kem()) {
+            return Err(Error::InvalidProposal {
+                proposal: proposal.to_owned(),
+                why:
+                    "ML-KEM goes in an additional key exchange (e.g. x25519-ke1_mlkem768), not IKE_SA_INIT's",
+            });
+        }
+        if p.additional.iter().any(|slot| slot == &[None]) {
+            return Err(Error::InvalidProposal {
+                proposal: proposal.to_owned(),
+                why: "an additional key exchange of only `none` proposes nothing: name a method",
+            });
+        }
+        Ok(Self { ciphers: p.ciphers, integs: p.integs, prfs, groups: p.groups, additional: p.additional })
     }
 
     /// Parses a list of proposals (entries may hold several, separated by commas;
@@ -316,7 +389,20 @@ impl IkeProposal {
         transforms.extend(self.prfs.iter().map(|p| Transform::new(TransformId::Prf(w::PrfId(p.id())))));
         transforms.extend(self.integs.iter().map(|i| integ_transform(*i)));
         transforms.extend(self.groups.iter().map(|g| Transform::new(TransformId::Ke(w::DhGroup(g.id())))));
+        for (i, slot) in self.additional.iter().enumerate() {
+            transforms.extend(slot.iter().map(|g| addke_transform(i, *g)));
+        }
         Proposal { number, protocol: ProtocolId::IKE, transforms, ..Proposal::default() }
+    }
+
+    /// Whether this proposal asks for additional key exchanges (RFC 9370).
+    pub fn has_additional(&self) -> bool {
+        self.additional.iter().any(|slot| !slot.is_empty())
+    }
+
+    /// The same proposal without additional key exchanges.
+    pub fn without_additional(&self) -> Self {
+        Self { additional: Default::default(), ..self.clone() }
     }
 
     /// Every suite this proposal allows.
@@ -333,6 +419,12 @@ impl EspProposal {
             return Err(Error::InvalidProposal {
                 proposal: proposal.to_owned(),
                 why: "ESP proposals take no PRF",
+            });
+        }
+        if p.additional.iter().any(|slot| !slot.is_empty()) || p.groups.iter().any(|g| g.is_kem()) {
+            return Err(Error::UnsupportedAlgorithm {
+                proposal: proposal.to_owned(),
+                token: "additional key exchanges or ML-KEM in ESP proposals (IKE_FOLLOWUP_KE)".to_owned(),
             });
         }
         let esn = if p.esn.is_empty() { vec![false] } else { p.esn };
@@ -416,6 +508,11 @@ fn cipher_transform(c: Cipher) -> Transform {
     }
 }
 
+/// The transform of additional key exchange slot `i` (NONE for `None`).
+fn addke_transform(i: usize, g: Option<DhGroup>) -> Transform {
+    Transform::new(TransformId::Other { ty: addke_type(i), id: g.map_or(0, DhGroup::id) })
+}
+
 /// The INTEG transform of an integrity algorithm.
 fn integ_transform(i: Integ) -> Transform {
     Transform::new(TransformId::Integ(w::IntegId(i.id())))
@@ -450,7 +547,19 @@ fn plain_id(t: &Transform) -> Option<TransformId> {
 /// The transform types a proposal uses, for the protocol.
 fn allowed_types(protocol: ProtocolId) -> &'static [TransformType] {
     if protocol == ProtocolId::IKE {
-        &[TransformType::ENCR, TransformType::PRF, TransformType::INTEG, TransformType::KE]
+        &[
+            TransformType::ENCR,
+            TransformType::PRF,
+            TransformType::INTEG,
+            TransformType::KE,
+            TransformType::ADDKE1,
+            TransformType::ADDKE2,
+            TransformType::ADDKE3,
+            TransformType::ADDKE4,
+            TransformType::ADDKE5,
+            TransformType::ADDKE6,
+            TransformType::ADDKE7,
+        ]
     } else {
         &[TransformType::ENCR, TransformType::INTEG, TransformType::KE, TransformType::ESN]
     }
@@ -505,6 +614,31 @@ fn pick<T: Copy + PartialEq>(
     p.transforms_of(ty).filter_map(plain_id).filter_map(|id| map(id.id())).find(|x| ours.contains(x))
 }
 
+/// The additional key exchanges to take from a received proposal under ours (RFC 9370
+/// §2.2.1): per slot the peer's first method we allow; a slot only one side proposes, or
+/// neither, is left out when that side allows NONE (or neither proposes it).
+fn pick_additional(p: &Proposal, ours: &IkeProposal) -> Option<AdditionalKes> {
+    let mut out = [None; MAX_ADDITIONAL];
+    for (i, slot) in ours.additional.iter().enumerate() {
+        let theirs: Vec<Option<u16>> =
+            p.transforms_of(addke_type(i)).map(|t| plain_id(t).map(|id| id.id())).collect();
+        let method = |id: u16| if id == 0 { Some(None) } else { DhGroup::from_id(id).map(Some) };
+        let chosen = if theirs.is_empty() {
+            if !slot.is_empty() && !slot.contains(&None) {
+                return None;
+            }
+            None
+        } else if slot.is_empty() {
+            // Our proposal leaves the slot out: only the peer's NONE fits.
+            theirs.contains(&Some(0)).then_some(None)?
+        } else {
+            theirs.iter().flatten().filter_map(|id| method(*id)).find(|m| slot.contains(m))?
+        };
+        out[i] = chosen;
+    }
+    Some(out)
+}
+
 /// Whether one of `ours` holds every transform of `choice` (a connection that would have
 /// accepted what was negotiated with another).
 pub(crate) fn allows(ours: &[IkeProposal], choice: &IkeChoice) -> bool {
@@ -513,6 +647,10 @@ pub(crate) fn allows(ours: &[IkeProposal], choice: &IkeChoice) -> bool {
             && choice.suite.integ.map_or(p.integs.is_empty(), |i| p.integs.contains(&i))
             && p.prfs.contains(&choice.prf)
             && p.groups.contains(&choice.group)
+            && p.additional.iter().zip(&choice.additional).all(|(slot, c)| match c {
+                Some(g) => slot.contains(&Some(*g)),
+                None => slot.is_empty() || slot.contains(&None),
+            })
     })
 }
 
@@ -520,7 +658,15 @@ pub(crate) fn allows(ours: &[IkeProposal], choice: &IkeChoice) -> bool {
 ///
 /// Returns the peer's proposal number and the choice, or `None` (NO_PROPOSAL_CHOSEN).
 /// `spi_len` is the SPI size the exchange requires (0 in IKE_SA_INIT, 8 in a rekey).
-pub fn select_ike(received: &Sa, ours: &[IkeProposal], spi_len: usize) -> Option<(u8, IkeChoice)> {
+/// Additional key exchanges are chosen only where `additional` says the exchange can do
+/// them (IKE_SA_INIT whose initiator announced IKE_INTERMEDIATE); elsewhere a proposal
+/// that needs one is passed over.
+pub fn select_ike(
+    received: &Sa,
+    ours: &[IkeProposal],
+    spi_len: usize,
+    additional: bool,
+) -> Option<(u8, IkeChoice)> {
     for p in &received.proposals {
         if p.protocol != ProtocolId::IKE || p.spi.len() != spi_len || !types_known(p) {
             continue;
@@ -530,7 +676,11 @@ pub fn select_ike(received: &Sa, ours: &[IkeProposal], spi_len: usize) -> Option
             let Some(suite) = pick_suite(p, &suites) else { continue };
             let Some(prf) = pick(p, TransformType::PRF, &o.prfs, Prf::from_id) else { continue };
             let Some(group) = pick(p, TransformType::KE, &o.groups, DhGroup::from_id) else { continue };
-            return Some((p.number, IkeChoice { suite, prf, group }));
+            let Some(more) = pick_additional(p, o) else { continue };
+            if !additional && more.iter().any(Option::is_some) {
+                continue;
+            }
+            return Some((p.number, IkeChoice { suite, prf, group, additional: more }));
         }
     }
     None
@@ -590,6 +740,9 @@ pub fn ike_answer(number: u8, choice: &IkeChoice) -> Sa {
     transforms.push(Transform::new(TransformId::Prf(w::PrfId(choice.prf.id()))));
     transforms.extend(choice.suite.integ.map(integ_transform));
     transforms.push(Transform::new(TransformId::Ke(w::DhGroup(choice.group.id()))));
+    transforms.extend(
+        choice.additional.iter().enumerate().filter_map(|(i, g)| g.map(|g| addke_transform(i, Some(g)))),
+    );
     Sa { proposals: vec![Proposal { number, protocol: ProtocolId::IKE, transforms, ..Proposal::default() }] }
 }
 
@@ -649,7 +802,30 @@ pub fn accept_ike_answer(response: &Sa, offered: &[IkeProposal]) -> Option<IkeCh
     let suite = pick_suite(p, &suites)?;
     let prf = pick(p, TransformType::PRF, &ours.prfs, Prf::from_id)?;
     let group = pick(p, TransformType::KE, &ours.groups, DhGroup::from_id)?;
-    Some(IkeChoice { suite, prf, group })
+    let choice = IkeChoice { suite, prf, group, additional: answered_additional(p)? };
+    // A responder that knows no additional key exchanges (RFC 9370 §2.2.1) may answer a
+    // hybrid proposal without them: that is acceptable only where one of our proposals
+    // allows the classical exchange alone.
+    allows(offered, &choice).then_some(choice)
+}
+
+/// The additional key exchanges of a one-proposal answer: one transform per slot at most,
+/// of a method we implement (NONE: not done).
+fn answered_additional(p: &Proposal) -> Option<AdditionalKes> {
+    let mut out = [None; MAX_ADDITIONAL];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let mut ids = p.transforms_of(addke_type(i));
+        let first = ids.next();
+        if ids.next().is_some() {
+            return None;
+        }
+        *slot = match first.map(|t| plain_id(t).map(|id| id.id())) {
+            None | Some(Some(0)) => None,
+            Some(Some(id)) => Some(DhGroup::from_id(id)?),
+            Some(None) => return None,
+        };
+    }
+    Some(out)
 }
 
 /// Checks the responder's answer to our IKE rekey (initiator): the choice and the
@@ -661,7 +837,11 @@ pub fn accept_ike_rekey_answer(response: &Sa, offered: &[IkeProposal]) -> Option
     let suite = pick_suite(p, &suites)?;
     let prf = pick(p, TransformType::PRF, &ours.prfs, Prf::from_id)?;
     let group = pick(p, TransformType::KE, &ours.groups, DhGroup::from_id)?;
-    Some((spi, IkeChoice { suite, prf, group }))
+    // Rekeys offer no additional key exchanges (no IKE_FOLLOWUP_KE here).
+    if answered_additional(p)?.iter().any(Option::is_some) {
+        return None;
+    }
+    Some((spi, IkeChoice::new(suite, prf, group)))
 }
 
 /// Checks the responder's ESP SA payload against what we offered (initiator); returns
@@ -711,7 +891,8 @@ mod tests {
                 ciphers: vec![Cipher::AesGcm16_256],
                 integs: vec![],
                 prfs: vec![Prf::HmacSha256],
-                groups: vec![DhGroup::EcpP256]
+                groups: vec![DhGroup::EcpP256],
+                additional: Default::default(),
             }
         );
         assert_eq!(
@@ -720,7 +901,8 @@ mod tests {
                 ciphers: vec![Cipher::AesCbc256],
                 integs: vec![Integ::HmacSha256_128],
                 prfs: vec![Prf::HmacSha256],
-                groups: vec![DhGroup::Modp3072]
+                groups: vec![DhGroup::Modp3072],
+                additional: Default::default(),
             }
         );
         assert_eq!(
@@ -729,7 +911,8 @@ mod tests {
                 ciphers: vec![Cipher::ChaCha20Poly1305],
                 integs: vec![],
                 prfs: vec![Prf::HmacSha256],
-                groups: vec![DhGroup::Curve25519]
+                groups: vec![DhGroup::Curve25519],
+                additional: Default::default(),
             }
         );
         assert_eq!(
@@ -738,7 +921,8 @@ mod tests {
                 ciphers: vec![Cipher::AesGcm16_128],
                 integs: vec![],
                 prfs: vec![Prf::HmacSha384],
-                groups: vec![DhGroup::EcpP384]
+                groups: vec![DhGroup::EcpP384],
+                additional: Default::default(),
             }
         );
     }
@@ -874,15 +1058,11 @@ mod tests {
         ]);
         // We prefer chacha, but the initiator's order decides among acceptable ones.
         let ours = [ike("chacha20poly1305-prfsha256-x25519"), ike("aes256gcm16-prfsha256-ecp256")];
-        let (number, choice) = select_ike(&offered, &ours, 0).unwrap();
+        let (number, choice) = select_ike(&offered, &ours, 0, false).unwrap();
         assert_eq!(number, 2);
         assert_eq!(
             choice,
-            IkeChoice {
-                suite: Suite::aead(Cipher::AesGcm16_256),
-                prf: Prf::HmacSha256,
-                group: DhGroup::EcpP256
-            }
+            IkeChoice::new(Suite::aead(Cipher::AesGcm16_256), Prf::HmacSha256, DhGroup::EcpP256)
         );
         // The answer echoes number 2 with one transform per type and is accepted back.
         let answer = ike_answer(number, &choice);
@@ -906,7 +1086,7 @@ mod tests {
         let offered =
             ike_sa_payload(&[ike("aes128-aes256-sha384-sha256-prfsha384-prfsha256-ecp384-modp3072")]);
         let ours = [ike("aes256-aes128-sha256-sha384-prfsha256-prfsha384-modp3072-ecp384")];
-        let (_, choice) = select_ike(&offered, &ours, 0).unwrap();
+        let (_, choice) = select_ike(&offered, &ours, 0, false).unwrap();
         assert_eq!(choice.suite, Suite::cbc(Cipher::AesCbc128, Integ::HmacSha384_192));
         assert_eq!(choice.prf, Prf::HmacSha384);
         assert_eq!(choice.group, DhGroup::EcpP384);
@@ -915,9 +1095,17 @@ mod tests {
     #[test]
     fn no_common_proposal_selects_nothing() {
         let offered = ike_sa_payload(&[ike("aes256-sha256-modp3072")]);
-        assert_eq!(select_ike(&offered, &[ike("aes256gcm16-prfsha256-ecp256")], 0), None);
-        assert_eq!(select_ike(&offered, &[ike("aes256-sha256-modp2048")], 0), None, "DH must match too");
-        assert_eq!(select_ike(&offered, &[ike("aes256-sha256-modp3072")], 8), None, "SPI size must match");
+        assert_eq!(select_ike(&offered, &[ike("aes256gcm16-prfsha256-ecp256")], 0, false), None);
+        assert_eq!(
+            select_ike(&offered, &[ike("aes256-sha256-modp2048")], 0, false),
+            None,
+            "DH must match too"
+        );
+        assert_eq!(
+            select_ike(&offered, &[ike("aes256-sha256-modp3072")], 8, false),
+            None,
+            "SPI size must match"
+        );
         let esp_offered = esp_sa_payload(&[esp("aes256gcm16")], 0x1000, false);
         assert_eq!(select_esp(&esp_offered, &[esp("aes256gcm16-esn")], false), None, "ESN must match");
     }
@@ -930,16 +1118,16 @@ mod tests {
             .transforms
             .push(Transform::new(TransformId::Other { ty: TransformType(6), id: 36 }));
         let ours = [ike("aes256gcm16-prfsha256-ecp256")];
-        assert_eq!(select_ike(&offered, &ours, 0).map(|(n, _)| n), Some(2));
+        assert_eq!(select_ike(&offered, &ours, 0, false).map(|(n, _)| n), Some(2));
         let mut odd = ike_sa_payload(&[ike("aes256gcm16-prfsha256-ecp256")]);
         odd.proposals[0].transforms[0]
             .attributes
             .push(w::TransformAttribute { ty: w::AttributeType(99), value: w::AttributeValue::Short(1) });
-        assert_eq!(select_ike(&odd, &ours, 0), None);
+        assert_eq!(select_ike(&odd, &ours, 0, false), None);
         // AES without a key length (or with 192 bits) is not something we implement.
         let mut nolen = ike_sa_payload(&[ike("aes256gcm16-prfsha256-ecp256")]);
         nolen.proposals[0].transforms[0].attributes.clear();
-        assert_eq!(select_ike(&nolen, &ours, 0), None);
+        assert_eq!(select_ike(&nolen, &ours, 0, false), None);
     }
 
     #[test]
@@ -966,5 +1154,61 @@ mod tests {
         // With groups (CREATE_CHILD_SA) our proposal without PFS does not accept it.
         assert_eq!(select_esp(&only_second, &ours, true), None);
         assert!(select_esp(&only_second, &[esp("aes128gcm16-ecp256-esn")], true).is_some());
+    }
+
+    #[test]
+    fn additional_key_exchanges_parse_in_strongswan_6_syntax() {
+        let p = ike("aes256gcm16-prfsha384-x25519-ke1_mlkem768-ke2_mlkem1024-ke2_none");
+        assert_eq!(p.groups, [DhGroup::Curve25519]);
+        assert_eq!(p.additional[0], [Some(DhGroup::MlKem768)]);
+        assert_eq!(p.additional[1], [Some(DhGroup::MlKem1024), None]);
+        assert!(p.additional[2..].iter().all(Vec::is_empty));
+        let wire = p.to_wire(1);
+        let types: Vec<u8> = wire.transforms.iter().map(|t| t.id.ty().0).collect();
+        assert_eq!(types, [1, 2, 4, 6, 7, 7]);
+        let refused = |s: &str| IkeProposal::parse(s).unwrap_err().to_string();
+        assert!(refused("aes256gcm16-prfsha256-mlkem768").contains("additional key exchange"));
+        assert!(refused("aes256gcm16-prfsha256-x25519-ke1_none").contains("none"));
+        assert!(matches!(
+            IkeProposal::parse("aes256gcm16-prfsha256-x25519-ke1_mlkem512"),
+            Err(Error::UnsupportedAlgorithm { .. })
+        ));
+        assert!(matches!(
+            IkeProposal::parse("aes256gcm16-prfsha256-x25519-ke8_mlkem768"),
+            Err(Error::UnknownAlgorithm { .. })
+        ));
+        assert!(matches!(
+            EspProposal::parse("aes256gcm16-ke1_mlkem768"),
+            Err(Error::UnsupportedAlgorithm { .. })
+        ));
+        assert!(matches!(
+            EspProposal::parse("aes256gcm16-mlkem768"),
+            Err(Error::UnsupportedAlgorithm { .. })
+        ));
+    }
+
+    #[test]
+    fn additional_key_exchanges_are_chosen_only_with_intermediate_and_where_both_allow() {
+        let hybrid = ike("aes256gcm16-prfsha256-x25519-ke1_mlkem768-ke1_mlkem1024");
+        let offered = ike_sa_payload(&[ike("aes256gcm16-prfsha256-x25519-ke1_mlkem1024-ke1_mlkem768")]);
+        let (_, c) = select_ike(&offered, std::slice::from_ref(&hybrid), 0, true).unwrap();
+        assert_eq!(c.additional_kes().collect::<Vec<_>>(), [DhGroup::MlKem1024], "the peer's order");
+        assert_eq!(
+            select_ike(&offered, std::slice::from_ref(&hybrid), 0, false),
+            None,
+            "no IKE_INTERMEDIATE"
+        );
+        assert_eq!(select_ike(&offered, &[ike("aes256gcm16-prfsha256-x25519")], 0, true), None);
+        let optional = ike_sa_payload(&[ike("aes256gcm16-prfsha256-x25519-ke1_mlkem768-ke1_none")]);
+        let (_, c) = select_ike(&optional, &[ike("aes256gcm16-prfsha256-x25519")], 0, false).unwrap();
+        assert_eq!(c.additional_kes().count(), 0);
+        // The answer carries the choice; an answer without it is taken only where one of
+        // our proposals allows the classical exchange alone.
+        let answer = ike_answer(1, &c);
+        assert!(accept_ike_answer(&answer, std::slice::from_ref(&hybrid)).is_none(), "downgrade refused");
+        let both = [hybrid.clone(), hybrid.without_additional()];
+        assert_eq!(accept_ike_answer(&answer, &both), Some(c));
+        let (_, h) = select_ike(&offered, &both, 0, true).unwrap();
+        assert_eq!(accept_ike_answer(&ike_answer(1, &h), &both), Some(h));
     }
 }

@@ -4,6 +4,8 @@
 //! initiator                                   responder
 //! ExpectSaInitResponse --IKE_SA_INIT-->        (stateless: cookie, INVALID_KE, NO_PROPOSAL)
 //!                      <--                     ExpectAuthRequest   (half-open)
+//! [ExpectIntermediateResponse --IKE_INTERMEDIATE--> <--]  (RFC 9370: once per
+//!                                                          additional key exchange)
 //! ExpectAuthResponse   --IKE_AUTH-->
 //!                      <--                     Established
 //! Established                                  Established
@@ -47,6 +49,7 @@ mod authenticate;
 mod carry;
 mod child;
 mod ike_rekey;
+mod intermediate;
 
 pub(crate) use ike_rekey::Handoff;
 
@@ -194,7 +197,7 @@ pub enum IkeSaState {
     ExpectSaInitResponse,
     /// Responder: IKE_SA_INIT answered, waiting for IKE_AUTH (half-open).
     ExpectAuthRequest,
-    /// Initiator: IKE_AUTH sent.
+    /// Initiator: IKE_AUTH sent, or an IKE_INTERMEDIATE before it (RFC 9370).
     ExpectAuthResponse,
     /// Authenticated; child SAs may exist.
     Established,
@@ -207,6 +210,8 @@ pub enum IkeSaState {
 enum RequestKind {
     /// IKE_SA_INIT.
     SaInit,
+    /// IKE_INTERMEDIATE with an additional key exchange (RFC 9370).
+    Intermediate,
     /// IKE_AUTH.
     Auth,
     /// INFORMATIONAL deleting these child SAs (our inbound SPIs).
@@ -268,6 +273,11 @@ pub(crate) struct Core {
     expected_request: u32,
     /// Our answer to the peer's last request, for its retransmissions.
     last_response: Option<(u32, Datagrams)>,
+    /// The peer's last request as received (its datagrams), where the keys changed after
+    /// it (an IKE_INTERMEDIATE): its retransmission no longer opens, so it is known by its
+    /// bytes. Also the datagrams of an IKE_INTERMEDIATE request still coming in.
+    last_request: Option<(u32, Vec<Vec<u8>>)>,
+    incoming_intermediate: Option<(u32, Vec<Vec<u8>>)>,
     /// IKE fragmentation (RFC 7383): whether we send fragments, the peer's being put
     /// together.
     fragments: Fragmentation,
@@ -304,6 +314,7 @@ pub struct IkeSa {
 enum State {
     ExpectSaInitResponse(ExpectSaInitResponse),
     ExpectAuthRequest(ExpectAuthRequest),
+    ExpectIntermediateResponse(Box<intermediate::ExpectIntermediateResponse>),
     ExpectAuthResponse(Box<ExpectAuthResponse>),
     Established(Established),
     Deleted,
@@ -331,6 +342,8 @@ struct ExpectAuthRequest {
     request: Vec<u8>,
     /// Our IKE_SA_INIT response as sent (our signed octets).
     response: Vec<u8>,
+    /// The additional key exchanges (RFC 9370) still due before IKE_AUTH, in order.
+    intermediate: VecDeque<DhGroup>,
 }
 
 /// Initiator, IKE_AUTH sent.
@@ -370,6 +383,7 @@ impl State {
     fn ike(&self) -> Option<IkeSaHandle> {
         match self {
             Self::ExpectAuthRequest(s) => Some(s.ike),
+            Self::ExpectIntermediateResponse(s) => Some(s.ike()),
             Self::ExpectAuthResponse(s) => Some(s.ike),
             Self::Established(s) => Some(s.ike),
             Self::ExpectSaInitResponse(_) | Self::Deleted => None,
@@ -380,6 +394,7 @@ impl State {
         match self {
             Self::ExpectSaInitResponse(_) => "connecting",
             Self::ExpectAuthRequest(_) => "half-open",
+            Self::ExpectIntermediateResponse(_) => "intermediate",
             Self::ExpectAuthResponse(_) => "authenticating",
             Self::Established(_) => "established",
             Self::Deleted => "deleted",
@@ -453,15 +468,18 @@ impl Core {
         inner: Vec<Payload>,
         to: (SocketAddr, SocketAddr),
     ) -> Result<(SealedBlob, SealedBlob, SealReport), Error> {
-        let header = self.header(ExchangeType::IKE_AUTH, true, 1);
+        let id = self.expected_request;
+        let header = self.header(ExchangeType::IKE_AUTH, true, id);
         let fragment_at = self.fragment_at(ctx, to);
         let (bytes, s) =
             sk::seal_with(ctx.enclave, ike, choice.suite, header, inner, fragment_at, |e, m, aad, pt| {
                 e.sk_encrypt_establish(ike, m, aad, pt)
             })?;
         ctx.out.send_all(to.0, to.1, &bytes);
-        self.last_response = Some((1, bytes));
-        self.expected_request = 2;
+        self.last_response = Some((id, bytes));
+        self.expected_request = id.saturating_add(1);
+        self.last_request = None;
+        self.incoming_intermediate = None;
         Ok(Self::seal_report(s))
     }
 
@@ -509,7 +527,7 @@ impl Core {
         message: &Message,
     ) -> Result<Opened, OpenError> {
         let opened = sk::open(ctx.enclave, ike, datagram, message, &mut self.fragments, ctx.now);
-        if matches!(opened, Ok(Opened::Whole(_))) && message.encrypted_fragment().is_some() {
+        if matches!(opened, Ok(Opened::Whole(..))) && message.encrypted_fragment().is_some() {
             ctx.out.counters.reassembled += 1;
         }
         opened
@@ -789,6 +807,10 @@ fn sa_init_request(
     if core.conn.fragmentation.announces() {
         payloads.push(fragment::supported_notify());
     }
+    if core.conn.proposals.iter().any(proposal::IkeProposal::has_additional) {
+        // RFC 9370 §2.2.1: additional key exchanges need IKE_INTERMEDIATE.
+        payloads.push(Payload::Notify(Notify::new(NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED, Vec::new())));
+    }
     let header = core.header(ExchangeType::IKE_SA_INIT, false, 0);
     Ok(Message::new(header, payloads).to_vec()?)
 }
@@ -843,6 +865,8 @@ impl IkeSa {
                 next_request: 1,
                 expected_request: 0,
                 last_response: None,
+                last_request: None,
+                incoming_intermediate: None,
                 fragments: Fragmentation::default(),
                 pending: None,
                 queue: VecDeque::new(),
@@ -913,6 +937,11 @@ impl IkeSa {
         if peer_fragments && fragmentation.announces() {
             payloads.push(fragment::supported_notify());
         }
+        if init.choice.additional_kes().next().is_some() {
+            // The initiator announced it (`proposal::select_ike` chose none otherwise).
+            payloads
+                .push(Payload::Notify(Notify::new(NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED, Vec::new())));
+        }
         payloads.extend(authenticate::certreq(&new.conn));
         let header = IkeHeader::new(spi_i, spi_r, ExchangeType::IKE_SA_INIT, HeaderFlags::RESPONSE, 0);
         let response = match Message::new(header, payloads).to_vec() {
@@ -946,6 +975,8 @@ impl IkeSa {
                 next_request: 0,
                 expected_request: 1,
                 last_response: Some((0, vec![response.clone()])),
+                last_request: None,
+                incoming_intermediate: None,
                 fragments: Fragmentation::new(peer_fragments && fragmentation == FragmentationPolicy::Yes),
                 pending: None,
                 queue: VecDeque::new(),
@@ -966,6 +997,7 @@ impl IkeSa {
                 nonce_r,
                 request: init.datagram.to_vec(),
                 response,
+                intermediate: init.choice.additional_kes().collect(),
             }),
         })
     }
@@ -975,7 +1007,9 @@ impl IkeSa {
         match self.state {
             State::ExpectSaInitResponse(_) => IkeSaState::ExpectSaInitResponse,
             State::ExpectAuthRequest(_) => IkeSaState::ExpectAuthRequest,
-            State::ExpectAuthResponse(_) => IkeSaState::ExpectAuthResponse,
+            State::ExpectIntermediateResponse(_) | State::ExpectAuthResponse(_) => {
+                IkeSaState::ExpectAuthResponse
+            }
             State::Established(_) => IkeSaState::Established,
             State::Deleted => IkeSaState::Deleted,
         }
@@ -1035,6 +1069,7 @@ impl IkeSa {
     pub fn choice(&self) -> Option<IkeChoice> {
         match &self.state {
             State::ExpectAuthRequest(s) => Some(s.choice),
+            State::ExpectIntermediateResponse(s) => Some(s.choice()),
             State::ExpectAuthResponse(s) => Some(s.choice),
             State::Established(s) => Some(s.choice),
             _ => None,
@@ -1155,8 +1190,8 @@ impl IkeSa {
             ctx.out.counters.drop(DropReason::UnexpectedResponse);
             return;
         };
-        let inner = match self.core.open(ctx, ike, datagram, message) {
-            Ok(Opened::Whole(inner)) => inner,
+        let (inner, plain) = match self.core.open(ctx, ike, datagram, message) {
+            Ok(Opened::Whole(inner, plain)) => (inner, plain),
             Ok(Opened::Waiting) => {
                 self.state = state;
                 return;
@@ -1183,6 +1218,7 @@ impl IkeSa {
         self.core.pending = None;
         self.core.next_request = self.core.next_request.saturating_add(1);
         self.state = match state {
+            State::ExpectIntermediateResponse(st) => st.process(&mut self.core, ctx, &h, &inner, &plain),
             State::ExpectAuthResponse(st) => st.process(&mut self.core, ctx, &inner),
             State::Established(st) => st.process_response(&mut self.core, ctx, kind, &inner),
             other => other,
@@ -1210,8 +1246,29 @@ impl IkeSa {
             ctx.out.counters.drop(DropReason::OutOfWindow);
             return;
         }
-        let inner = match self.core.open(ctx, ike, datagram, message) {
-            Ok(Opened::Whole(inner)) => inner,
+        if let Some((id, seen)) = &self.core.last_request {
+            if previous && *id == h.message_id && seen.iter().any(|d| d == datagram) {
+                // Answered once per retransmission: on its last datagram.
+                if let (Some(last), Some((_, bytes))) = (seen.last(), &self.core.last_response) {
+                    if last == datagram {
+                        ctx.out.send_all(to.0, to.1, bytes);
+                        ctx.out.counters.responses_resent += 1;
+                    }
+                }
+                return;
+            }
+        }
+        if current && h.exchange_type == ExchangeType::IKE_INTERMEDIATE {
+            let held = self.core.incoming_intermediate.get_or_insert_with(|| (h.message_id, Vec::new()));
+            if held.0 != h.message_id {
+                *held = (h.message_id, Vec::new());
+            }
+            if held.1.len() < usize::from(fragment::MAX_FRAGMENTS) {
+                held.1.push(datagram.to_vec());
+            }
+        }
+        let (inner, plain) = match self.core.open(ctx, ike, datagram, message) {
+            Ok(Opened::Whole(inner, plain)) => (inner, plain),
             Ok(Opened::Waiting) => return,
             Err(OpenError::Fragment(reason)) => {
                 ctx.out.counters.drop(reason);
@@ -1253,6 +1310,16 @@ impl IkeSa {
         self.core.last_heard = ctx.now;
         let state = mem::replace(&mut self.state, State::Deleted);
         self.state = match (state, h.exchange_type) {
+            (State::ExpectAuthRequest(st), ExchangeType::IKE_INTERMEDIATE) => {
+                st.process_intermediate(&mut self.core, ctx, to, &h, &inner, &plain)
+            }
+            (State::ExpectAuthRequest(st), ExchangeType::IKE_AUTH) if !st.intermediate.is_empty() => {
+                let error = Error::InvalidMessage {
+                    exchange: "IKE_AUTH",
+                    why: "IKE_AUTH before the additional key exchanges chosen",
+                };
+                self.core.fail(ctx, Some(st.ike), None, error)
+            }
             (State::ExpectAuthRequest(st), ExchangeType::IKE_AUTH) => {
                 st.process(&mut self.core, ctx, to, &inner)
             }
@@ -1355,6 +1422,7 @@ impl IkeSa {
                     }
                 }
                 RequestKind::SaInit
+                | RequestKind::Intermediate
                 | RequestKind::Auth
                 | RequestKind::RekeyChildSent(_)
                 | RequestKind::RekeyIkeSent(_) => continue,
@@ -1407,6 +1475,9 @@ impl IkeSa {
                         State::ExpectAuthResponse(st) => {
                             ctx.child_spis.remove(&st.child.spi);
                             self.core.fail(ctx, Some(st.ike), None, Error::Timeout { tries })
+                        }
+                        State::ExpectIntermediateResponse(st) => {
+                            st.fail(&mut self.core, ctx, Error::Timeout { tries })
                         }
                         other => {
                             let ike = other.ike();
@@ -1710,20 +1781,14 @@ impl ExpectSaInitResponse {
             core.local.set_port(NATT_PORT);
             core.remote.set_port(NATT_PORT);
         }
-        let request = core.pending.take().and_then(|p| p.bytes.into_iter().next()).unwrap_or_default();
-        match ExpectAuthResponse::start(
-            core,
-            ctx,
-            ike,
-            choice,
-            self.nonce_i,
-            nonce_r,
-            &request,
-            datagram.to_vec(),
-        ) {
-            Ok(next) => State::ExpectAuthResponse(Box::new(next)),
-            Err(e) => core.fail(ctx, Some(ike), None, e),
+        if choice.additional_kes().next().is_some()
+            && message.notify(NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED).is_none()
+        {
+            let why = "additional key exchanges chosen without IKE_INTERMEDIATE";
+            return core.fail(ctx, Some(ike), None, invalid(why));
         }
+        let request = core.pending.take().and_then(|p| p.bytes.into_iter().next()).unwrap_or_default();
+        intermediate::after_sa_init(core, ctx, ike, choice, self.nonce_i, nonce_r, request, datagram.to_vec())
     }
 
     /// Sends IKE_SA_INIT again after a cookie or group change (a new request, same ID 0).
@@ -1784,7 +1849,8 @@ impl ExpectAuthResponse {
         inner.push(Payload::Sa(proposal::esp_sa_payload(&config.esp_proposals, spi, false)));
         inner.push(Payload::TsInitiator(ts::to_payload(&ts_i)));
         inner.push(Payload::TsResponder(ts::to_payload(&ts_r)));
-        let header = core.header(ExchangeType::IKE_AUTH, false, 1);
+        let id = core.next_request;
+        let header = core.header(ExchangeType::IKE_AUTH, false, id);
         let fragment_at = core.fragment_at_peer(ctx);
         let bytes = match sk::seal(ctx.enclave, ike, choice.suite, header, inner, fragment_at) {
             Ok(b) => b,
@@ -1794,7 +1860,7 @@ impl ExpectAuthResponse {
             }
         };
         /* IKE_AUTH { SK { IDi, [CERT+], N(INITIAL_CONTACT), [CERTREQ], [IDr], AUTH, SAi2, TSi, TSr } } --> */
-        core.send_request(ctx, ExchangeType::IKE_AUTH, 1, bytes, RequestKind::Auth);
+        core.send_request(ctx, ExchangeType::IKE_AUTH, id, bytes, RequestKind::Auth);
         let proposals = config.esp_proposals.clone();
         Ok(Self {
             ike,
@@ -1923,7 +1989,6 @@ impl ExpectAuthResponse {
                 return core.fail(ctx, Some(self.ike), None, e);
             }
         };
-        core.next_request = 2;
         ctx.out.events.push_back(core.established_event(self.choice, id_r.clone(), report));
         ctx.out.events.extend(events);
         // IKE_AUTH carried the first child; every other one is a CREATE_CHILD_SA of its own.
@@ -1948,7 +2013,8 @@ impl ExpectAuthRequest {
         let notify_and_fail = |core: &mut Core, ctx: &mut Ctx<'_, E>, notify: NotifyType, error: Error| {
             let payload = vec![Payload::Notify(Notify::new(notify, Vec::new()))];
             /* <-- IKE_AUTH { SK { N(error) } } */
-            let _ = core.respond(ctx, ike, &choice, ExchangeType::IKE_AUTH, 1, payload, to);
+            let id = core.expected_request;
+            let _ = core.respond(ctx, ike, &choice, ExchangeType::IKE_AUTH, id, payload, to);
             core.fail(ctx, Some(ike), None, error)
         };
         /* IKE_AUTH { SK { IDi, [CERT+], [CERTREQ], [IDr], AUTH, SAi2, TSi, TSr } } --> */
@@ -2163,6 +2229,7 @@ impl Established {
             }
             RequestKind::Liveness
             | RequestKind::SaInit
+            | RequestKind::Intermediate
             | RequestKind::Auth
             | RequestKind::RekeyChild(_)
             | RequestKind::NewChild(_)

@@ -194,10 +194,49 @@ pub(crate) enum OpenError {
 /// What a received message brought.
 #[derive(Debug)]
 pub(crate) enum Opened {
-    /// The inner payloads: of an SK message, or of the last missing fragment's message.
-    Whole(Vec<Payload>),
+    /// The inner payloads: of an SK message, or of the last missing fragment's message;
+    /// and their plaintext.
+    Whole(Vec<Payload>, Plain),
     /// A fragment, kept until the rest arrive.
     Waiting,
+}
+
+/// The inner payloads of an SK message in plaintext, as encrypted (put together from
+/// fragments where they came in pieces).
+#[derive(Debug, Clone)]
+pub(crate) struct Plain {
+    /// The type of the first inner payload.
+    pub(crate) first_inner: PayloadType,
+    /// The payload chain.
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Plain {
+    /// The plaintext of inner payloads we send, as [`seal`] encodes them.
+    pub(crate) fn of(inner: &[Payload]) -> Result<Self> {
+        let chain: Vec<PayloadEntry> = inner.iter().cloned().map(PayloadEntry::from).collect();
+        let mut bytes = Vec::new();
+        let first_inner = encode_chain(&chain, &mut bytes)?;
+        Ok(Self { first_inner, bytes })
+    }
+
+    /// The message under `header` in the form RFC 9242 §3.3.2 authenticates
+    /// (`IntAuth_*A | IntAuth_*P`): the IKE header and the Encrypted payload's header,
+    /// their lengths those of this form (no IV, padding or ICV; as if not fragmented),
+    /// then the inner payloads.
+    pub(crate) fn authenticated_form(&self, header: &IkeHeader) -> Vec<u8> {
+        let total = IkeHeader::LEN + 4 + self.bytes.len();
+        let mut m = Vec::with_capacity(total);
+        m.extend_from_slice(&header.initiator_spi.to_be_bytes());
+        m.extend_from_slice(&header.responder_spi.to_be_bytes());
+        m.extend_from_slice(&[PayloadType::SK.0, header.version, header.exchange_type.0, header.flags.0]);
+        m.extend_from_slice(&header.message_id.to_be_bytes());
+        m.extend_from_slice(&u32::try_from(total).unwrap_or(u32::MAX).to_be_bytes());
+        m.extend_from_slice(&[self.first_inner.0, 0]);
+        m.extend_from_slice(&u16::try_from(total - IkeHeader::LEN).unwrap_or(u16::MAX).to_be_bytes());
+        m.extend_from_slice(&self.bytes);
+        m
+    }
 }
 
 /// Verifies and decrypts the SK payload of a received message, or its SKF payload into
@@ -212,7 +251,7 @@ pub(crate) fn open<E: Enclave>(
 ) -> core::result::Result<Opened, OpenError> {
     if let Some(sk) = message.encrypted() {
         let plaintext = decrypt(enclave, ike, datagram, sk.data.len())?;
-        return inner_chain(sk.first_inner, &plaintext).map(Opened::Whole);
+        return inner_chain(sk.first_inner, plaintext);
     }
     let skf = message.encrypted_fragment().ok_or(OpenError::NoSk)?;
     let plaintext = decrypt(enclave, ike, datagram, skf.data.len())?;
@@ -227,7 +266,7 @@ pub(crate) fn open<E: Enclave>(
     };
     match fragments.take(now, piece) {
         Taken::Kept => Ok(Opened::Waiting),
-        Taken::Complete { first_inner, plaintext } => inner_chain(first_inner, &plaintext).map(Opened::Whole),
+        Taken::Complete { first_inner, plaintext } => inner_chain(first_inner, plaintext),
         Taken::Dropped(reason) => Err(OpenError::Fragment(reason)),
     }
 }
@@ -245,7 +284,8 @@ fn decrypt<E: Enclave>(
     buffer.get(range).map(<[u8]>::to_vec).ok_or(OpenError::Integrity)
 }
 
-fn inner_chain(first_inner: PayloadType, plaintext: &[u8]) -> core::result::Result<Vec<Payload>, OpenError> {
-    let chain = decode_chain(first_inner, plaintext).map_err(OpenError::Inner)?;
-    Ok(chain.into_iter().map(|e| e.payload).collect())
+fn inner_chain(first_inner: PayloadType, plaintext: Vec<u8>) -> core::result::Result<Opened, OpenError> {
+    let chain = decode_chain(first_inner, &plaintext).map_err(OpenError::Inner)?;
+    let payloads = chain.into_iter().map(|e| e.payload).collect();
+    Ok(Opened::Whole(payloads, Plain { first_inner, bytes: plaintext }))
 }

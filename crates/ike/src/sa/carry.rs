@@ -70,6 +70,9 @@ pub struct CarriedIkeSa {
     choice: CarriedSuite,
     prf: u16,
     group: u16,
+    /// The RFC 9370 additional key exchanges IKE_SA_INIT did, by slot (0: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    additional: Vec<u16>,
     /// The source enclave's handle of the SA's keys.
     ike: u32,
     sealed_sk_d: Hex,
@@ -339,11 +342,20 @@ impl CarriedIkeSa {
                 return Err(bad("its last response is not this SA's answer to the last request"));
             }
         }
-        let choice = IkeChoice {
-            suite: self.choice.suite().ok_or(bad("unknown or inconsistent IKE transforms"))?,
-            prf: Prf::from_id(self.prf).ok_or(bad("unknown PRF"))?,
-            group: DhGroup::from_id(self.group).ok_or(bad("unknown DH group"))?,
-        };
+        let mut choice = IkeChoice::new(
+            self.choice.suite().ok_or(bad("unknown or inconsistent IKE transforms"))?,
+            Prf::from_id(self.prf).ok_or(bad("unknown PRF"))?,
+            DhGroup::from_id(self.group).ok_or(bad("unknown DH group"))?,
+        );
+        if self.additional.len() > choice.additional.len() {
+            return Err(bad("more than seven additional key exchanges"));
+        }
+        for (slot, id) in choice.additional.iter_mut().zip(&self.additional) {
+            *slot = match id {
+                0 => None,
+                id => Some(DhGroup::from_id(*id).ok_or(bad("unknown additional key exchange"))?),
+            };
+        }
         let peer_hashes = match &self.peer_hashes {
             Some(ids) => {
                 if !ids.iter().all(|id| HashAlgorithm::from_id(*id).is_some()) {
@@ -443,6 +455,8 @@ impl CarriedIkeSa {
                 .last_response
                 .as_ref()
                 .map(|r| (r.id, r.datagrams().map(<[u8]>::to_vec).collect())),
+            last_request: None,
+            incoming_intermediate: None,
             fragments: crate::fragment::Fragmentation::new(self.fragments),
             pending: None,
             queue: VecDeque::new(),
@@ -615,6 +629,11 @@ impl IkeSa {
                 .ok_or(bad("the IKE transforms have no carried form"))?,
             prf: st.choice.prf.id(),
             group: st.choice.group.id(),
+            additional: if st.choice.additional.iter().any(Option::is_some) {
+                st.choice.additional.iter().map(|g| g.map_or(0, DhGroup::id)).collect()
+            } else {
+                Vec::new()
+            },
             ike: st.ike.raw(),
             sealed_sk_d: Hex(st.sealed_sk_d.0.clone()),
             sealed_state: Hex(st.sealed_state.0.clone()),

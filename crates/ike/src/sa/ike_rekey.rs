@@ -137,7 +137,7 @@ pub(super) fn request<E: Enclave>(
     let mut public = vec![0u8; group.public_len()];
     let dh = ctx.enclave.dh_generate(group, &mut public)?;
     let payloads = vec![
-        Payload::Sa(proposal::ike_rekey_sa_payload(&core.conn.proposals, spi)),
+        Payload::Sa(proposal::ike_rekey_sa_payload(&classical(&core.conn.proposals), spi)),
         Payload::Nonce(Nonce { data: nonce_i.clone() }),
         Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(group.id()), public)),
     ];
@@ -198,6 +198,8 @@ fn successor<E: Enclave>(
         next_request: 0,
         expected_request: 0,
         last_response: None,
+        last_request: None,
+        incoming_intermediate: None,
         // Negotiated in IKE_SA_INIT, and a rekey has none: the new SA keeps it (RFC 7383 §2.3).
         fragments: crate::fragment::Fragmentation::new(core.fragments.send),
         pending: None,
@@ -393,7 +395,7 @@ fn answer<E: Enclave>(
     let (Some(sa), Some(nonce), Some(ke)) = (parts.sa, parts.nonce, parts.ke) else {
         return Err((NotifyType::INVALID_SYNTAX, Vec::new()));
     };
-    let Some((number, choice)) = proposal::select_ike(sa, &core.conn.proposals, 8) else {
+    let Some((number, choice)) = proposal::select_ike(sa, &core.conn.proposals, 8, false) else {
         return Err((NotifyType::NO_PROPOSAL_CHOSEN, Vec::new()));
     };
     let Some(spi_i) =
@@ -449,4 +451,18 @@ fn answer<E: Enclave>(
     }
     ctx.out.new_sas.push(theirs);
     Ok(reply)
+}
+
+/// The proposals an IKE SA rekey offers: without additional key exchanges, which would
+/// need IKE_FOLLOWUP_KE (RFC 9370 §2.2.4). The rekeyed SA's SKEYSEED still derives from
+/// the old SK_d, which a hybrid IKE_SA_INIT made. Proposals that differ only in them are
+/// offered once.
+fn classical(proposals: &[proposal::IkeProposal]) -> Vec<proposal::IkeProposal> {
+    let mut out: Vec<proposal::IkeProposal> = Vec::new();
+    for p in proposals.iter().map(proposal::IkeProposal::without_additional) {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
 }
