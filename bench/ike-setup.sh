@@ -12,13 +12,19 @@
 # Responders run in network namespace clt-ike<pid>-r, initiators in clt-ike<pid>-i (veth,
 # 198.18.0.1 -> 198.18.0.2, inner 198.19.0.0/16); everything is removed on exit.
 # Rounds alternate which responder goes first; figures are medians [min-max] over ROUNDS.
-# Method and figures: docs/bench-ike.md. Needs root. Last line:
+#   - the post-quantum hybrid's cost (RFC 9370: x25519 then ML-KEM-768 in IKE_INTERMEDIATE):
+#     Cloister's responder with aes256gcm16-prfsha256-x25519-ke1_mlkem768 against the same
+#     responder with x25519 alone, both driven by `cloister ike-load` (strongSwan 5.9 does no
+#     additional key exchange), alternating order per round.
+# Method and figures: docs/bench-ike.md. Needs root. Last lines:
 #   ike setup rate ratio vs strongswan modp3072=<r> x25519=<r>
+#   ike hybrid setup rate ratio vs x25519 (cloister, ike-load)=<r>
 # Knobs (environment): ROUNDS (3), SETUPS (10 single setups per measurement), RATE_MODP (150),
 # RATE_X25519 (400) tunnels per rate burst, LT_DELAY_MS (0: the plugin's delay between
 # initiations), WINDOW (32, ike-load), HOLD (1000; 0 skips), TIMEOUT (60 s per measurement),
 # INLINE (1: also the gateway with enclave = "inline", the reference for the enclave's cost),
-# SUITE (modp3072 or x25519: that suite only), IKE_LOAD (1; 0: the load-tester only), KEEP
+# SUITE (modp3072 or x25519: that suite only; hybrid: only the hybrid against x25519, no
+# strongSwan), HYBRID (1; 0 skips the hybrid comparison), IKE_LOAD (1; 0: the load-tester only), KEEP
 # (0; 1: keep the scratch directory with each burst's logs and counters, initiator at ike=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,12 +42,15 @@ HOLD=${HOLD:-1000}
 TIMEOUT=${TIMEOUT:-60}
 INLINE=${INLINE:-1}
 SUITES=(aes256-sha256-modp3072 aes256gcm16-prfsha256-x25519)
-# SUITE=modp3072 or SUITE=x25519 measures that suite only.
+HYBRID=${HYBRID:-1}
+HYBRID_SUITE=aes256gcm16-prfsha256-x25519-ke1_mlkem768
+# SUITE=modp3072 or SUITE=x25519 measures that suite only; SUITE=hybrid the hybrid only.
 case ${SUITE:-} in
   "") ;;
   modp3072) SUITES=(aes256-sha256-modp3072) ;;
   x25519) SUITES=(aes256gcm16-prfsha256-x25519) ;;
-  *) echo "SUITE must be modp3072 or x25519" >&2; exit 1 ;;
+  hybrid) SUITES=(); HYBRID=1; HOLD=0; INLINE=0 ;;
+  *) echo "SUITE must be modp3072, x25519 or hybrid" >&2; exit 1 ;;
 esac
 # KEEP=1 keeps the scratch directory (configurations, logs) and prints its path.
 KEEP=${KEEP:-0}
@@ -54,7 +63,7 @@ GW_ID=gw.cloister.test
 CHARON=/usr/lib/ipsec/charon
 
 esp_for() { case $1 in *modp3072) echo aes256-sha256 ;; *) echo aes256gcm16 ;; esac; }
-short() { case $1 in *modp3072) echo modp3072 ;; *) echo x25519 ;; esac; }
+short() { case $1 in *modp3072) echo modp3072 ;; *ke1_mlkem768) echo hybrid ;; *) echo x25519 ;; esac; }
 rate_n() { case $1 in *modp3072) echo "$RATE_MODP" ;; *) echo "$RATE_X25519" ;; esac; }
 
 # ---- dependencies: strongSwan (scripts/setup.sh), the plugin, Cloister ------------------
@@ -62,7 +71,12 @@ if [ ! -x "$CHARON" ] || ! command -v swanctl >/dev/null ||
   [ ! -f /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ]; then
   ./scripts/setup.sh
 fi
-lt_dir=$(bench/ike/build-load-tester.sh | tail -1)
+# The load-tester only where strongSwan's initiator runs (not for SUITE=hybrid alone).
+if ((${#SUITES[@]})) || ((HOLD > 0)); then
+  lt_dir=$(bench/ike/build-load-tester.sh | tail -1)
+else
+  lt_dir=/nonexistent
+fi
 LT_SO=$lt_dir/libstrongswan-load-tester.so
 LDT=$lt_dir/ldt-client
 cargo build --release --quiet -p cloister --bin cloister
@@ -361,7 +375,7 @@ notes=$tmp/notes
 note() { echo "$*" | tee -a "$notes"; }
 
 charon_version=$(dpkg-query -W -f='${Version}' strongswan-charon)
-echo "== ike-setup: strongSwan $charon_version (load-tester plugin from $(cat "$lt_dir/SOURCE")),"
+echo "== ike-setup: strongSwan $charon_version (load-tester plugin from $(cat "$lt_dir/SOURCE" 2>/dev/null || echo "-: not used")),"
 echo "   cloister release build, $(nproc) cores, $(uname -r)," \
   "ROUNDS=$ROUNDS SETUPS=$SETUPS RATE_MODP=$RATE_MODP RATE_X25519=$RATE_X25519 LT_DELAY_MS=$LT_DELAY_MS WINDOW=$WINDOW HOLD=$HOLD"
 
@@ -413,19 +427,27 @@ measure() { # ROUND RESPONDER SUITE
 
   # Cloister's initiator (cloister ike-load).
   ((IKE_LOAD)) || return 0
+  ike_load "$round" "$who" "$suite" il
+}
+
+# `cloister ike-load` against one responder: single setups, then a burst; series PREFIX_*.
+ike_load() { # ROUND RESPONDER SUITE PREFIX
+  local round=$1 who=$2 suite=$3 p=$4 s n drops0 drops line est
+  s=$(short "$suite")
+  n=$(rate_n "$suite")
   start_responder "$who" "$suite"
   local il=(ip netns exec "$NS_I" "$CLOISTER" ike-load --local "$I_ADDR" --remote "$R_ADDR" --proposal "$suite"
     --esp "$(esp_for "$suite")" --psk-file "$tmp/psk.txt" --remote-id "$GW_ID" --timeout "$TIMEOUT")
   line=$(timeout $((TIMEOUT + 30)) "${il[@]}" --tunnels "$SETUPS" --window 1 --delete 2>&1 | grep '^ike-load result' || true)
   local single_p50
   single_p50=$(kv "$line" p50_ms)
-  [ "$(kv "$line" established)" = "$SETUPS" ] && add "il_setup_${who}_$s" "$single_p50" ||
+  [ "$(kv "$line" established)" = "$SETUPS" ] && add "${p}_setup_${who}_$s" "$single_p50" ||
     note "round $round $s $who: ike-load single setups: ${line:-no result}"
   drops0=$(udp_rcvbuf_errors "$NS_R")
   line=$(timeout $((TIMEOUT + 30)) "${il[@]}" --tunnels "$n" --window "$WINDOW" 2>&1 | grep '^ike-load result' || true)
   drops=$(($(udp_rcvbuf_errors "$NS_R") - drops0))
   est=$(kv "$line" established)
-  [ "$est" = "$n" ] && add "il_rate_${who}_$s" "$(kv "$line" rate)" || note "round $round $s $who: ike-load: ${line:-no result}"
+  [ "$est" = "$n" ] && add "${p}_rate_${who}_$s" "$(kv "$line" rate)" || note "round $round $s $who: ike-load: ${line:-no result}"
   printf 'round %s %-8s %-15s ike-load:    setup ms p50 %s; %s tunnels, window %s: %s in %s s = %s/s, setup ms p50 %s p99 %s, %s retransmits, %s responder UDP drops\n' \
     "$round" "$s" "$who" "$single_p50" "$n" "$WINDOW" "$est" "$(kv "$line" seconds)" "$(kv "$line" rate)" \
     "$(kv "$line" p50_ms)" "$(kv "$line" p99_ms)" "$(kv "$line" retransmits)" "$drops"
@@ -438,6 +460,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
     ((INLINE)) && order+=(cloister-inline)
     for who in "${order[@]}"; do measure "$round" "$who" "$suite"; done
   done
+  # The hybrid against x25519 alone, both through the product (process enclave).
+  if ((HYBRID)); then
+    if ((round % 2)); then hy=("$HYBRID_SUITE" aes256gcm16-prfsha256-x25519); else hy=(aes256gcm16-prfsha256-x25519 "$HYBRID_SUITE"); fi
+    for suite in "${hy[@]}"; do ike_load "$round" cloister "$suite" hy; done
+  fi
 done
 
 # ---- HOLD tunnels held at once (x25519), memory per IKE SA -----------------------------
@@ -490,6 +517,7 @@ header() {
   for who in "${responders[@]}"; do printf ' %-22s' "$who"; done
   printf ' %s\n' "$1"
 }
+if ((${#SUITES[@]})); then
 echo "single-tunnel setup time, ms: each round's p50 of $SETUPS setups one after another"
 echo "  (load-tester: request to IKE SA established; ike-load: initiate to first child SA ready)"
 header "issue: strongSwan both ends"
@@ -515,6 +543,16 @@ for init in load-tester ike-load; do
     printf ' %s\n' "$([ "$init" = ike-load ] && echo - || { [ "$s" = modp3072 ] && echo '(147)' || echo '(1150)'; })"
   done
 done
+fi
+if ((HYBRID)); then
+  echo "post-quantum hybrid (x25519 + ML-KEM-768 in IKE_INTERMEDIATE) against x25519 alone:"
+  echo "  cloister responder (process enclave), cloister ike-load initiator, window $WINDOW"
+  printf '  %-28s %-22s %-22s %s\n' "" x25519 hybrid hybrid/x25519
+  printf '  %-28s %-22s %-22s %s\n' "single setup, ms p50" "$(stat hy_setup_cloister_x25519)" \
+    "$(stat hy_setup_cloister_hybrid)" "$(ratio hy_setup_cloister_hybrid hy_setup_cloister_x25519)"
+  printf '  %-28s %-22s %-22s %s\n' "setup rate, tunnels/s" "$(stat hy_rate_cloister_x25519)" \
+    "$(stat hy_rate_cloister_hybrid)" "$(ratio hy_rate_cloister_hybrid hy_rate_cloister_x25519)"
+fi
 if ((HOLD > 0)); then
   echo "$HOLD tunnels held (x25519, load-tester, each IKE SA with one child SA):"
   for l in "${hold_line[@]}"; do echo "  $l"; done
@@ -523,5 +561,8 @@ if [ -s "$notes" ]; then
   echo "notes:"
   sed 's/^/  /' "$notes"
 fi
-echo "ike-load ratio vs strongswan modp3072=$(ratio il_rate_cloister_modp3072 il_rate_strongswan_modp3072) x25519=$(ratio il_rate_cloister_x25519 il_rate_strongswan_x25519)"
-echo "ike setup rate ratio vs strongswan modp3072=$(ratio lt_rate_cloister_modp3072 lt_rate_strongswan_modp3072) x25519=$(ratio lt_rate_cloister_x25519 lt_rate_strongswan_x25519)"
+if ((${#SUITES[@]})); then
+  echo "ike-load ratio vs strongswan modp3072=$(ratio il_rate_cloister_modp3072 il_rate_strongswan_modp3072) x25519=$(ratio il_rate_cloister_x25519 il_rate_strongswan_x25519)"
+  echo "ike setup rate ratio vs strongswan modp3072=$(ratio lt_rate_cloister_modp3072 lt_rate_strongswan_modp3072) x25519=$(ratio lt_rate_cloister_x25519 lt_rate_strongswan_x25519)"
+fi
+((HYBRID)) && echo "ike hybrid setup rate ratio vs x25519 (cloister, ike-load)=$(ratio hy_rate_cloister_hybrid hy_rate_cloister_x25519)"

@@ -161,6 +161,8 @@ struct Tuning {
     charon_secrets: &'static str,
     /// A NAT between the two (IPv4; the site initiates).
     nat: bool,
+    /// Cloister's IKE proposals instead of the case's (a TOML array's contents).
+    proposals: &'static str,
     /// More PSKs for Cloister, wrapped into these files (`[secrets.NAME] file = ...` in
     /// `children`'s extra tables): (file, PSK).
     psk_files: &'static [(&'static str, &'static str)],
@@ -197,7 +199,7 @@ workers = 2
 [connections.site-a]
 local_addrs = ["{gw}"]
 remote_addrs = ["{site}"]
-proposals = ["{ike}"]
+proposals = [{proposals}]
 {fragmentation}
 {tuning_connection}
 local = {local}
@@ -210,6 +212,8 @@ file = "psk.blob"
 "#,
         listen = if gw.contains(':') { format!("[{gw}]:4500") } else { format!("{gw}:4500") },
         esp = esp_for(ike),
+        proposals =
+            if tuning.proposals.is_empty() { format!("\"{ike}\"") } else { tuning.proposals.to_owned() },
         tuning_gateway = tuning.gateway,
         tuning_dataplane = tuning.dataplane,
         tuning_connection = tuning.connection,
@@ -444,6 +448,8 @@ fn case_with(initiator: Initiator, family: Family, ike: &str, auth: Auth, tuning
     let list = tb.sa(&["list"]);
     assert!(list.contains("Established") && list.contains("net: INSTALLED, TUNNEL-in-UDP"), "{list}");
     assert!(!list.contains(PSK));
+    // strongSwan 5.9 does no additional key exchange (RFC 9370), whatever Cloister offered.
+    assert!(!list.contains("/KE1_"), "{list}");
     let charon = tb.swanctl(&["--list-sas"]);
     let log = std::fs::read_to_string(tb.site.dir().join("charon.log")).unwrap_or_default();
     match auth {
@@ -562,12 +568,14 @@ fn strongswan_forcing_fragments_across_a_real_nat() {
     case_with(Initiator::StrongSwan, Family::V4, "aes256-sha256-modp3072", auth, NAT);
 }
 
-#[test]
-fn psk_across_a_real_nat() {
-    case_with(Initiator::StrongSwan, Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, NAT);
-}
+/// Cloister offers the post-quantum hybrid (RFC 9370) first and the classical exchange
+/// second; strongSwan 5.9 knows no additional key exchanges.
+const HYBRID_FIRST: Tuning = Tuning {
+    proposals: r#""aes256gcm16-prfsha384-x25519-ke1_mlkem768", "aes256gcm16-prfsha256-x25519""#,
+    ..NO_TUNING
+};
 
-const NAT: Tuning = Tuning {
+const NO_TUNING: Tuning = Tuning {
     gateway: "",
     dataplane: "",
     connection: "",
@@ -577,9 +585,62 @@ const NAT: Tuning = Tuning {
     tun_addresses: "",
     charon_connections: "",
     charon_secrets: "",
-    nat: true,
+    nat: false,
     psk_files: &[],
+    proposals: "",
 };
+
+#[test]
+fn strongswan_5_9_gets_the_classical_exchange_from_a_hybrid_first_gateway_whoever_initiates() {
+    for initiator in [Initiator::StrongSwan, Initiator::Cloister] {
+        case_with(initiator, Family::V4, "aes256gcm16-prfsha256-x25519", Auth::Psk, HYBRID_FIRST);
+    }
+}
+
+/// A gateway that allows only the hybrid and a peer that cannot do it agree on nothing,
+/// and say so: the gateway refuses strongSwan's proposals, and takes no answer of
+/// strongSwan's that leaves the additional key exchange out (no silent downgrade); it
+/// keeps serving.
+#[test]
+fn a_hybrid_only_gateway_and_strongswan_5_9_agree_on_nothing_and_say_so() {
+    if !testnet::can_create_namespaces() || !Path::new(CHARON).exists() {
+        testnet::skip("needs root and strongSwan; run scripts/setup.sh");
+        return;
+    }
+    let only = Tuning { proposals: r#""aes256gcm16-prfsha256-x25519-ke1_mlkem768""#, ..NO_TUNING };
+    let tb = Testbed::start_with(Family::V4, "aes256gcm16-prfsha256-x25519", Auth::Psk, false, only);
+    let uri = format!("unix://{}", tb.site.dir().join("charon.vici").display());
+    let out = tb
+        .site
+        .exec(
+            &["swanctl", "--initiate", "--child", "net", "--timeout", "15", "--uri", &uri],
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    assert!(!out.success, "no tunnel without the hybrid:\n{}", out.stdout);
+    let charon = std::fs::read_to_string(tb.site.dir().join("charon.log")).unwrap_or_default();
+    assert!(charon.contains("NO_PROPOSAL_CHOSEN"), "{}", tb.logs());
+    let reply = tb.sa(&["initiate", "site-a"]);
+    assert!(reply.contains("initiating site-a"), "{reply}");
+    let refused =
+        testnet::wait_until("the gateway gives up on strongSwan's answer", Duration::from_secs(20), || {
+            let log = tb.cloister.log();
+            // 5.9 refuses the one proposal (it knows no Transform Type 6); were it to answer
+            // without the additional exchange, the gateway would refuse that answer itself.
+            log.contains("no proposal chosen") || log.contains("did not offer")
+        });
+    assert!(refused.is_ok(), "{}", tb.logs());
+    let list = tb.sa(&["list"]);
+    assert!(!list.contains("Established"), "{list}");
+    eprintln!("interop strongswan 5.9 vs hybrid-only gateway: refused both ways\n{}", tb.cloister.log());
+}
+
+#[test]
+fn psk_across_a_real_nat() {
+    case_with(Initiator::StrongSwan, Family::V4, "aes256gcm16-prfsha256-ecp256", Auth::Psk, NAT);
+}
+
+const NAT: Tuning = Tuning { nat: true, ..NO_TUNING };
 
 /// Who starts a rekey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

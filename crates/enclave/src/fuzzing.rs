@@ -6,7 +6,8 @@
 //! attested-provisioning envelope (also to an instance whose tenant signs), 4 wrapped
 //! static ESP SA keys, 5 a migration package's
 //! header and a decrypted package state (the restore parser, which otherwise runs only on
-//! authenticated bytes). The rest is the input. Nothing may panic; nothing forged may be
+//! authenticated bytes), 6 an IKE_INTERMEDIATE exchange (RFC 9370: its two messages in
+//! RFC 9242's form, with an ML-KEM key the fuzzer never sees). The rest is the input. Nothing may panic; nothing forged may be
 //! accepted (the transcript passes only the exchange's own message; blobs under the
 //! enclave's keys cannot be forged by a fuzzer), and whatever a call does accept is deleted
 //! again, so the tables do not fill across runs.
@@ -18,7 +19,9 @@ use crate::trusted::TrustedCore;
 use enclave_api::alg::{Cipher, DhGroup, Prf, Role, SecretKind, Suite};
 use enclave_api::esp::EspSaParams;
 use enclave_api::handle::{IkeSaHandle, SecretHandle, TenantId};
-use enclave_api::ike::{AuthInput, AuthSpec, DhExchange, IkeSaParams, PeerCredential, SealedBlob};
+use enclave_api::ike::{
+    AuthInput, AuthSpec, DhExchange, IkeSaParams, IntermediateExchange, PeerCredential, SealedBlob,
+};
 use enclave_api::report::{EnclaveConfig, Limits, ProvisioningKey};
 use enclave_api::Enclave;
 use std::sync::{Mutex, OnceLock};
@@ -33,8 +36,9 @@ struct Harness {
     core: TrustedCore,
     ike: IkeSaHandle,
     psk: SecretHandle,
-    /// The exchange's IKE_SA_INIT request and the responder's nonce.
+    /// The exchange's IKE_SA_INIT request and the two nonces.
     msg1: Vec<u8>,
+    ni: Vec<u8>,
     nr: Vec<u8>,
 }
 
@@ -97,7 +101,7 @@ fn harness() -> Option<Harness> {
     .ok()?;
     let psk = e.provision_secret(&blob).ok()?;
     let msg1 = enclave_api::testing::sa_init_message(0x1111, 0, true, DhGroup::Curve25519, &ke, &ni);
-    Some(Harness { e, signing, core, ike, psk, msg1, nr: nr.to_vec() })
+    Some(Harness { e, signing, core, ike, psk, msg1, ni: ni.to_vec(), nr: nr.to_vec() })
 }
 
 /// Runs one input (module docs).
@@ -107,7 +111,7 @@ pub fn caller_input(data: &[u8]) {
     let Ok(mut h) = h.lock() else { return };
     let Some((&pick, input)) = data.split_first() else { return };
     let h = &mut *h;
-    match pick % 6 {
+    match pick % 7 {
         0 => {
             let auth = AuthInput { real_message: input, peer_nonce: &h.nr, id_body: b"id" };
             let mut out = [0u8; 64];
@@ -147,6 +151,17 @@ pub fn caller_input(data: &[u8]) {
             if let Ok(s) = h.e.esp_sa_install_wrapped(input, &params) {
                 let _ = h.e.esp_sa_delete(s);
             }
+        }
+        6 => {
+            // The first byte splits the rest into request and response (in 8-byte steps).
+            let Some((&at, rest)) = input.split_first() else { return };
+            let (request, response) = rest.split_at((usize::from(at) * 8).min(rest.len()));
+            let mut ek = vec![0u8; DhGroup::MlKem768.public_len()];
+            let Ok(dh) = h.e.dh_generate(DhGroup::MlKem768, &mut ek) else { return };
+            let x = IntermediateExchange { nonce_i: &h.ni, nonce_r: &h.nr, request, response };
+            let done = h.e.ike_sa_intermediate(h.ike, DhExchange { dh, peer_public: response }, &x);
+            assert!(done.is_err(), "an IKE_INTERMEDIATE with a key the caller never saw");
+            let _ = h.e.dh_delete(dh);
         }
         _ => {
             // The package's header and the source's evidence as an import reads them (the

@@ -1031,3 +1031,52 @@ fn esp_across(from: &mut dyn Enclave, out: EspSaHandle, to: &mut dyn Enclave, in
     to.esp_batch(&mut area, &[EspDescriptor::decrypt(inb, 0, len, 1)], &mut st).unwrap();
     assert_eq!(st, [EspStatus::Ok]);
 }
+
+// ---- attack: keys and AUTH from IKE_INTERMEDIATE exchanges --------------------------------
+
+/// RFC 9370: the gateway asks the enclave to change an IKE SA's keys with an additional key
+/// exchange that is not the one on the wire (KE values other than the agreement's, an old
+/// message ID, another SA's nonces), or after AUTH, so as to sign for an exchange the
+/// enclave never saw or move an authenticated SA onto keys of its choosing. Each is refused
+/// and counted; the genuine exchange goes through, and its AUTH verifies at the peer.
+#[test]
+fn attack_keys_from_an_intermediate_exchange_the_enclave_did_not_see() {
+    use enclave_api::testing::intermediate_message;
+    on_both(|t| {
+        let mut peer = inline_peer();
+        let x = sa_init(t, &mut peer);
+        let g = DhGroup::MlKem768;
+        let mut ek = vec![0u8; g.public_len()];
+        let dh = t.e.dh_generate(g, &mut ek).unwrap();
+        let mut ct = vec![0u8; g.response_len()];
+        let peer_dh = peer.ke_respond(g, &ek, &mut ct).unwrap();
+        let msg = |resp, mid, ke: &[u8]| intermediate_message(x.spi_i, x.spi_r, resp, mid, g, ke);
+        let (req, resp) = (msg(false, 1, &ek), msg(true, 1, &ct));
+        let mut forged_ct = ct.clone();
+        forged_ct[0] ^= 0x80;
+        let forged = msg(true, 1, &forged_ct);
+        let (old_req, old_resp) = (msg(false, 0, &ek), msg(true, 0, &ct));
+        for (request, response, ni, nr, peer_public) in [
+            (&req, &forged, &x.ni, &x.nr, &ct),
+            (&req, &resp, &x.ni, &x.nr, &forged_ct),
+            (&old_req, &old_resp, &x.ni, &x.nr, &ct),
+            (&req, &resp, &x.nr, &x.ni, &ct),
+        ] {
+            let e = IntermediateExchange { nonce_i: ni, nonce_r: nr, request, response };
+            let r = t.e.ike_sa_intermediate(x.ike_a, DhExchange { dh, peer_public }, &e);
+            refused(t, r, refusal::NOT_THE_INTERMEDIATE);
+        }
+        let e = IntermediateExchange { nonce_i: &x.ni, nonce_r: &x.nr, request: &req, response: &resp };
+        t.e.ike_sa_intermediate(x.ike_a, DhExchange { dh, peer_public: &ct }, &e).unwrap();
+        peer.ike_sa_intermediate(x.ike_b, DhExchange { dh: peer_dh, peer_public: &ek }, &e).unwrap();
+        let (psk, peer_psk) = (support::psk(t.e.as_mut(), PROV_KEY), support::psk(&mut peer, PROV_KEY));
+        x.authenticate_psk(t.e.as_mut(), &mut peer, psk, peer_psk).unwrap();
+        // Once AUTH is done, no exchange changes the keys.
+        let dh2 = t.e.dh_generate(g, &mut ek).unwrap();
+        let later = (msg(false, 2, &ek), msg(true, 2, &ct));
+        let e =
+            IntermediateExchange { nonce_i: &x.ni, nonce_r: &x.nr, request: &later.0, response: &later.1 };
+        let r = t.e.ike_sa_intermediate(x.ike_a, DhExchange { dh: dh2, peer_public: &ct }, &e);
+        refused(t, r, refusal::AUTH_STARTED);
+    });
+}
