@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!  API thread ──Command──▶ tenant thread: Gateway::round ◀─▶ sockets, TUN (tenant's netns)
-//!                             │  every round: is the enclave alive? every 500 ms: connections to keep?
+//!                             │  gateway::supervise, as `cloister gateway` does: every round
+//!                             │  is the enclave alive? every 500 ms: connections to keep?
 //!                             └─ dead: stop the gateway, start a new enclave, unseal the
 //!                                tenant's secrets from the store, start, re-initiate
 //! ```
@@ -12,7 +13,7 @@
 //! Nothing here holds a key: secrets reach the enclave sealed (from the store) or in an
 //! envelope only the enclave opens; what goes back to the store is sealed by the enclave.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -24,6 +25,7 @@ use enclave::{Enclave, EnclaveConfig, SealedBlob};
 use enclave_host::{ProcessEnclave, ProcessSpec};
 use gateway::control::Request;
 use gateway::snapshot::Snapshot;
+use gateway::supervise::{Revival, Revive, Supervisor, Turn};
 use gateway::Gateway;
 use serde::Serialize;
 use store::{Key, Kind, Store, Value, Write};
@@ -34,12 +36,6 @@ use crate::platform::{Platform, Source};
 
 /// How long one gateway round may wait for input (also the API's worst added latency).
 const ROUND: Duration = Duration::from_millis(50);
-/// How often the connections to keep are looked at (the enclave's health: every round).
-const CHECK: Duration = Duration::from_millis(500);
-/// How long a connection must be gone before it is no longer brought back after a restart.
-const FORGET_AFTER: Duration = Duration::from_secs(30);
-/// How often a connection to keep that has no IKE SA is initiated again.
-const REINITIATE: Duration = Duration::from_secs(10);
 /// How long the API waits for the tenant thread.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an arriving tenant waits for its package.
@@ -278,8 +274,7 @@ impl TenantHandle {
             store,
             log,
             status: Arc::clone(&status),
-            keep: BTreeMap::new(),
-            last_initiate: BTreeMap::new(),
+            supervisor: Supervisor::new(config.initiate.iter().cloned()),
         };
         let thread = std::thread::Builder::new()
             .name(format!("tenant-{}", config.name))
@@ -344,10 +339,26 @@ struct Runner<L: Launcher> {
     store: Arc<dyn Store>,
     log: Log,
     status: Arc<Mutex<Status>>,
-    /// Connections to keep up, with when each was last seen established.
-    keep: BTreeMap<String, Instant>,
-    /// When each connection to keep was last initiated.
-    last_initiate: BTreeMap<String, Instant>,
+    /// Which connections to keep up, and the enclave's revivals.
+    supervisor: Supervisor,
+}
+
+/// The service's side of the supervision: a new enclave from the launcher, the tenant's
+/// secrets unsealed from the store.
+struct Restart<'a, L: Launcher>(&'a Runner<L>);
+
+impl<L: Launcher> Revive<L::E> for Restart<'_, L> {
+    fn health(&mut self, enclave: &mut L::E) -> core::result::Result<(), String> {
+        L::health(enclave)
+    }
+
+    fn revive(&mut self, dead: Option<Gateway<L::E>>) -> core::result::Result<Gateway<L::E>, Revival> {
+        if let Some(old) = dead {
+            drop(old.stop());
+            self.0.set(|s| s.enclave_pid = None);
+        }
+        self.0.start().map_err(|e| Revival { why: e.to_string(), retry: true })
+    }
 }
 
 impl<L: Launcher> Runner<L> {
@@ -397,19 +408,16 @@ impl<L: Launcher> Runner<L> {
         Ok(gw)
     }
 
-    /// Brings up the connections to keep: configured ones, and those the store remembers
-    /// as up before a restart.
+    /// Brings back the connections the store remembers as up before a restart (the
+    /// configured ones are always kept).
     fn remembered(&mut self) -> Result<()> {
         let now = Instant::now();
         for (k, _) in self.store.list(Some(self.config.id), Kind::Metadata)? {
             if let Some(c) = k.name.strip_prefix(UP_PREFIX) {
                 if self.config.gateway.ike.connections.iter().any(|x| x.name == c) {
-                    self.keep.insert(c.to_owned(), now);
+                    self.supervisor.restore(c, now);
                 }
             }
-        }
-        for c in &self.config.initiate {
-            self.keep.insert(c.clone(), now);
         }
         Ok(())
     }
@@ -419,11 +427,17 @@ impl<L: Launcher> Runner<L> {
             self.log(&format!("reading the store: {e}"));
         }
         let gw = match self.start() {
-            Ok(gw) => gw,
-            Err(e) => match self.recover(rx, &e.to_string(), Instant::now()) {
-                Some(gw) => gw,
-                None => return,
-            },
+            Ok(gw) => Some(gw),
+            Err(e) => {
+                let why = e.to_string();
+                self.set(|s| {
+                    s.state = "failed";
+                    s.last_error = Some(why.clone());
+                });
+                self.log(&format!("start failed: {why}"));
+                self.supervisor.start_failed(why, Instant::now());
+                None
+            }
         };
         self.serve(gw, rx);
     }
@@ -465,7 +479,7 @@ impl<L: Launcher> Runner<L> {
                             if let Err(e) = self.remembered() {
                                 self.log(&format!("reading the store: {e}"));
                             }
-                            self.serve(gw, rx);
+                            self.serve(Some(gw), rx);
                             return;
                         }
                         Err(e) => {
@@ -594,123 +608,98 @@ impl<L: Launcher> Runner<L> {
         Ok(())
     }
 
-    /// The running tenant's loop, until it is stopped or moves away.
-    fn serve(mut self, mut gw: Gateway<L::E>, rx: &Receiver<Command>) {
-        self.set(|s| s.state = "running");
-        self.log(&format!("running, tun {}", gw.dataplane().tun_name()));
-        let mut next_check = Instant::now();
-        loop {
-            gw.round(ROUND);
-            loop {
-                match rx.try_recv() {
-                    Ok(Command::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
-                        self.stop(gw);
-                        return;
-                    }
-                    Ok(Command::MoveStop(reply)) => {
-                        let tops = gw.inbound_tops();
-                        drop(gw.stop());
-                        self.set(|s| {
-                            s.state = "moved";
-                            s.enclave_pid = None;
-                        });
-                        self.log("moved away: stopped, the destination serves it");
-                        let _ = reply.send(tops);
-                        return;
-                    }
-                    Ok(cmd) => self.command(&mut gw, cmd),
-                    Err(mpsc::TryRecvError::Empty) => break,
-                }
-            }
-            // Every round: for a process enclave this is a zero-timeout poll of its pidfd
-            // (well under a microsecond), so a death is seen within one round, not one
-            // check period.
-            let enc = gw.enclave();
-            let health = L::health(&mut enc.lock());
-            if let Err(why) = health {
-                let died = Instant::now();
-                self.log(&format!("enclave died ({why}); recovering"));
-                drop(gw.stop());
-                match self.recover(rx, &why, died) {
-                    Some(new) => gw = new,
-                    None => return,
-                }
-                self.last_initiate.clear();
-                continue;
-            }
-            let now = Instant::now();
-            if now < next_check {
-                continue;
-            }
-            next_check = now + CHECK;
-            self.keep_up(&mut gw, now);
+    /// The running tenant's loop, until it is stopped or moves away; `None`: its enclave
+    /// is to be started (on the supervision's schedule).
+    fn serve(mut self, mut gw: Option<Gateway<L::E>>, rx: &Receiver<Command>) {
+        if let Some(g) = &gw {
+            self.set(|s| s.state = "running");
+            self.log(&format!("running, tun {}", g.dataplane().tun_name()));
         }
-    }
-
-    /// Starts again after the enclave died (or failed to start), with growing pauses;
-    /// `None` when told to stop meanwhile.
-    fn recover(&mut self, rx: &Receiver<Command>, why: &str, since: Instant) -> Option<Gateway<L::E>> {
-        self.set(|s| {
-            s.state = "recovering";
-            s.enclave_pid = None;
-            s.last_error = Some(why.to_owned());
-        });
-        let mut pause = Duration::from_millis(100);
         loop {
-            match self.start() {
-                Ok(gw) => {
-                    let ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+            if let Some(g) = gw.as_mut() {
+                g.round(ROUND);
+                loop {
+                    match rx.try_recv() {
+                        Ok(Command::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
+                            self.stop(gw);
+                            return;
+                        }
+                        Ok(Command::MoveStop(reply)) => {
+                            let tops = g.inbound_tops();
+                            if let Some(g) = gw.take() {
+                                drop(g.stop());
+                            }
+                            self.set(|s| {
+                                s.state = "moved";
+                                s.enclave_pid = None;
+                            });
+                            self.log("moved away: stopped, the destination serves it");
+                            let _ = reply.send(tops);
+                            return;
+                        }
+                        Ok(cmd) => self.command(g, cmd),
+                        Err(mpsc::TryRecvError::Empty) => break,
+                    }
+                }
+            }
+            // Every round: for a process enclave a zero-timeout poll of its pidfd (well under
+            // a microsecond), so a death is seen within one round.
+            let mut supervisor = core::mem::take(&mut self.supervisor);
+            let turn = supervisor.tend(&mut gw, &mut Restart(&self), Instant::now());
+            let changes = supervisor.take_changes();
+            self.supervisor = supervisor;
+            self.record(&changes);
+            match turn {
+                Turn::Serving => {}
+                Turn::Recovered { why, after } => {
+                    let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
                     self.set(|s| {
                         s.state = "running";
                         s.recoveries += 1;
                         s.last_recovery_ms = Some(ms);
+                        s.last_error = Some(why);
                     });
                     self.log(&format!("recovered in {ms} ms: new enclave, secrets unsealed"));
-                    return Some(gw);
                 }
-                Err(e) => {
+                Turn::Down { why, retry_in } => {
+                    self.set(|s| {
+                        s.state = "recovering";
+                        s.enclave_pid = None;
+                        s.last_error = Some(why.clone());
+                    });
+                    self.log(&format!("no enclave ({why}); trying again in {} ms", retry_in.as_millis()));
+                    // Commands meanwhile are answered "not running" (their senders time
+                    // out); a stop ends the tenant.
+                    match rx.recv_timeout(retry_in) {
+                        Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                            self.stop(gw);
+                            return;
+                        }
+                        Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                    }
+                }
+                Turn::Failed(why) => {
                     self.set(|s| {
                         s.state = "failed";
-                        s.last_error = Some(e.to_string());
+                        s.last_error = Some(why.clone());
                     });
-                    self.log(&format!("start failed: {e}; again in {} ms", pause.as_millis()));
+                    self.log(&format!("given up: {why}"));
+                    return;
                 }
             }
-            // Commands meanwhile are answered "not running" (their senders time out);
-            // a stop ends the tenant.
-            match rx.recv_timeout(pause) {
-                Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return None,
-                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
-            }
-            pause = (pause * 2).min(Duration::from_secs(30));
         }
     }
 
-    /// Keeps the connections to keep up, and the store's record of them current.
-    fn keep_up(&mut self, gw: &mut Gateway<L::E>, now: Instant) {
-        let up = gw.established_connections();
+    /// Keeps the store's record of the connections to bring back after a restart current.
+    fn record(&self, changes: &[(String, bool)]) {
         let mut writes = Vec::new();
-        for c in &up {
-            if self.keep.insert(c.clone(), now).is_none() {
-                if let Ok(k) = self.key(Kind::Metadata, format!("{UP_PREFIX}{c}")) {
-                    let since =
-                        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                    writes.push(Write::Put(k, Value::Metadata(format!("established {since}"))));
-                }
-            }
-        }
-        let configured: BTreeSet<&String> = self.config.initiate.iter().collect();
-        let forget: Vec<String> = self
-            .keep
-            .iter()
-            .filter(|(c, seen)| {
-                !up.contains(*c) && !configured.contains(c) && now.duration_since(**seen) > FORGET_AFTER
-            })
-            .map(|(c, _)| c.clone())
-            .collect();
-        for c in forget {
-            self.keep.remove(&c);
-            if let Ok(k) = self.key(Kind::Metadata, format!("{UP_PREFIX}{c}")) {
+        for (c, up) in changes {
+            let Ok(k) = self.key(Kind::Metadata, format!("{UP_PREFIX}{c}")) else { continue };
+            if *up {
+                let since =
+                    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                writes.push(Write::Put(k, Value::Metadata(format!("established {since}"))));
+            } else {
                 writes.push(Write::Remove(k));
             }
         }
@@ -719,21 +708,6 @@ impl<L: Launcher> Runner<L> {
                 self.log(&format!("recording connections: {e}"));
             }
         }
-        let pending = gw.connections_with_sa();
-        for c in self.keep.keys() {
-            if up.contains(c) || pending.contains(c) {
-                continue;
-            }
-            if self.last_initiate.get(c).is_some_and(|t| now.duration_since(*t) < REINITIATE) {
-                continue;
-            }
-            self.last_initiate.insert(c.clone(), now);
-            match gw.initiate(now, c) {
-                Ok(sa) => self.log(&format!("initiating {c} as IKE SA #{}", sa.0)),
-                Err(e) => self.log(&format!("initiating {c}: {e}")),
-            }
-        }
-        self.set(|s| s.secrets = gw.secrets());
     }
 
     fn command(&mut self, gw: &mut Gateway<L::E>, cmd: Command) {
@@ -752,7 +726,7 @@ impl<L: Launcher> Runner<L> {
                 let r = self.provision(gw, &name, &envelope);
                 if r.is_ok() {
                     // Connections that failed for want of this secret go again at once.
-                    self.last_initiate.clear();
+                    self.supervisor.initiate_soon();
                 }
                 let _ = reply.send(r);
             }
@@ -816,9 +790,11 @@ impl<L: Launcher> Runner<L> {
         Ok(())
     }
 
-    fn stop(&self, gw: Gateway<L::E>) {
+    fn stop(&self, gw: Option<Gateway<L::E>>) {
         // The enclave process goes with the last handle to it, inside the gateway.
-        drop(gw.stop());
+        if let Some(gw) = gw {
+            drop(gw.stop());
+        }
         self.set(|s| {
             s.state = "stopped";
             s.enclave_pid = None;

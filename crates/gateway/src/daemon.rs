@@ -553,6 +553,11 @@ impl<E: Enclave + 'static> Gateway<E> {
         }
     }
 
+    /// Writes a line to the gateway's log.
+    pub fn log_line(&mut self, line: &str) {
+        (self.log)(line);
+    }
+
     /// Starts `connection` as initiator (its IKE SA number), sending at the next round.
     pub fn initiate(&mut self, now: Instant, connection: &str) -> Result<SaId> {
         let sa = self.engine.initiate(now, connection).map_err(Error::Ike)?;

@@ -8,6 +8,7 @@
 //! - [`control`]: the control socket behind `cloister sa list`.
 //! - `carry`: a tenant's gateway moving to another host with its tunnels up.
 //! - [`snapshot`]: the tunnel table and counters as data (the service's API and metrics).
+//! - [`supervise`]: what every daemon does when the tenant's enclave dies.
 //!
 //! Keys never pass through this crate: secrets arrive wrapped and go straight into the
 //! enclave; the engine and the data plane hold handles.
@@ -22,6 +23,7 @@ pub mod daemon;
 mod error;
 pub mod shared;
 pub mod snapshot;
+pub mod supervise;
 
 pub use config::{Backend, GatewayConfig};
 pub use daemon::{EventCounts, Gateway};

@@ -21,7 +21,7 @@
 //! that a peer gets a new tunnel (with INITIAL_CONTACT, replacing its stale one) without
 //! anyone typing a command.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +32,7 @@ use dataplane::WorkerSnapshot;
 use enclave::attest::{CodeIdentity, SoftwareAttestation};
 use enclave::{Enclave, EnclaveConfig, InlineEnclave, Limits, PublicConfig, TenantId};
 use enclave_host::{ProcessEnclave, ProcessSpec};
+use gateway::supervise::{Revival, Revive, Supervisor, Turn};
 use gateway::{Backend, Gateway, GatewayConfig};
 use platform::PlatformClient;
 
@@ -150,48 +151,58 @@ fn wrapped_secrets(config: &GatewayConfig) -> anyhow::Result<Vec<(String, zeroiz
     Ok(out)
 }
 
-/// Replaces a gateway whose enclave died: stops it, restarts the enclave, provisions the
-/// wrapped secrets again and initiates the connections in `wanted`.
-fn recover<E: Supervised>(
-    gw: &mut Option<Gateway<E>>,
-    why: &str,
-    config: &GatewayConfig,
-    secrets: &[(String, zeroize::Zeroizing<Vec<u8>>)],
-    wanted: &BTreeSet<String>,
-) -> anyhow::Result<()> {
-    let died = Instant::now();
-    println!("gateway: enclave died ({why}); its SAs are gone, restarting it");
-    let mut old = gw.take().context("no gateway")?;
-    let shared = old.enclave();
-    let control = old.take_control();
-    drop(old.stop());
-    let mut enclave = shared.into_inner().context("the enclave is still in use")?;
-    enclave.restart()?;
-    let pid = enclave.process_id().map_or_else(|| "?".into(), |p| p.to_string());
-    let mut given = BTreeMap::new();
-    for (name, blob) in secrets {
-        let handle = enclave.provision_secret(blob).with_context(|| format!("provisioning secret {name}"))?;
-        given.insert(name.clone(), handle);
+/// `cloister gateway`'s side of the supervision (`gateway::supervise`): the enclave is
+/// restarted in place (a new process under the old handle), the configuration's wrapped
+/// secrets go in again, and the control socket carries over.
+struct Restart<'a, E> {
+    config: &'a GatewayConfig,
+    secrets: &'a [(String, zeroize::Zeroizing<Vec<u8>>)],
+    /// The dead gateway's enclave and control socket until a restart takes them.
+    enclave: Option<E>,
+    control: Option<gateway::control::ControlServer>,
+}
+
+impl<E: Supervised> Revive<E> for Restart<'_, E> {
+    fn health(&mut self, enclave: &mut E) -> Result<(), String> {
+        enclave.dead().map_or(Ok(()), Err)
     }
-    // The control socket carries over: after the drop it could not be bound again.
-    let mut again = config.clone();
-    again.settings.control_socket = None;
-    let mut new = Gateway::start_with(&again, enclave, given, log_line())?;
-    new.set_control(control);
-    let now = Instant::now();
-    for c in wanted {
-        if let Err(e) = new.initiate(now, c) {
-            println!("gateway: initiating {c} after the restart: {e}");
+
+    fn revive(&mut self, dead: Option<Gateway<E>>) -> Result<Gateway<E>, Revival> {
+        let fatal = |why: String| Revival { why, retry: false };
+        let again = |why: String| Revival { why, retry: true };
+        if let Some(mut old) = dead {
+            let shared = old.enclave();
+            self.control = old.take_control().or(self.control.take());
+            drop(old.stop());
+            self.enclave =
+                Some(shared.into_inner().ok_or_else(|| fatal("the enclave is still in use".into()))?);
         }
+        let mut enclave = self.enclave.take().ok_or_else(|| fatal("no enclave left to restart".into()))?;
+        if let Err(e) = enclave.restart() {
+            self.enclave = Some(enclave);
+            return Err(again(format!("{e:#}")));
+        }
+        let mut given = BTreeMap::new();
+        for (name, blob) in self.secrets {
+            match enclave.provision_secret(blob) {
+                Ok(h) => {
+                    given.insert(name.clone(), h);
+                }
+                Err(e) => {
+                    self.enclave = Some(enclave);
+                    return Err(again(format!("provisioning secret {name}: {e}")));
+                }
+            }
+        }
+        // The control socket carries over: after the drop it could not be bound again.
+        let mut config = self.config.clone();
+        config.settings.control_socket = None;
+        // A gateway that cannot start from a configuration that started before will not.
+        let mut new =
+            Gateway::start_with(&config, enclave, given, log_line()).map_err(|e| fatal(e.to_string()))?;
+        new.set_control(self.control.take());
+        Ok(new)
     }
-    let names: Vec<&str> = wanted.iter().map(String::as_str).collect();
-    println!(
-        "gateway: enclave restarted in {} ms (enclave process pid {pid}), secrets provisioned again; initiating [{}]",
-        died.elapsed().as_millis(),
-        names.join(", ")
-    );
-    *gw = Some(new);
-    Ok(())
 }
 
 fn serve<E: Supervised>(
@@ -222,23 +233,39 @@ fn serve<E: Supervised>(
         config.settings.control_socket.as_deref().map_or_else(|| "none".into(), |p| p.display().to_string()),
         dp.offloads()
     );
-    // The connections to bring back after an enclave restart: every one that was up.
-    let mut wanted = BTreeSet::new();
+    let mut restart = Restart { config, secrets: &secrets, enclave: None, control: None };
+    let mut supervisor = Supervisor::new([]);
     let mut gw = Some(gw);
     let signal = loop {
-        if let Some(s) = signals.wait(Duration::ZERO)? {
+        let wait = match gw.as_mut() {
+            Some(g) => {
+                g.round(gateway::daemon::MAX_WAIT);
+                Duration::ZERO
+            }
+            None => gateway::daemon::MAX_WAIT,
+        };
+        if let Some(s) = signals.wait(wait)? {
             break s;
         }
-        let g = gw.as_mut().context("no gateway")?;
-        g.round(gateway::daemon::MAX_WAIT);
-        wanted.extend(g.established_connections());
-        let dead = g.enclave().lock().dead();
-        if let Some(why) = dead {
-            recover(&mut gw, &why, config, &secrets, &wanted)?;
+        match supervisor.tend(&mut gw, &mut restart, Instant::now()) {
+            Turn::Serving => {}
+            Turn::Recovered { after, .. } => {
+                let pid = gw.as_ref().and_then(|g| g.enclave().lock().process_id());
+                println!(
+                    "gateway: enclave restarted in {} ms (enclave process pid {}), secrets provisioned again",
+                    after.as_millis(),
+                    pid.map_or_else(|| "?".into(), |p| p.to_string())
+                );
+            }
+            Turn::Down { why, retry_in } => {
+                println!("gateway: enclave restart failed ({why}); again in {} ms", retry_in.as_millis());
+            }
+            Turn::Failed(why) => anyhow::bail!("the enclave cannot be restarted: {why}"),
         }
     };
     println!("gateway: {}, stopping", cio::signal::Signals::name(signal));
-    let report = gw.context("no gateway")?.stop();
+    let Some(gw) = gw else { return Ok(()) };
+    let report = gw.stop();
     println!("{}", WorkerSnapshot::sum(&report.workers));
     anyhow::ensure!(report.panicked.is_empty(), "workers {:?} panicked", report.panicked);
     Ok(())
