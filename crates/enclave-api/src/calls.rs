@@ -263,6 +263,18 @@ fn ike_sa_rekey(
     params: &$crate::IkeSaParams<'_>
 ) -> $crate::IkeSaHandle;
 
+/// CREATE_CHILD_SA rekeying `old` with RFC 9370 additional key exchanges, once the last
+/// IKE_FOLLOWUP_KE is done (§2.2.4): as [`Self::ike_sa_rekey`] with SKEYSEED =
+/// prf_old(SK_d_old, SK(0) | Ni | Nr | SK(1) | ... | SK(n)); `kes` are the exchanges in
+/// order, the KE transform's first (1..=8), each consumed whether or not this succeeds.
+call IKE_SA_REKEY_ADDITIONAL = 45
+fn ike_sa_rekey_additional(
+    old: $crate::IkeSaHandle,
+    sealed_sk_d: Option<&$crate::SealedBlob>,
+    kes: &[$crate::DhExchange<'_>],
+    params: &$crate::IkeSaParams<'_>
+) -> $crate::IkeSaHandle;
+
 /// Computes our AUTH payload's Authentication Data into the start of `out`; returns the
 /// Auth Method and the number of bytes written.
 call AUTH_COMPUTE = 12

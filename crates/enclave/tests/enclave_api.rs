@@ -1023,3 +1023,51 @@ fn intermediate_exchanges_are_checked_against_the_sa_and_the_agreement() {
     assert_eq!(i.ike_sa_intermediate(h.ike_a, DhExchange { dh: dh2, peer_public: &ct }, &replay), refused);
     sk_round_trip(&mut i, h.ike_a, &mut r, h.ike_b, suite);
 }
+
+/// RFC 9370 §2.2.4: an IKE SA rekeyed with x25519 and ML-KEM-768 (CREATE_CHILD_SA, then
+/// IKE_FOLLOWUP_KE): both new SAs agree; each side's values are consumed, and a responder
+/// secret given another initiator key refuses the whole rekey.
+#[test]
+fn an_ike_sa_rekey_with_additional_key_exchanges_agrees_both_sides() {
+    let suite = Suite::aead(Cipher::AesGcm16_256);
+    let mut p = ike_sa_init(DhGroup::Curve25519, Prf::HmacSha256, suite);
+    let (blob_i, blob_r) = (p.i.clear_and_seal(p.ike_i).unwrap(), p.r.clear_and_seal(p.ike_r).unwrap());
+    let (rekey_i, rekey_r) = (support::nonce(&mut p.i), support::nonce(&mut p.r));
+    let new = |role| IkeSaParams {
+        role,
+        prf: Prf::HmacSha256,
+        suite,
+        nonce_i: &rekey_i,
+        nonce_r: &rekey_r,
+        spi_i: 0x5555,
+        spi_r: 0x6666,
+    };
+    let (mut x_i, mut x_r) = ([0u8; 32], [0u8; 32]);
+    let dh_i = p.i.dh_generate(DhGroup::Curve25519, &mut x_i).unwrap();
+    let dh_r = p.r.ke_respond(DhGroup::Curve25519, &x_i, &mut x_r).unwrap();
+    let g = DhGroup::MlKem768;
+    let (mut ek, mut ct) = (vec![0u8; g.public_len()], vec![0u8; g.response_len()]);
+    let kem_i = p.i.dh_generate(g, &mut ek).unwrap();
+    let kem_r = p.r.ke_respond(g, &ek, &mut ct).unwrap();
+    // The responder agrees first (its last IKE_FOLLOWUP_KE answer), then the initiator.
+    let kes_r = [DhExchange { dh: dh_r, peer_public: &x_i }, DhExchange { dh: kem_r, peer_public: &ek }];
+    let new_r = p.r.ike_sa_rekey_additional(p.ike_r, Some(&blob_r), &kes_r, &new(Role::Responder)).unwrap();
+    let kes_i = [DhExchange { dh: dh_i, peer_public: &x_r }, DhExchange { dh: kem_i, peer_public: &ct }];
+    let new_i = p.i.ike_sa_rekey_additional(p.ike_i, Some(&blob_i), &kes_i, &new(Role::Initiator)).unwrap();
+    sk_round_trip(&mut p.i, new_i, &mut p.r, new_r, suite);
+    sk_round_trip(&mut p.r, new_r, &mut p.i, new_i, suite);
+    assert_eq!(p.i.memory_report().dh_values + p.r.memory_report().dh_values, 0, "all consumed");
+    // A responder secret comes back only for the key it was made for.
+    let (mut x2, mut y2) = ([0u8; 32], [0u8; 32]);
+    let d0 = p.r.dh_generate(DhGroup::Curve25519, &mut x2).unwrap();
+    p.i.dh_generate(DhGroup::Curve25519, &mut y2).unwrap();
+    let other = p.r.ke_respond(g, &ek, &mut ct).unwrap();
+    let mut wrong = ek.clone();
+    wrong[3] ^= 1;
+    let (n_i, n_r) = (support::nonce(&mut p.i), support::nonce(&mut p.r));
+    let params =
+        IkeSaParams { nonce_i: &n_i, nonce_r: &n_r, spi_i: 0x7777, spi_r: 0x8888, ..new(Role::Responder) };
+    let bad = [DhExchange { dh: d0, peer_public: &y2 }, DhExchange { dh: other, peer_public: &wrong }];
+    assert!(p.r.ike_sa_rekey_additional(p.ike_r, Some(&blob_r), &bad, &params).is_err());
+    assert_eq!(p.r.memory_report().dh_values, 0, "consumed on failure too");
+}

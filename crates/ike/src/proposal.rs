@@ -837,11 +837,10 @@ pub fn accept_ike_rekey_answer(response: &Sa, offered: &[IkeProposal]) -> Option
     let suite = pick_suite(p, &suites)?;
     let prf = pick(p, TransformType::PRF, &ours.prfs, Prf::from_id)?;
     let group = pick(p, TransformType::KE, &ours.groups, DhGroup::from_id)?;
-    // Rekeys offer no additional key exchanges (no IKE_FOLLOWUP_KE here).
-    if answered_additional(p)?.iter().any(Option::is_some) {
-        return None;
-    }
-    Some((spi, IkeChoice::new(suite, prf, group)))
+    let choice = IkeChoice { suite, prf, group, additional: answered_additional(p)? };
+    // As in IKE_SA_INIT: an answer without additional key exchanges only where one of our
+    // proposals allows that.
+    allows(offered, &choice).then_some((spi, choice))
 }
 
 /// Checks the responder's ESP SA payload against what we offered (initiator); returns

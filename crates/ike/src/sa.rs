@@ -234,6 +234,8 @@ enum RequestKind {
     RekeyIke(Option<DhGroup>, u8),
     /// CREATE_CHILD_SA rekeying the IKE SA (sent).
     RekeyIkeSent(ike_rekey::IkeRekey),
+    /// IKE_FOLLOWUP_KE of our IKE rekey's additional key exchanges (RFC 9370, sent).
+    RekeyIkeFollowUp(Box<ike_rekey::FollowUp>),
 }
 
 /// Our outstanding request and its retransmission schedule (§2.1, §2.4).
@@ -646,8 +648,12 @@ impl Core {
                 }
                 RequestKind::RekeyChildSent(rekey) => rekey.release(ctx),
                 RequestKind::RekeyIkeSent(rekey) => rekey.release(ctx),
+                RequestKind::RekeyIkeFollowUp(fu) => fu.release(ctx),
                 _ => {}
             }
+        }
+        if let Some(r) = self.rekey.responding.take() {
+            r.release(ctx);
         }
         let _ = ctx.enclave.ike_sa_delete(ike);
         self.pending = None;
@@ -1326,6 +1332,10 @@ impl IkeSa {
             (State::Established(st), ExchangeType::INFORMATIONAL) => {
                 st.process_informational(&mut self.core, ctx, h.message_id, to, &inner)
             }
+            (State::Established(st), ExchangeType::IKE_FOLLOWUP_KE) => {
+                ike_rekey::respond_follow_up(&st, &mut self.core, ctx, h.message_id, to, &inner);
+                State::Established(st)
+            }
             (State::Established(st), ExchangeType::CREATE_CHILD_SA) if ike_rekey::is_ike_rekey(&inner) => {
                 ike_rekey::respond(&st, &mut self.core, ctx, h.message_id, to, &inner);
                 State::Established(st)
@@ -1425,7 +1435,8 @@ impl IkeSa {
                 | RequestKind::Intermediate
                 | RequestKind::Auth
                 | RequestKind::RekeyChildSent(_)
-                | RequestKind::RekeyIkeSent(_) => continue,
+                | RequestKind::RekeyIkeSent(_)
+                | RequestKind::RekeyIkeFollowUp(_) => continue,
             };
             let id = self.core.next_request;
             let header = self.core.header(exchange, false, id);
@@ -1465,6 +1476,7 @@ impl IkeSa {
                             match &kind {
                                 RequestKind::RekeyChildSent(rekey) => rekey.release(ctx),
                                 RequestKind::RekeyIkeSent(rekey) => rekey.release(ctx),
+                                RequestKind::RekeyIkeFollowUp(fu) => fu.release(ctx),
                                 _ => {}
                             }
                             self.core.delete_established(ctx, st.ike, reason)
@@ -2225,6 +2237,10 @@ impl Established {
             }
             RequestKind::RekeyIkeSent(rekey) => {
                 ike_rekey::response(&self, core, ctx, rekey, inner);
+                State::Established(self)
+            }
+            RequestKind::RekeyIkeFollowUp(fu) => {
+                ike_rekey::follow_up_response(&self, core, ctx, *fu, inner);
                 State::Established(self)
             }
             RequestKind::Liveness

@@ -528,6 +528,15 @@ impl Enclave for TamperingEnclave {
     fn dh_delete(&mut self, dh: DhHandle) -> enclave_core::Result<()> {
         self.0.dh_delete(dh)
     }
+    fn ike_sa_rekey_additional(
+        &mut self,
+        old: IkeSaHandle,
+        sealed_sk_d: Option<&SealedBlob>,
+        kes: &[DhExchange<'_>],
+        params: &IkeSaParams<'_>,
+    ) -> enclave_core::Result<IkeSaHandle> {
+        self.0.ike_sa_rekey_additional(old, sealed_sk_d, kes, params)
+    }
     fn ke_respond(
         &mut self,
         group: DhGroup,

@@ -175,3 +175,107 @@ fn an_unanswered_intermediate_exchange_times_out_without_keys_left() {
         assert_eq!((ep.ike_sas, ep.dh_values), (0, 0), "nothing left behind: {ep:?}");
     }
 }
+
+/// Every IKE SA rekey this endpoint reported, with the new SA's choice.
+fn ike_rekeys(events: &[Event]) -> Vec<(cloister_ike::SaId, cloister_ike::SaId)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::IkeSaRekeyed { old, new, .. } => Some((*old, *new)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_ike_sa_rekeys_with_the_hybrid_from_either_side_via_ike_followup_ke() {
+    let proposal = "aes256gcm16-prfsha384-x25519-ke1_mlkem768-ke2_mlkem1024";
+    for from_initiator in [true, false] {
+        let mut p = pair(proposal, proposal);
+        p.connect();
+        established_with_traffic(&mut p);
+        let (i_sa, r_sa) = (Pair::established(&p.i_events)[0], Pair::established(&p.r_events)[0]);
+        let sent = p.log.len();
+        if from_initiator {
+            p.i.rekey_ike(p.now, i_sa).unwrap();
+        } else {
+            p.r.rekey_ike(p.now, r_sa).unwrap();
+        }
+        p.drive();
+        let (req, resp) = if from_initiator {
+            (Dir::ToResponder, Dir::ToInitiator)
+        } else {
+            (Dir::ToInitiator, Dir::ToResponder)
+        };
+        let mut exchanges = p.exchanges()[sent..].to_vec();
+        exchanges.dedup();
+        assert_eq!(
+            exchanges,
+            [
+                (req, X::CREATE_CHILD_SA, false),
+                (resp, X::CREATE_CHILD_SA, true),
+                (req, X::IKE_FOLLOWUP_KE, false),
+                (resp, X::IKE_FOLLOWUP_KE, true),
+                (req, X::IKE_FOLLOWUP_KE, false),
+                (resp, X::IKE_FOLLOWUP_KE, true),
+                (req, X::INFORMATIONAL, false),
+                (resp, X::INFORMATIONAL, true),
+            ],
+            "from_initiator {from_initiator}"
+        );
+        assert_eq!((ike_rekeys(&p.i_events).len(), ike_rekeys(&p.r_events).len()), (1, 1));
+        let (a, b) = (p.i.ike_sas().next().unwrap(), p.r.ike_sas().next().unwrap());
+        assert_eq!(a.spis(), b.spis());
+        assert_ne!(a.id(), i_sa);
+        let kes: Vec<DhGroup> = a.choice().unwrap().additional_kes().collect();
+        assert_eq!(kes, [DhGroup::MlKem768, DhGroup::MlKem1024], "the new SA is a hybrid one too");
+        // The children moved over (the same ESP SAs); the new SA works and rekeys again.
+        assert_eq!(a.children(), Pair::ready(&p.i_events).as_slice());
+        assert_eq!(b.children(), Pair::ready(&p.r_events).as_slice());
+        let new_i = a.id();
+        p.i.rekey_ike(p.now, new_i).unwrap();
+        p.drive();
+        assert_eq!(ike_rekeys(&p.i_events).len(), 2);
+        for ep in [p.i.enclave().memory_report(), p.r.enclave().memory_report()] {
+            assert_eq!((ep.ike_sas, ep.esp_sas, ep.dh_values), (1, 2, 0), "nothing left behind: {ep:?}");
+        }
+        assert_eq!(p.i.counters().dropped_total() + p.r.counters().dropped_total(), 0);
+    }
+}
+
+#[test]
+fn a_lost_followup_costs_a_retransmission_and_simultaneous_hybrid_rekeys_end_with_one_sa() {
+    let proposal = "aes256gcm16-prfsha256-x25519-ke1_mlkem768";
+    // A lost IKE_FOLLOWUP_KE response: the request is sent again and answered from the cache.
+    let mut p = pair(proposal, proposal);
+    p.connect();
+    let i_sa = Pair::established(&p.i_events)[0];
+    let mut lost = false;
+    p.filter = Box::new(move |w: &util::Wire| {
+        let drop =
+            !lost && w.dir == Dir::ToInitiator && w.message().header.exchange_type == X::IKE_FOLLOWUP_KE;
+        lost |= drop;
+        !drop
+    });
+    p.i.rekey_ike(p.now, i_sa).unwrap();
+    p.run_for(Duration::from_secs(10));
+    assert_eq!(ike_rekeys(&p.i_events).len(), 1, "{:#?}", p.i_events);
+    assert!(p.r.counters().responses_resent >= 1);
+    // Both sides at once: each answers the other TEMPORARY_FAILURE, retries, one wins.
+    let mut p = pair(proposal, proposal);
+    p.connect();
+    let (i_sa, r_sa) = (Pair::established(&p.i_events)[0], Pair::established(&p.r_events)[0]);
+    p.i.rekey_ike(p.now, i_sa).unwrap();
+    p.r.rekey_ike(p.now, r_sa).unwrap();
+    p.run_for(Duration::from_secs(30));
+    let (is, rs): (Vec<_>, Vec<_>) = (p.i.ike_sas().collect(), p.r.ike_sas().collect());
+    assert_eq!((is.len(), rs.len()), (1, 1), "{:#?}\n{:#?}", p.i_events, p.r_events);
+    assert_eq!(is[0].spis(), rs[0].spis());
+    assert_eq!((is[0].state(), rs[0].state()), (IkeSaState::Established, IkeSaState::Established));
+    let (ci, cr) = (is[0].children()[0].clone(), rs[0].children()[0].clone());
+    drop((is, rs));
+    esp_round_trip(p.i.enclave_mut(), &ci, p.r.enclave_mut(), &cr);
+    for ep in [p.i.enclave().memory_report(), p.r.enclave().memory_report()] {
+        assert_eq!((ep.ike_sas, ep.dh_values), (1, 0), "{ep:?}");
+    }
+}

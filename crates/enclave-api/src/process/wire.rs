@@ -235,6 +235,28 @@ impl Arg for Option<DhExchange<'_>> {
     }
 }
 
+impl Arg for &[DhExchange<'_>] {
+    type Held<'a> = Vec<DhExchange<'a>>;
+    type Param<'h> = &'h [DhExchange<'h>];
+    fn put(&self, w: &mut Writer) {
+        w.u32(u32::try_from(self.len()).unwrap_or(u32::MAX));
+        for x in self.iter() {
+            codec::put_dh_exchange(w, x);
+        }
+    }
+    fn get<'a>(r: &mut Reader<'a>) -> Result<Vec<DhExchange<'a>>, Malformed> {
+        let n = r.u32()?;
+        // More than RFC 9370's eight is refused by the call; no more are read.
+        if n > 8 {
+            return Err(Malformed);
+        }
+        (0..n).map(|_| codec::get_dh_exchange(r)).collect()
+    }
+    fn pass<'h, 'a: 'h>(held: &'h Vec<DhExchange<'a>>) -> &'h [DhExchange<'h>] {
+        held
+    }
+}
+
 impl Arg for PeerCredential<'_> {
     type Held<'a> = PeerOwned;
     type Param<'h> = PeerCredential<'h>;

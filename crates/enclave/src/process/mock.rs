@@ -142,6 +142,15 @@ impl Enclave for MockEnclave {
     fn dh_generate(&mut self, _: DhGroup, _: &mut [u8]) -> Result<DhHandle> {
         unsupported()
     }
+    fn ike_sa_rekey_additional(
+        &mut self,
+        _: IkeSaHandle,
+        _: Option<&SealedBlob>,
+        _: &[DhExchange<'_>],
+        _: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        unsupported()
+    }
     fn ke_respond(&mut self, _: DhGroup, _: &[u8], _: &mut [u8]) -> Result<DhHandle> {
         unsupported()
     }

@@ -217,8 +217,9 @@ pub(crate) fn check_suite(suite: &Suite) -> Result<()> {
 pub(crate) enum SkeyseedSource<'a> {
     /// IKE_SA_INIT: SKEYSEED = prf(Ni | Nr, g^ir).
     Initial,
-    /// Rekey: SKEYSEED = prf_old(SK_d_old, g^ir | Ni | Nr).
-    Rekey { old_prf: Prf, old_sk_d: &'a [u8] },
+    /// Rekey: SKEYSEED = prf_old(SK_d_old, g^ir | Ni | Nr [| SK(1) | ... | SK(n)]), the
+    /// tail RFC 9370's additional key exchanges (§2.2.4), in order.
+    Rekey { old_prf: Prf, old_sk_d: &'a [u8], more: &'a [SharedSecret] },
     /// An additional key exchange of IKE_SA_INIT (RFC 9370 §2.2.2): SKEYSEED(n) =
     /// prf(SK_d(n-1), SK(n) | Ni | Nr); the SA still authenticates, so SK_p* stay.
     Intermediate { sk_d: &'a [u8] },
@@ -243,8 +244,10 @@ pub(crate) fn derive_ike_sa(
             key[p.nonce_i.len()..klen].copy_from_slice(p.nonce_r);
             prf::prf(p.prf, &key[..klen], &[g_ir.as_slice()], &mut skeyseed[..])?
         }
-        SkeyseedSource::Rekey { old_prf, old_sk_d } => {
-            prf::prf(old_prf, old_sk_d, &[g_ir.as_slice(), p.nonce_i, p.nonce_r], &mut skeyseed[..])?
+        SkeyseedSource::Rekey { old_prf, old_sk_d, more } => {
+            let mut parts: Vec<&[u8]> = vec![g_ir.as_slice(), p.nonce_i, p.nonce_r];
+            parts.extend(more.iter().map(SharedSecret::as_slice));
+            prf::prf(old_prf, old_sk_d, &parts, &mut skeyseed[..])?
         }
         SkeyseedSource::Intermediate { sk_d } => {
             prf::prf(p.prf, sk_d, &[g_ir.as_slice(), p.nonce_i, p.nonce_r], &mut skeyseed[..])?

@@ -582,7 +582,47 @@ impl TrustedCore {
         require_authenticated(self.ike.get(old.0)?)?;
         let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
         let mut sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
-            ike_keys::derive_ike_sa(SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d }, &g_ir, p)
+            let source = SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d, more: &[] };
+            ike_keys::derive_ike_sa(source, &g_ir, p)
+        })?;
+        sa.authenticated = true;
+        let h = self.ike.insert(sa)?;
+        self.nonces.spend(claim);
+        Ok(IkeSaHandle(h))
+    }
+
+    pub(crate) fn ike_sa_rekey_additional(
+        &mut self,
+        old: IkeSaHandle,
+        sealed: Option<&SealedBlob>,
+        kes: &[DhExchange<'_>],
+        p: &IkeSaParams<'_>,
+    ) -> Result<IkeSaHandle> {
+        if kes.is_empty() || kes.len() > 8 {
+            return Err(Error::BadLength {
+                what: "key exchanges",
+                len: kes.len(),
+                why: "one, and up to seven additional ones (RFC 9370)",
+            });
+        }
+        // Every private value is consumed, whatever fails.
+        let mut agreed = Vec::with_capacity(kes.len());
+        let mut failed = None;
+        for x in kes {
+            match self.agree(*x) {
+                Ok((z, _)) => agreed.push(z),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let (g_ir, more) = agreed.split_first().ok_or(Error::Internal { what: "key exchanges" })?;
+        require_authenticated(self.ike.get(old.0)?)?;
+        let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
+        let mut sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
+            let source = SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d, more };
+            ike_keys::derive_ike_sa(source, g_ir, p)
         })?;
         sa.authenticated = true;
         let h = self.ike.insert(sa)?;

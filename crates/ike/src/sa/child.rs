@@ -318,8 +318,10 @@ fn answer<E: Enclave>(
     else {
         return Err((NotifyType::INVALID_SYNTAX, Vec::new(), None));
     };
-    let ike_rekey_in_flight =
-        matches!(core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyIkeSent(_)));
+    let ike_rekey_in_flight = matches!(
+        core.pending.as_ref().map(|p| &p.kind),
+        Some(RequestKind::RekeyIkeSent(_) | RequestKind::RekeyIkeFollowUp(_))
+    ) || core.rekey.responding.is_some();
     if ike_rekey_in_flight || core.rekey.successor.is_some() {
         // §2.25.2: not while the IKE SA is being rekeyed; the peer tries again later.
         return Err((NotifyType::TEMPORARY_FAILURE, Vec::new(), None));

@@ -20,6 +20,21 @@
 //! initiator deletes the old SA (§2.8.2). A rekey request that arrives while the old SA is
 //! already closing, or while another of our requests is outstanding, is answered with
 //! TEMPORARY_FAILURE (§2.25.2); an initiator told TEMPORARY_FAILURE tries again later.
+//!
+//! With RFC 9370 additional key exchanges in the proposal, the CREATE_CHILD_SA carries the
+//! KE transform's exchange and names a link (`N(ADDITIONAL_KEY_EXCHANGE)`); each additional
+//! one follows as an IKE_FOLLOWUP_KE exchange on the old SA, and the new SA is made after
+//! the last (SKEYSEED = prf(SK_d_old, SK(0) | Ni | Nr | SK(1) | ... | SK(n)), §2.2.4):
+//!
+//! ```text
+//! CREATE_CHILD_SA { SK { SA(SPIi'), Ni, KEi } } -->
+//!                 <-- { SK { SA(SPIr'), Nr, KEr, N(ADDITIONAL_KEY_EXCHANGE)(link) } }
+//! IKE_FOLLOWUP_KE { SK { N(ADDITIONAL_KEY_EXCHANGE)(link), KEi(1) } } -->
+//!                 <-- { SK { KEr(1), [N(ADDITIONAL_KEY_EXCHANGE)(link)] } }  ... per exchange
+//! ```
+//!
+//! A peer's rekey that collides with ours while either has additional exchanges gets
+//! TEMPORARY_FAILURE (one of them goes through when retried).
 
 use core::mem;
 use core::net::SocketAddr;
@@ -41,6 +56,55 @@ const CLOSE_WAIT: Duration = Duration::from_secs(30);
 const RETRY_FAILED: Duration = Duration::from_secs(60);
 /// INVALID_KE_PAYLOAD answers an initiator follows before giving up.
 const MAX_GROUP_RETRIES: u8 = 2;
+
+/// The link our responder side names in `N(ADDITIONAL_KEY_EXCHANGE)`: with a window of one
+/// request, its value only has to be echoed (strongSwan uses one byte too).
+const LINK: &[u8] = &[0x43];
+
+/// Our IKE rekey with additional key exchanges, while its IKE_FOLLOWUP_KE exchanges run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct FollowUp {
+    rekey: IkeRekey,
+    spi_r: u64,
+    choice: IkeChoice,
+    nonce_r: Vec<u8>,
+    /// The exchanges done (our value, the peer's), the KE transform's first.
+    done: Vec<(DhHandle, Vec<u8>)>,
+    /// The one under way and those still to come.
+    current: (DhHandle, DhGroup),
+    remaining: VecDeque<DhGroup>,
+    link: Vec<u8>,
+}
+
+impl FollowUp {
+    /// Frees every value not yet agreed.
+    pub(super) fn release<E: Enclave>(&self, ctx: &mut Ctx<'_, E>) {
+        for dh in self.done.iter().map(|(d, _)| *d).chain([self.current.0]) {
+            let _ = ctx.enclave.dh_delete(dh);
+        }
+    }
+}
+
+/// The peer's IKE rekey with additional key exchanges, answered so far, on this side.
+#[derive(Debug)]
+pub(super) struct Responding {
+    choice: IkeChoice,
+    spi_i: u64,
+    spi_r: u64,
+    nonce_i: Vec<u8>,
+    nonce_r: Vec<u8>,
+    /// Our values with the peer's, the KE transform's first.
+    done: Vec<(DhHandle, Vec<u8>)>,
+    remaining: VecDeque<DhGroup>,
+}
+
+impl Responding {
+    pub(super) fn release<E: Enclave>(&self, ctx: &mut Ctx<'_, E>) {
+        for (dh, _) in &self.done {
+            let _ = ctx.enclave.dh_delete(*dh);
+        }
+    }
+}
 
 /// Our IKE rekey request, held while it is outstanding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +144,8 @@ pub(super) struct RekeyState {
     pub(super) close_at: Option<Instant>,
     /// Whether the soft lifetime has queued a rekey already.
     pub(super) soft_expired: bool,
+    /// The peer's rekey whose IKE_FOLLOWUP_KE exchanges are under way.
+    pub(super) responding: Option<Responding>,
 }
 
 impl RekeyState {
@@ -137,7 +203,7 @@ pub(super) fn request<E: Enclave>(
     let mut public = vec![0u8; group.public_len()];
     let dh = ctx.enclave.dh_generate(group, &mut public)?;
     let payloads = vec![
-        Payload::Sa(proposal::ike_rekey_sa_payload(&classical(&core.conn.proposals), spi)),
+        Payload::Sa(proposal::ike_rekey_sa_payload(&core.conn.proposals, spi)),
         Payload::Nonce(Nonce { data: nonce_i.clone() }),
         Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(group.id()), public)),
     ];
@@ -154,6 +220,14 @@ struct Parts<'a> {
 }
 
 impl<'a> Parts<'a> {
+    /// The data of the message's ADDITIONAL_KEY_EXCHANGE notify (RFC 9370 §2.2.4).
+    fn link(payloads: &'a [Payload]) -> Option<&'a [u8]> {
+        payloads.iter().find_map(|p| match p {
+            Payload::Notify(n) if n.ty == NotifyType::ADDITIONAL_KEY_EXCHANGE => Some(&n.data[..]),
+            _ => None,
+        })
+    }
+
     fn of(payloads: &'a [Payload]) -> Self {
         let mut s = Self::default();
         for p in payloads {
@@ -305,21 +379,164 @@ pub(super) fn response<E: Enclave>(
         rekey.release(ctx);
         return failed(core, ctx, invalid("Nr shorter than half the PRF key"));
     }
+    let mut remaining: VecDeque<DhGroup> = choice.additional_kes().collect();
+    if let Some(group) = remaining.pop_front() {
+        let Some(link) = Parts::link(inner) else {
+            rekey.release(ctx);
+            return failed(core, ctx, invalid("additional key exchanges without ADDITIONAL_KEY_EXCHANGE"));
+        };
+        let done = vec![(rekey.dh, ke.data.clone())];
+        let fu = |current| FollowUp {
+            rekey: rekey.clone(),
+            spi_r,
+            choice,
+            nonce_r: nonce.data.clone(),
+            done,
+            current,
+            remaining,
+            link: link.to_vec(),
+        };
+        match follow_up(ctx, group) {
+            Ok((dh, request)) => {
+                let fu = fu((dh, group));
+                send_follow_up(st, core, ctx, fu, request);
+            }
+            Err(e) => {
+                rekey.release(ctx);
+                failed(core, ctx, e);
+            }
+        }
+        return;
+    }
+    let kes = [DhExchange { dh: rekey.dh, peer_public: &ke.data }];
+    finish(st, core, ctx, &rekey, spi_r, choice, &nonce.data, &kes);
+}
+
+/// Our next IKE_FOLLOWUP_KE request's private value and KE payload.
+fn follow_up<E: Enclave>(ctx: &mut Ctx<'_, E>, group: DhGroup) -> Result<(DhHandle, Payload), Error> {
+    let mut public = vec![0u8; group.public_len()];
+    let dh = ctx.enclave.dh_generate(group, &mut public)?;
+    Ok((dh, Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(group.id()), public))))
+}
+
+/// Sends IKE_FOLLOWUP_KE { SK { N(ADDITIONAL_KEY_EXCHANGE)(link), KEi(n) } } on the old SA.
+fn send_follow_up<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    fu: FollowUp,
+    ke: Payload,
+) {
+    let inner = vec![Payload::Notify(Notify::new(NotifyType::ADDITIONAL_KEY_EXCHANGE, fu.link.clone())), ke];
+    let id = core.next_request;
+    let header = core.header(ExchangeType::IKE_FOLLOWUP_KE, false, id);
+    let fragment_at = core.fragment_at_peer(ctx);
+    match super::sk::seal(ctx.enclave, st.ike, st.choice.suite, header, inner, fragment_at) {
+        Ok(bytes) => {
+            /* IKE_FOLLOWUP_KE { SK { N(ADDITIONAL_KEY_EXCHANGE), KEi(n) } } --> */
+            core.send_request(
+                ctx,
+                ExchangeType::IKE_FOLLOWUP_KE,
+                id,
+                bytes,
+                RequestKind::RekeyIkeFollowUp(Box::new(fu)),
+            );
+        }
+        Err(e) => {
+            fu.release(ctx);
+            ctx.out.events.push_back(Event::IkeSaRekeyFailed { sa: core.id, error: e });
+            core.deferred.push((super::later(ctx.now, RETRY_FAILED), RequestKind::RekeyIke(None, 0)));
+        }
+    }
+}
+
+/// The answer to one of our IKE_FOLLOWUP_KE requests: the next one, or the new SA.
+pub(super) fn follow_up_response<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    mut fu: FollowUp,
+    inner: &[Payload],
+) {
+    let parts = Parts::of(inner);
+    let failed = |core: &mut Core, ctx: &mut Ctx<'_, E>, fu: &FollowUp, error: Error, retry: Duration| {
+        fu.release(ctx);
+        ctx.out.events.push_back(Event::IkeSaRekeyFailed { sa: core.id, error });
+        core.deferred.push((super::later(ctx.now, retry), RequestKind::RekeyIke(None, 0)));
+    };
+    /* <-- IKE_FOLLOWUP_KE { SK { N(error) } } */
+    if let Some(n) = parts.error {
+        let retry = if n.ty == NotifyType::TEMPORARY_FAILURE { Duration::from_secs(2) } else { RETRY_FAILED };
+        return failed(core, ctx, &fu, super::peer_error(n.ty), retry);
+    }
+    /* <-- IKE_FOLLOWUP_KE { SK { KEr(n), [N(ADDITIONAL_KEY_EXCHANGE)] } } */
+    let (dh, group) = fu.current;
+    let Some(ke) = parts.ke.filter(|k| k.group.0 == group.id() && k.data.len() == group.response_len())
+    else {
+        let error = Error::InvalidMessage { exchange: "IKE_FOLLOWUP_KE", why: "no KEr of the method chosen" };
+        return failed(core, ctx, &fu, error, RETRY_FAILED);
+    };
+    fu.done.push((dh, ke.data.clone()));
+    if let Some(next) = fu.remaining.pop_front() {
+        let Some(link) = Parts::link(inner) else {
+            let error = Error::InvalidMessage {
+                exchange: "IKE_FOLLOWUP_KE",
+                why: "more to come without ADDITIONAL_KEY_EXCHANGE",
+            };
+            return failed(core, ctx, &fu, error, RETRY_FAILED);
+        };
+        fu.link = link.to_vec();
+        match follow_up(ctx, next) {
+            Ok((dh, request)) => {
+                fu.current = (dh, next);
+                send_follow_up(st, core, ctx, fu, request);
+            }
+            Err(e) => failed(core, ctx, &fu, e, RETRY_FAILED),
+        }
+        return;
+    }
+    let kes: Vec<DhExchange<'_>> =
+        fu.done.iter().map(|(dh, p)| DhExchange { dh: *dh, peer_public: p }).collect();
+    finish(st, core, ctx, &fu.rekey, fu.spi_r, fu.choice, &fu.nonce_r, &kes);
+}
+
+/// Our rekey's new SA from its exchanges (each consumed), then the collision check and the
+/// hand-over.
+#[allow(clippy::too_many_arguments)]
+fn finish<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    rekey: &IkeRekey,
+    spi_r: u64,
+    choice: IkeChoice,
+    nonce_r: &[u8],
+    kes: &[DhExchange<'_>],
+) {
+    let failed = |core: &mut Core, ctx: &mut Ctx<'_, E>, error: Error| {
+        ctx.out.events.push_back(Event::IkeSaRekeyFailed { sa: core.id, error });
+        core.deferred.push((super::later(ctx.now, RETRY_FAILED), RequestKind::RekeyIke(None, 0)));
+    };
     let params = IkeSaParams {
         role: Role::Initiator,
         prf: choice.prf,
         suite: choice.suite,
         nonce_i: &rekey.nonce_i,
-        nonce_r: &nonce.data,
+        nonce_r,
         spi_i: rekey.spi,
         spi_r,
     };
-    // The DH value is consumed whether or not this succeeds.
-    let dh = DhExchange { dh: rekey.dh, peer_public: &ke.data };
-    let ike = match ctx.enclave.ike_sa_rekey(st.ike, Some(&st.sealed_sk_d), dh, &params) {
+    // The DH values are consumed whether or not this succeeds.
+    let made = match kes {
+        [one] => ctx.enclave.ike_sa_rekey(st.ike, Some(&st.sealed_sk_d), *one, &params),
+        all => ctx.enclave.ike_sa_rekey_additional(st.ike, Some(&st.sealed_sk_d), all, &params),
+    };
+    let ike = match made {
         Ok(ike) => ike,
         Err(e) => return failed(core, ctx, e.into()),
     };
+    let nonce = Nonce { data: nonce_r.to_vec() };
+    let rekey = rekey.clone();
     let (mut ours, seal) = match successor(core, ctx, ike, choice, Role::Initiator, rekey.spi, spi_r) {
         Ok(s) => s,
         Err(e) => {
@@ -391,13 +608,22 @@ fn answer<E: Enclave>(
     if busy || core.rekey.successor.is_some() || core.rekey.theirs.is_some() {
         return Err((NotifyType::TEMPORARY_FAILURE, Vec::new()));
     }
+    // A new rekey from the peer ends one of its whose IKE_FOLLOWUP_KE exchanges stopped.
+    if let Some(old) = core.rekey.responding.take() {
+        old.release(ctx);
+    }
     let parts = Parts::of(inner);
     let (Some(sa), Some(nonce), Some(ke)) = (parts.sa, parts.nonce, parts.ke) else {
         return Err((NotifyType::INVALID_SYNTAX, Vec::new()));
     };
-    let Some((number, choice)) = proposal::select_ike(sa, &core.conn.proposals, 8, false) else {
+    let Some((number, choice)) = proposal::select_ike(sa, &core.conn.proposals, 8, true) else {
         return Err((NotifyType::NO_PROPOSAL_CHOSEN, Vec::new()));
     };
+    if colliding && choice.additional_kes().next().is_some() {
+        // A collision resolved over several exchanges each: one of the two goes through
+        // when retried.
+        return Err((NotifyType::TEMPORARY_FAILURE, Vec::new()));
+    }
     let Some(spi_i) =
         sa.proposals.iter().find(|p| p.number == number).and_then(|p| p.ike_spi()).filter(|s| *s != 0)
     else {
@@ -413,36 +639,68 @@ fn answer<E: Enclave>(
     let internal = (NotifyType::NO_PROPOSAL_CHOSEN, Vec::new());
     let spi_r = fresh_spi(ctx, core.id).map_err(|_| internal.clone())?;
     let nonce_r = ctx.nonce().map_err(|_| internal.clone())?;
-    let mut public = vec![0u8; choice.group.public_len()];
-    let dh = ctx.enclave.dh_generate(choice.group, &mut public).map_err(|_| internal.clone())?;
-    let params = IkeSaParams {
-        role: Role::Responder,
-        prf: choice.prf,
-        suite: choice.suite,
-        nonce_i: &nonce.data,
-        nonce_r: &nonce_r,
-        spi_i,
-        spi_r,
-    };
-    let ike = ctx
-        .enclave
-        .ike_sa_rekey(st.ike, Some(&st.sealed_sk_d), DhExchange { dh, peer_public: &ke.data }, &params)
-        .map_err(|_| internal.clone())?;
-    let (theirs, seal) = match successor(core, ctx, ike, choice, Role::Responder, spi_i, spi_r) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = ctx.enclave.ike_sa_delete(ike);
-            return Err(internal);
-        }
-    };
-    let reply = vec![
+    let mut public = vec![0u8; choice.group.response_len()];
+    let dh = ctx.enclave.ke_respond(choice.group, &ke.data, &mut public).map_err(|_| internal.clone())?;
+    let mut reply = vec![
         Payload::Sa(proposal::ike_rekey_answer(number, &choice, spi_r)),
         Payload::Nonce(Nonce { data: nonce_r.clone() }),
         Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(choice.group.id()), public)),
     ];
+    let remaining: VecDeque<DhGroup> = choice.additional_kes().collect();
+    let r = Responding {
+        choice,
+        spi_i,
+        spi_r,
+        nonce_i: nonce.data.clone(),
+        nonce_r,
+        done: vec![(dh, ke.data.clone())],
+        remaining,
+    };
+    if !r.remaining.is_empty() {
+        /* <-- CREATE_CHILD_SA { SK { SA, Nr, KEr, N(ADDITIONAL_KEY_EXCHANGE) } } */
+        reply.push(Payload::Notify(Notify::new(NotifyType::ADDITIONAL_KEY_EXCHANGE, LINK.to_vec())));
+        core.rekey.responding = Some(r);
+        return Ok(reply);
+    }
+    make_theirs(st, core, ctx, &r, colliding).map_err(|_| internal)?;
+    Ok(reply)
+}
+
+/// The peer's new IKE SA from all its exchanges (each consumed), handed the children unless
+/// our own rekey collides.
+fn make_theirs<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    r: &Responding,
+    colliding: bool,
+) -> Result<(), Error> {
+    let params = IkeSaParams {
+        role: Role::Responder,
+        prf: r.choice.prf,
+        suite: r.choice.suite,
+        nonce_i: &r.nonce_i,
+        nonce_r: &r.nonce_r,
+        spi_i: r.spi_i,
+        spi_r: r.spi_r,
+    };
+    let kes: Vec<DhExchange<'_>> =
+        r.done.iter().map(|(dh, p)| DhExchange { dh: *dh, peer_public: p }).collect();
+    let ike = match kes.as_slice() {
+        [one] => ctx.enclave.ike_sa_rekey(st.ike, Some(&st.sealed_sk_d), *one, &params)?,
+        all => ctx.enclave.ike_sa_rekey_additional(st.ike, Some(&st.sealed_sk_d), all, &params)?,
+    };
+    let (theirs, seal) = match successor(core, ctx, ike, r.choice, Role::Responder, r.spi_i, r.spi_r) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ctx.enclave.ike_sa_delete(ike);
+            return Err(e);
+        }
+    };
     if colliding {
         // Which SA survives is known once our own answer arrives.
-        core.rekey.theirs = Some(Theirs { id: theirs.core.id, nonce_i: nonce.data.clone(), nonce_r, seal });
+        core.rekey.theirs =
+            Some(Theirs { id: theirs.core.id, nonce_i: r.nonce_i.clone(), nonce_r: r.nonce_r.clone(), seal });
     } else {
         if let Some(to) = summary(&theirs) {
             hand_over(core, ctx.out, to, seal);
@@ -450,19 +708,69 @@ fn answer<E: Enclave>(
         core.rekey.close_at = Some(super::later(ctx.now, CLOSE_WAIT));
     }
     ctx.out.new_sas.push(theirs);
-    Ok(reply)
+    Ok(())
 }
 
-/// The proposals an IKE SA rekey offers: without additional key exchanges, which would
-/// need IKE_FOLLOWUP_KE (RFC 9370 §2.2.4). The rekeyed SA's SKEYSEED still derives from
-/// the old SK_d, which a hybrid IKE_SA_INIT made. Proposals that differ only in them are
-/// offered once.
-fn classical(proposals: &[proposal::IkeProposal]) -> Vec<proposal::IkeProposal> {
-    let mut out: Vec<proposal::IkeProposal> = Vec::new();
-    for p in proposals.iter().map(proposal::IkeProposal::without_additional) {
-        if !out.contains(&p) {
-            out.push(p);
-        }
+/// Answers the peer's IKE_FOLLOWUP_KE on this (old) SA: the next of its additional key
+/// exchanges; after the last, its new IKE SA.
+pub(super) fn respond_follow_up<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    id: u32,
+    to: (SocketAddr, SocketAddr),
+    inner: &[Payload],
+) {
+    let reply = match follow_up_answer(st, core, ctx, inner) {
+        Ok(reply) => reply,
+        Err(notify) => vec![Payload::Notify(Notify::new(notify, Vec::new()))],
+    };
+    /* <-- IKE_FOLLOWUP_KE { SK { KEr(n), [N(ADDITIONAL_KEY_EXCHANGE)] } } or { SK { N(error) } } */
+    if core.respond(ctx, st.ike, &st.choice, ExchangeType::IKE_FOLLOWUP_KE, id, reply, to).is_err() {
+        ctx.out.counters.drop(DropReason::Malformed);
     }
-    out
+}
+
+fn follow_up_answer<E: Enclave>(
+    st: &Established,
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    inner: &[Payload],
+) -> Result<Vec<Payload>, NotifyType> {
+    // §2.2.4: a link that is not ours (or no rekey of the peer's under way): the state is
+    // gone, the peer starts over.
+    let Some(mut r) = core.rekey.responding.take() else { return Err(NotifyType::STATE_NOT_FOUND) };
+    if Parts::link(inner) != Some(LINK) {
+        core.rekey.responding = Some(r);
+        return Err(NotifyType::STATE_NOT_FOUND);
+    }
+    let Some(group) = r.remaining.pop_front() else {
+        r.release(ctx);
+        return Err(NotifyType::INVALID_SYNTAX);
+    };
+    let parts = Parts::of(inner);
+    let Some(ke) = parts.ke.filter(|k| k.group.0 == group.id() && k.data.len() == group.public_len()) else {
+        r.release(ctx);
+        return Err(NotifyType::INVALID_SYNTAX);
+    };
+    let mut public = vec![0u8; group.response_len()];
+    let dh = match ctx.enclave.ke_respond(group, &ke.data, &mut public) {
+        Ok(dh) => dh,
+        Err(_) => {
+            r.release(ctx);
+            return Err(NotifyType::INVALID_SYNTAX);
+        }
+    };
+    r.done.push((dh, ke.data.clone()));
+    let mut reply = vec![Payload::KeyExchange(KeyExchange::new(wire::ike::DhGroup(group.id()), public))];
+    if !r.remaining.is_empty() {
+        reply.push(Payload::Notify(Notify::new(NotifyType::ADDITIONAL_KEY_EXCHANGE, LINK.to_vec())));
+        core.rekey.responding = Some(r);
+        return Ok(reply);
+    }
+    let colliding = matches!(core.pending.as_ref().map(|p| &p.kind), Some(RequestKind::RekeyIkeSent(_)));
+    match make_theirs(st, core, ctx, &r, colliding) {
+        Ok(()) => Ok(reply),
+        Err(_) => Err(NotifyType::NO_PROPOSAL_CHOSEN),
+    }
 }
