@@ -7,9 +7,16 @@
 #
 # with every variant set up side by side (each on its own host address pair N, so one
 # topology serves them all) and measured interleaved, round after round:
-#   cloister       `cloister dataplane` pair, AES-GCM-16-256 static SAs from wrapped keys,
+#   gateway        THE PRODUCT: two `cloister gateway` daemons, their default configuration
+#                  (process enclave, 2 workers), an IKEv2 PSK tunnel the site initiates
+#                  (aes256gcm16-prfsha256-x25519, child aes256gcm16), tun_mtu 1400, raw ESP
+#                  (no NAT between them). Its own gateway namespaces (a raw ESP socket sees
+#                  every ESP packet of its namespace), site 198.18.12.N, cloud 198.18.22.N
+#   gateway-udp    the same with `encap = true` (ESP-in-UDP), 198.18.13.N / 198.18.23.N
+#   cloister       reference, keys in the gateway process: `cloister dataplane` pair,
+#                  AES-GCM-16-256 static SAs from wrapped keys,
 #                  ESP-in-UDP (port 4600), in-process enclave (N=11)
-#   cloister-proc  the same with the enclave process (`--enclave process`, N=16)
+#   cloister-proc  reference: the same with the enclave process (`--enclave process`, N=16)
 #   strongswan     two charons with kernel-libipsec (userspace ESP, ESP-in-UDP), tunnel set
 #                  up by IKEv2 between them, aes256gcm16 (N=20)
 #   boringtun      boringtun-cli (crates.io), userspace WireGuard (N=13)
@@ -20,9 +27,11 @@
 # tunnel's MTU is 1400 (strongSwan's libipsec fixes its TUN device's at 1400; WireGuard's
 # default would be 1420), so a 1372-byte datagram (a 1400-byte IP packet) crosses each whole.
 #
-# Prints a table of medians and min-max over the rounds; the last line is
-#   esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>
-# (Cloister's median against the best median of strongswan, boringtun and wireguard-go).
+# Prints a table of medians and min-max over the rounds; the last lines are
+#   esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>        (static reference)
+#   esp e2e product tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r> raw/udp=<r>
+# (a median against the best median of strongswan, boringtun and wireguard-go; raw/udp the
+# lowest over the tests of gateway against gateway-udp).
 #
 # Usage (root): bench/esp-e2e.sh [ROUNDS] [SECONDS]   defaults 5 rounds of 5 s per test
 #   E2E_VARIANTS="cloister strongswan ..."  a subset (cloister is needed for the ratios)
@@ -43,7 +52,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 ROUNDS=${1:-5}
 DURATION=${2:-5}
-read -r -a VARIANTS <<<"${E2E_VARIANTS:-cloister cloister-proc strongswan boringtun wireguard-go plain}"
+read -r -a VARIANTS <<<"${E2E_VARIANTS:-gateway gateway-udp cloister cloister-proc strongswan boringtun wireguard-go plain}"
 read -r -a TESTS <<<"${E2E_TESTS:-tcp1 tcp4 udp64 udp1372}"
 
 say() { printf '[esp-e2e] %s\n' "$*" >&2; }
@@ -53,7 +62,7 @@ die() { say "$*"; exit 1; }
 [[ "$DURATION" =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 60)) || die "SECONDS must be 1..60"
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
 for v in "${VARIANTS[@]}"; do
-  case $v in cloister|cloister-proc|strongswan|boringtun|wireguard-go|plain) ;; *) die "unknown variant $v" ;; esac
+  case $v in gateway|gateway-udp|cloister|cloister-proc|strongswan|boringtun|wireguard-go|plain) ;; *) die "unknown variant $v" ;; esac
 done
 
 # shellcheck source=bench/lib/deps.sh
@@ -142,12 +151,24 @@ hex() { head -c "$1" /dev/urandom | od -An -v -tx1 | tr -d ' \n'; }
 rcvbuf_errors() {
   ip netns exec "$1" awk '/^Udp:/ { if (!c) { for (i = 1; i <= NF; i++) if ($i == "RcvbufErrors") c = i } else { print $c; exit } }' /proc/net/snmp
 }
+# Packets raw IP sockets of the namespace dropped for a full receive buffer (/proc/net/raw's
+# last column): where raw ESP is lost at the receiving gateway.
+raw_drops() {
+  ip netns exec "$1" awk 'NR > 1 { s += $NF } END { print s + 0 }' /proc/net/raw
+}
 tx_drops() {
   ip netns exec "$1" sed 's/^ *//; s/:/ /' /proc/net/dev | awk 'NR > 2 { s += $13 } END { print s + 0 }'
 }
 
 # ---- topology ----------------------------------------------------------------------------
-declare -A HOST=([cloister]=11 [boringtun]=13 [wireguard-go]=14 [plain]=15 [cloister-proc]=16 [strongswan]=20)
+declare -A HOST=([cloister]=11 [boringtun]=13 [wireguard-go]=14 [plain]=15 [cloister-proc]=16 [strongswan]=20 [gateway]=17 [gateway-udp]=18)
+# Each variant's site and cloud host addresses, and the gateway namespaces its packets cross
+# (for the loss counters); the product variants have gateway namespaces of their own.
+declare -A SRC DST GW_S GW_C
+for v in "${VARIANTS[@]}"; do
+  SRC[$v]=198.18.10.${HOST[$v]} DST[$v]=198.18.20.${HOST[$v]} GW_S[$v]=$SG GW_C[$v]=$CG
+done
+declare -A PNET=([gateway]=2 [gateway-udp]=3)
 
 for ns in "${NAMESPACES[@]}"; do
   ip netns add "$ns"
@@ -172,6 +193,36 @@ done
 ip -n "$SH" route add default via 198.18.10.1
 ip -n "$CH" route add default via 198.18.20.1
 for ns in "$SG" "$CG"; do ip netns exec "$ns" sysctl -q -w net.ipv4.ip_forward=1; done
+# The product variants: site-host - pgs = pgc - cloud-host, subnets 198.18.1K (site LAN),
+# 198.18.K (WAN), 198.18.2K (cloud LAN) with K = PNET.
+for v in "${VARIANTS[@]}"; do
+  k=${PNET[$v]:-}
+  [ -n "$k" ] || continue
+  n=${HOST[$v]}
+  ps=cltepgs$k-$ID-4 pc=cltepgc$k-$ID-5
+  for ns in "$ps" "$pc"; do
+    ip netns add "$ns"
+    MADE_NS+=("$ns")
+    ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -q -w net.ipv4.ip_forward=1
+  done
+  ip link add "p$k" netns "$SH" type veth peer name lan0 netns "$ps"
+  ip link add wan0 netns "$ps" type veth peer name wan0 netns "$pc"
+  ip link add lan0 netns "$pc" type veth peer name "p$k" netns "$CH"
+  ip -n "$SH" addr add "198.18.1$k.$n/24" dev "p$k"
+  ip -n "$ps" addr add "198.18.1$k.1/24" dev lan0
+  ip -n "$ps" addr add "198.18.$k.1/24" dev wan0
+  ip -n "$pc" addr add "198.18.$k.2/24" dev wan0
+  ip -n "$pc" addr add "198.18.2$k.1/24" dev lan0
+  ip -n "$CH" addr add "198.18.2$k.$n/24" dev "p$k"
+  for ns_dev in "$SH p$k" "$ps lan0" "$ps wan0" "$pc wan0" "$pc lan0" "$CH p$k"; do
+    set -- $ns_dev
+    ip -n "$1" link set "$2" up
+  done
+  ip -n "$SH" route add "198.18.2$k.0/24" via "198.18.1$k.1"
+  ip -n "$CH" route add "198.18.1$k.0/24" via "198.18.2$k.1"
+  SRC[$v]=198.18.1$k.$n DST[$v]=198.18.2$k.$n GW_S[$v]=$ps GW_C[$v]=$pc
+done
 
 # ---- variants ----------------------------------------------------------------------------
 PK=$WORK/provisioning.key
@@ -254,6 +305,60 @@ EOF
   k_up='' k_down=''
   wait_for "$name site-gw" 20 grep -q "offloads:" "$dir/site.log"
   wait_for "$name cloud-gw" 20 grep -q "offloads:" "$dir/cloud.log"
+}
+
+# gateway NAME ENCAP: two `cloister gateway` daemons in the variant's namespaces, a PSK
+# tunnel the site initiates; everything else their defaults.
+setup_gateway() {
+  local name=$1 encap=$2 k=${PNET[$1]}
+  local dir=$WORK/$name side psk
+  psk=$(hex 32)
+  mkdir -p "$dir"
+  for side in site cloud; do
+    local me peer lan far id peer_id ns
+    if [ $side = site ]; then
+      me=198.18.$k.1 peer=198.18.$k.2 lan=198.18.1$k.0/24 far=198.18.2$k.0/24 ns=${GW_S[$name]}
+      id=site.cloister.test peer_id=cloud.cloister.test
+    else
+      me=198.18.$k.2 peer=198.18.$k.1 lan=198.18.2$k.0/24 far=198.18.1$k.0/24 ns=${GW_C[$name]}
+      id=cloud.cloister.test peer_id=site.cloister.test
+    fi
+    mkdir -p "$dir/$side"
+    cp "$PK" "$dir/$side/provisioning.key"
+    printf '%s\n' "$psk" | "$CLOISTER" secret wrap --kind psk --provisioning-key "$dir/$side/provisioning.key" \
+      --tenant 1 --out "$dir/$side/psk.blob" >/dev/null
+    cat >"$dir/$side/gateway.toml" <<EOF
+[gateway]
+tenant = 1
+enclave = "process"
+provisioning_key = "provisioning.key"
+control_socket = "gw.sock"
+
+[dataplane]
+tun = "clgw$k"
+tun_mtu = 1400
+listen = ["$me:4500"]
+
+[connections.peer]
+local_addrs = ["$me"]
+remote_addrs = ["$peer"]
+proposals = ["aes256gcm16-prfsha256-x25519"]
+encap = $encap
+local = { auth = "psk", id = "$id", secret = "psk" }
+remote = { auth = "psk", id = "$peer_id" }
+children.net = { local_ts = ["$lan"], remote_ts = ["$far"], esp_proposals = ["aes256gcm16"] }
+
+[secrets.psk]
+file = "psk.blob"
+EOF
+    start "$ns" "$dir/$side.log" "$CLOISTER" gateway --config "$dir/$side/gateway.toml"
+  done
+  psk=''
+  wait_for "$name site-gw" 30 grep -q "^gateway: tenant" "$dir/site.log"
+  wait_for "$name cloud-gw" 30 grep -q "^gateway: tenant" "$dir/cloud.log"
+  ip netns exec "${GW_S[$name]}" "$CLOISTER" sa --socket "$dir/site/gw.sock" initiate peer >/dev/null
+  wait_for "$name child SA" 30 grep -q "child: net installed" "$dir/site.log"
+  wait_for "$name child SA (cloud)" 30 grep -q "child: net installed" "$dir/cloud.log"
 }
 
 charon_conf() {
@@ -391,6 +496,8 @@ setup_plain() {
 for v in "${VARIANTS[@]}"; do
   say "setting up $v"
   case $v in
+    gateway) setup_gateway gateway false ;;
+    gateway-udp) setup_gateway gateway-udp true ;;
     cloister) setup_cloister cloister 4600 inline 0x1000 ;;
     cloister-proc) setup_cloister cloister-proc 4601 process 0x2000 ;;
     strongswan) setup_strongswan ;;
@@ -403,9 +510,9 @@ done
 # Every path must carry pings before anything is measured (WireGuard handshakes on the first).
 for v in "${VARIANTS[@]}"; do
   n=${HOST[$v]}
-  ip netns exec "$SH" timeout 15 ping -n -q -c 3 -i 0.2 -w 10 -I "198.18.10.$n" "198.18.20.$n" \
+  ip netns exec "$SH" timeout 15 ping -n -q -c 3 -i 0.2 -w 10 -I "${SRC[$v]}" "${DST[$v]}" \
     >"$WORK/ping-$v.log" 2>&1 || { cat "$WORK/ping-$v.log" >&2; die "$v: no ping through the tunnel"; }
-  start "$CH" "$WORK/iperf3-server-$v.log" iperf3 -s -B "198.18.20.$n" -p $((5200 + n))
+  start "$CH" "$WORK/iperf3-server-$v.log" iperf3 -s -B "${DST[$v]}" -p $((5200 + n))
 done
 for v in "${VARIANTS[@]}"; do
   n=${HOST[$v]}
@@ -416,7 +523,7 @@ done
 echo "esp e2e: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), kernel $(uname -r)"
 echo "esp e2e: $ROUNDS rounds x ${#VARIANTS[@]} variants x ${#TESTS[@]} tests, ${DURATION}s each, interleaved"
 echo "versions: $(iperf3 --version | head -1 | cut -d' ' -f1-2), strongSwan $(dpkg-query -W -f='${Version}' strongswan-charon), wireguard-go $(wireguard-go --version | head -1 | awk '{print $2}'), boringtun-cli $("$BORINGTUN" --version | awk '{print $2}')"
-for v in cloister cloister-proc; do
+for v in gateway gateway-udp cloister cloister-proc; do
   [ -f "$WORK/$v/site.log" ] && echo "$v site-gw: $(grep -m1 'offloads:' "$WORK/$v/site.log")"
 done
 RESULTS=$WORK/results
@@ -436,19 +543,28 @@ for ((r = 1; r <= ROUNDS; r++)); do
         udp1372) args=(-u -b 0 -l 1372) ;;
       esac
       out=$WORK/r$r-$v-$t.json
-      before="$(tx_drops "$SG") $(rcvbuf_errors "$CG") $(rcvbuf_errors "$CH")"
-      ip netns exec "$SH" timeout $((DURATION + 20)) iperf3 -c "198.18.20.$n" -B "198.18.10.$n" \
+      before="$(tx_drops "${GW_S[$v]}") $(rcvbuf_errors "${GW_C[$v]}") $(rcvbuf_errors "$CH") $(raw_drops "${GW_C[$v]}")"
+      ip netns exec "$SH" timeout $((DURATION + 20)) iperf3 -c "${DST[$v]}" -B "${SRC[$v]}" \
         -p $((5200 + n)) -t "$DURATION" --connect-timeout 3000 -J "${args[@]}" >"$out" 2>"$out.err" || true
       read -r val loss < <(python3 "$STATS" extract "$t" "$out")
       echo "$r $v $t $val $loss" >>"$RESULTS"
-      read -r sg0 cg0 ch0 <<<"$before"
-      echo "$r $v $t $(($(tx_drops "$SG") - sg0)) $(($(rcvbuf_errors "$CG") - cg0)) $(($(rcvbuf_errors "$CH") - ch0))" >>"$LOSSES"
+      read -r sg0 cg0 ch0 rw0 <<<"$before"
+      echo "$r $v $t $(($(tx_drops "${GW_S[$v]}") - sg0)) $(($(rcvbuf_errors "${GW_C[$v]}") - cg0)) $(($(rcvbuf_errors "$CH") - ch0)) $(($(raw_drops "${GW_C[$v]}") - rw0))" >>"$LOSSES"
       printf '[esp-e2e] round %d %-14s %-8s %s\n' "$r" "$v" "$t" "$val" >&2
       sleep 0.3
     done
   done
 done
 
+# The product gateways' drop counters by reason (IKE and ESP), from their control sockets.
+for v in gateway gateway-udp; do
+  [ -f "$WORK/$v/site.log" ] || continue
+  for side in site cloud; do
+    ns=${GW_S[$v]}
+    [ $side = cloud ] && ns=${GW_C[$v]}
+    echo "$v $side-gw counters: $(ip netns exec "$ns" "$CLOISTER" sa --socket "$WORK/$v/$side/gw.sock" counters 2>&1 | tr '\n' ' ' | cut -c1-600)"
+  done
+done
 # Cloister's own counters (SIGTERM prints them): drops by reason, offload use.
 for v in cloister cloister-proc; do
   [ -f "$WORK/$v/site.log" ] || continue

@@ -7,11 +7,15 @@
       iperf3 reports in end.sum), and the loss in percent. Prints "nan nan" on an error.
   e2e_stats.py summary RESULTS VARIANTS...
       RESULTS holds lines "round variant test value loss"; prints one table row per variant
-      and test (median, min-max, rounds; loss medians for UDP), and the last line
-      esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>
-      where a peer is strongswan, boringtun or wireguard-go (the best median of them).
+      and test (median, min-max, rounds; loss medians for UDP), and the last lines
+      esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>   (static SAs)
+      esp e2e product tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r> raw/udp=<r>
+      where a peer is strongswan, boringtun or wireguard-go (the best median of them), the
+      product is `gateway` (cloister gateway, IKE, process enclave, raw ESP) and raw/udp the
+      lowest over the tests of its median against `gateway-udp`'s (ESP-in-UDP).
   e2e_stats.py losses LOSSES VARIANTS...
-      LOSSES holds lines "round variant test site_gw_tx_drops cloud_gw_rcvbuf cloud_host_rcvbuf"
+      LOSSES holds lines "round variant test site_gw_tx_drops cloud_gw_rcvbuf cloud_host_rcvbuf
+      cloud_gw_raw_drops"
       (per-namespace counter deltas over one test); prints their medians per variant and
       test: where the datagrams that iperf3 counts as lost went (and, for TCP, where the
       segments it retransmitted were lost).
@@ -89,8 +93,8 @@ def summary(path, variants):
             note = f"{len(vals)}" + (f" ({failed} failed)" if failed else "")
             print(f"{variant:<15} {test:<8} {fmt(test, m):>9} {rng:>19} {UNITS[test]:<7} {loss:>14}  {note}")
 
-    def ratio(test):
-        mine = med.get(("cloister", test))
+    def ratio(test, variant="cloister"):
+        mine = med.get((variant, test))
         peers = [(med[(p, test)], p) for p in PEERS if (p, test) in med]
         if mine is None or not peers:
             return "n/a", ""
@@ -103,21 +107,30 @@ def summary(path, variants):
              if ("cloister", t) in med and ("plain", t) in med]
     print(f"best peer: tcp1 {p1 or 'n/a'}, udp64 {p64 or 'n/a'}; cloister vs plain routing: {', '.join(plain) or 'n/a'}")
     print(f"esp e2e tcp1 ratio vs best peer={r1} udp64 ratio vs best peer={r64}")
+    if any(v.startswith("gateway") for v in variants):
+        g1, _ = ratio("tcp1", "gateway")
+        g64, _ = ratio("udp64", "gateway")
+        per_test = {t: med[("gateway", t)] / med[("gateway-udp", t)] for t in TESTS
+                    if ("gateway", t) in med and ("gateway-udp", t) in med and med[("gateway-udp", t)] > 0}
+        raw_udp = f"{min(per_test.values()):.2f}" if per_test else "n/a"
+        print("product raw ESP / ESP-in-UDP: " + (", ".join(f"{t} {r:.2f}" for t, r in per_test.items()) or "n/a"))
+        print(f"esp e2e product tcp1 ratio vs best peer={g1} udp64 ratio vs best peer={g64} raw/udp={raw_udp}")
 
 
 def losses(path, variants):
-    data = rows(path, 3, int)
+    data = rows(path, 4, int)
     if not data:
         return
     print("where packets were lost, per test (medians over the rounds):")
-    print(f"{'variant':<15} {'test':<8} {'site-gw tx drops':>17} {'cloud-gw rcvbuf':>16} {'cloud-host rcvbuf':>18}")
+    print(f"{'variant':<15} {'test':<8} {'site-gw tx drops':>17} {'cloud-gw rcvbuf':>16} {'cloud-host rcvbuf':>18}"
+          f" {'cloud-gw raw drops':>19}")
     for variant in variants:
         for test in TESTS:
             runs = data.get((variant, test))
             if not runs:
                 continue
-            med = [statistics.median(c[i] for c in runs) for i in range(3)]
-            print(f"{variant:<15} {test:<8} {med[0]:>17.0f} {med[1]:>16.0f} {med[2]:>18.0f}")
+            med = [statistics.median(c[i] for c in runs) for i in range(4)]
+            print(f"{variant:<15} {test:<8} {med[0]:>17.0f} {med[1]:>16.0f} {med[2]:>18.0f} {med[3]:>19.0f}")
 
 
 def main():
