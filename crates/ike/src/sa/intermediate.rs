@@ -20,16 +20,22 @@ use crate::error::Error;
 use crate::proposal::IkeChoice;
 use crate::sk::{self, Plain};
 
-/// Initiator: an IKE_INTERMEDIATE request out, its response awaited.
+/// What the initiator carries from IKE_SA_INIT to IKE_AUTH.
 #[derive(Debug)]
-pub(super) struct ExpectIntermediateResponse {
+struct SaInit {
     ike: IkeSaHandle,
     choice: IkeChoice,
     nonce_i: Vec<u8>,
     nonce_r: Vec<u8>,
     /// IKE_SA_INIT's request as sent and response as received (AUTH covers them).
-    sa_init_request: Vec<u8>,
-    sa_init_response: Vec<u8>,
+    request: Vec<u8>,
+    response: Vec<u8>,
+}
+
+/// Initiator: an IKE_INTERMEDIATE request out, its response awaited.
+#[derive(Debug)]
+pub(super) struct ExpectIntermediateResponse {
+    init: SaInit,
     /// The additional key exchanges still to do after this one.
     remaining: VecDeque<DhGroup>,
     /// This exchange: our private value, its method, and our request as IntAuth covers it.
@@ -51,51 +57,34 @@ pub(super) fn after_sa_init<E: Enclave>(
     sa_init_request: Vec<u8>,
     sa_init_response: Vec<u8>,
 ) -> State {
-    let mut remaining: VecDeque<DhGroup> = choice.additional_kes().collect();
+    let remaining = choice.additional_kes().collect();
+    let init = SaInit { ike, choice, nonce_i, nonce_r, request: sa_init_request, response: sa_init_response };
+    next(core, ctx, init, remaining)
+}
+
+/// The next additional key exchange's IKE_INTERMEDIATE, or IKE_AUTH once none is left.
+fn next<E: Enclave>(
+    core: &mut Core,
+    ctx: &mut Ctx<'_, E>,
+    init: SaInit,
+    mut remaining: VecDeque<DhGroup>,
+) -> State {
     let Some(group) = remaining.pop_front() else {
-        return authenticate(core, ctx, ike, choice, nonce_i, nonce_r, &sa_init_request, sa_init_response);
+        let SaInit { ike, choice, nonce_i, nonce_r, request, response } = init;
+        return match ExpectAuthResponse::start(core, ctx, ike, choice, nonce_i, nonce_r, &request, response) {
+            Ok(next) => State::ExpectAuthResponse(Box::new(next)),
+            Err(e) => core.fail(ctx, Some(ike), None, e),
+        };
     };
-    match send(core, ctx, ike, &choice, group) {
+    match send(core, ctx, init.ike, &init.choice, group) {
         Ok((dh, request)) => State::ExpectIntermediateResponse(Box::new(ExpectIntermediateResponse {
-            ike,
-            choice,
-            nonce_i,
-            nonce_r,
-            sa_init_request,
-            sa_init_response,
+            init,
             remaining,
             dh,
             group,
             request,
         })),
-        Err(e) => core.fail(ctx, Some(ike), None, e),
-    }
-}
-
-/// IKE_AUTH, once every key exchange is done.
-#[allow(clippy::too_many_arguments)]
-fn authenticate<E: Enclave>(
-    core: &mut Core,
-    ctx: &mut Ctx<'_, E>,
-    ike: IkeSaHandle,
-    choice: IkeChoice,
-    nonce_i: Vec<u8>,
-    nonce_r: Vec<u8>,
-    sa_init_request: &[u8],
-    sa_init_response: Vec<u8>,
-) -> State {
-    match ExpectAuthResponse::start(
-        core,
-        ctx,
-        ike,
-        choice,
-        nonce_i,
-        nonce_r,
-        sa_init_request,
-        sa_init_response,
-    ) {
-        Ok(next) => State::ExpectAuthResponse(Box::new(next)),
-        Err(e) => core.fail(ctx, Some(ike), None, e),
+        Err(e) => core.fail(ctx, Some(init.ike), None, e),
     }
 }
 
@@ -158,66 +147,36 @@ impl ExpectIntermediateResponse {
                     Error::InvalidMessage { exchange: "IKE_INTERMEDIATE", why: "no KE of the method chosen" }
                 }
             };
-            return core.fail(ctx, Some(self.ike), Some(self.dh), error);
+            return self.fail(core, ctx, error);
         };
         let response = plain.authenticated_form(header);
+        let init = &self.init;
         let exchange = IntermediateExchange {
-            nonce_i: &self.nonce_i,
-            nonce_r: &self.nonce_r,
+            nonce_i: &init.nonce_i,
+            nonce_r: &init.nonce_r,
             request: &self.request,
             response: &response,
         };
         // The private value is consumed whether or not this succeeds.
-        if let Err(e) = ctx.enclave.ike_sa_intermediate(
-            self.ike,
-            DhExchange { dh: self.dh, peer_public: peer },
-            &exchange,
-        ) {
-            return core.fail(ctx, Some(self.ike), None, e.into());
+        let x = DhExchange { dh: self.dh, peer_public: peer };
+        if let Err(e) = ctx.enclave.ike_sa_intermediate(init.ike, x, &exchange) {
+            return core.fail(ctx, Some(init.ike), None, e.into());
         }
         ctx.out.counters.additional_key_exchanges += 1;
-        let Self { ike, choice, nonce_i, nonce_r, sa_init_request, sa_init_response, mut remaining, .. } =
-            self;
-        let Some(group) = remaining.pop_front() else {
-            return authenticate(
-                core,
-                ctx,
-                ike,
-                choice,
-                nonce_i,
-                nonce_r,
-                &sa_init_request,
-                sa_init_response,
-            );
-        };
-        match send(core, ctx, ike, &choice, group) {
-            Ok((dh, request)) => State::ExpectIntermediateResponse(Box::new(Self {
-                ike,
-                choice,
-                nonce_i,
-                nonce_r,
-                sa_init_request,
-                sa_init_response,
-                remaining,
-                dh,
-                group,
-                request,
-            })),
-            Err(e) => core.fail(ctx, Some(ike), None, e),
-        }
+        next(core, ctx, self.init, self.remaining)
     }
 
     pub(super) fn ike(&self) -> IkeSaHandle {
-        self.ike
+        self.init.ike
     }
 
     pub(super) fn choice(&self) -> IkeChoice {
-        self.choice
+        self.init.choice
     }
 
     /// Gives up: the SA and our private value go.
     pub(super) fn fail<E: Enclave>(self, core: &mut Core, ctx: &mut Ctx<'_, E>, error: Error) -> State {
-        core.fail(ctx, Some(self.ike), Some(self.dh), error)
+        core.fail(ctx, Some(self.init.ike), Some(self.dh), error)
     }
 }
 
