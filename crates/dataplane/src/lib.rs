@@ -9,7 +9,8 @@
 //!
 //! What it does: creates the TUN device (one queue per worker, offloads as the kernel
 //! accepts), its MTU, addresses and routes; binds one UDP socket per worker for each
-//! ESP-in-UDP endpoint (`SO_REUSEPORT`) and one raw ESP socket per family, shared; installs
+//! ESP-in-UDP endpoint (`SO_REUSEPORT`) and one raw ESP socket per family (every worker
+//! sends with it, one reads it); installs
 //! the static SAs and policies ([`config::Config`]) with their keys going straight into the
 //! enclave; runs `N` workers (default: the available cores) until [`Dataplane::stop`];
 //! counts every packet and every drop per worker ([`stats`]); evaluates SA lifetimes when
@@ -262,7 +263,9 @@ impl<E: Enclave + 'static> Dataplane<E> {
         };
         for (i, (queue, udp)) in tun.into_queues().into_iter().zip(udp).enumerate() {
             let stats = Arc::new(WorkerStats::default());
-            let io = WorkerIo { tun: queue, udp, raw: raw.clone() };
+            // Raw ESP socket j is read by worker j mod n only (see `WorkerIo::raw_rx`).
+            let raw_rx = raw.iter().skip(i).step_by(n.max(1)).cloned().collect();
+            let io = WorkerIo { tun: queue, udp, raw: raw.clone(), raw_rx };
             let coalesce = std::time::Duration::from_micros(u64::from(settings.coalesce_us));
             let w = Worker::new(
                 Arc::clone(&shared),

@@ -1,4 +1,5 @@
-//! One worker thread: its TUN queue, its UDP sockets, the shared raw ESP sockets, and an
+//! One worker thread: its TUN queue, its UDP sockets, the raw ESP sockets it reads (each
+//! has one reader) and sends with (all), and an
 //! [`esp::Worker`] with its batch area.
 //!
 //! The loop, bounded in every step:
@@ -98,7 +99,12 @@ impl<E> Shared<E> {
 pub(crate) struct WorkerIo {
     pub(crate) tun: TunQueue,
     pub(crate) udp: Vec<Arc<UdpSocket>>,
+    /// Every raw ESP socket, to send with.
     pub(crate) raw: Vec<Arc<RawEspSocket>>,
+    /// The raw ESP sockets this worker receives from. Each has one reader: a socket gives
+    /// each packet to one of the threads reading it, so two readers would split one SA's
+    /// packets between them and hand them to the enclave out of order (replay drops).
+    pub(crate) raw_rx: Vec<Arc<RawEspSocket>>,
 }
 
 /// How much work one step of the loop found.
@@ -332,7 +338,7 @@ impl<E: Enclave + 'static> Worker<E> {
     fn wait(&self) {
         let wake = self.shared.wake.as_fd();
         let mut fds = [wake; poll::MAX_FDS];
-        let sockets = self.io.udp.iter().map(AsFd::as_fd).chain(self.io.raw.iter().map(|s| s.as_fd()));
+        let sockets = self.io.udp.iter().map(AsFd::as_fd).chain(self.io.raw_rx.iter().map(|s| s.as_fd()));
         let mut n = 0;
         // More sockets than poll slots are still read every round, after a timeout at worst.
         for (slot, fd) in
@@ -478,7 +484,7 @@ impl<E: Enclave + 'static> Worker<E> {
         let mut area = core::mem::take(&mut self.area);
         let mut packets = core::mem::take(&mut self.packets);
         let mut work = Work::None;
-        for k in 0..self.io.udp.len() + self.io.raw.len() {
+        for k in 0..self.io.udp.len() + self.io.raw_rx.len() {
             work = work.max(self.inbound_from(k, &mut area, &mut packets));
         }
         self.area = area;
@@ -489,7 +495,7 @@ impl<E: Enclave + 'static> Worker<E> {
     /// Receives once from socket `k` (UDP sockets first, then raw) and processes it all.
     fn inbound_from(&mut self, k: usize, area: &mut [u8], packets: &mut [Packet]) -> Work {
         let udp_local = self.io.udp.get(k).map(|u| u.local_addr());
-        let received = match (self.io.udp.get(k), self.io.raw.get(k.wrapping_sub(self.io.udp.len()))) {
+        let received = match (self.io.udp.get(k), self.io.raw_rx.get(k.wrapping_sub(self.io.udp.len()))) {
             (Some(u), _) => u.recv(&mut self.rx),
             (None, Some(r)) => r.recv(&mut self.rx),
             (None, None) => return Work::None,
