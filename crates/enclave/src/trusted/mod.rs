@@ -578,17 +578,8 @@ impl TrustedCore {
         x: DhExchange<'_>,
         p: &IkeSaParams<'_>,
     ) -> Result<IkeSaHandle> {
-        let (g_ir, _) = self.agree(x)?;
-        require_authenticated(self.ike.get(old.0)?)?;
-        let claim = self.nonces.claim(p.nonce_i, p.nonce_r, p.role)?;
-        let mut sa = self.with_sk_d(old, sealed, |old_sa, sk_d| {
-            let source = SkeyseedSource::Rekey { old_prf: old_sa.prf, old_sk_d: sk_d, more: &[] };
-            ike_keys::derive_ike_sa(source, &g_ir, p)
-        })?;
-        sa.authenticated = true;
-        let h = self.ike.insert(sa)?;
-        self.nonces.spend(claim);
-        Ok(IkeSaHandle(h))
+        // A rekey with the KE transform's exchange only.
+        self.ike_sa_rekey_additional(old, sealed, &[x], p)
     }
 
     pub(crate) fn ike_sa_rekey_additional(
