@@ -139,7 +139,11 @@ pub(crate) struct Worker<E> {
     fill: usize,
     staging: Vec<u8>,
     pending: Option<PendingRead>,
+    /// Receive buffers for the UDP sockets: with GRO each holds a burst of datagrams.
     rx: RecvBuffers,
+    /// Receive buffers for the raw ESP sockets, which give one packet per message: a
+    /// batch's worth, so one receive fills one crossing.
+    raw_rx: RecvBuffers,
     /// Merges decapsulated TCP segments for the TUN queue.
     gro: Gro,
     /// The nap before a round under sustained traffic; zero: never.
@@ -294,6 +298,7 @@ impl<E: Enclave + 'static> Worker<E> {
         // one (a certificate chain), and leaves through the IKE inbox, never a slot. With GRO
         // a buffer holds a burst of segments instead, so fewer are needed.
         let rx = RecvBuffers::new(if gro { 8 } else { batch }, MAX_DATAGRAM);
+        let raw_rx = RecvBuffers::new(if io.raw_rx.is_empty() { 0 } else { batch }, MAX_DATAGRAM);
         let lane = shared.enclave.lock().ok().and_then(|mut e| e.esp_lane());
         Self {
             lane,
@@ -308,6 +313,7 @@ impl<E: Enclave + 'static> Worker<E> {
             staging: vec![0; MAX_READ],
             pending: None,
             rx,
+            raw_rx,
             gro: Gro::new(tun_offloads.tso4, tun_offloads.tso6)
                 .with_udp(tun_offloads.uso4, tun_offloads.uso6),
             coalesce,
@@ -495,22 +501,23 @@ impl<E: Enclave + 'static> Worker<E> {
     /// Receives once from socket `k` (UDP sockets first, then raw) and processes it all.
     fn inbound_from(&mut self, k: usize, area: &mut [u8], packets: &mut [Packet]) -> Work {
         let udp_local = self.io.udp.get(k).map(|u| u.local_addr());
-        let received = match (self.io.udp.get(k), self.io.raw_rx.get(k.wrapping_sub(self.io.udp.len()))) {
-            (Some(u), _) => u.recv(&mut self.rx),
-            (None, Some(r)) => r.recv(&mut self.rx),
+        let (received, rx) = match (self.io.udp.get(k), self.io.raw_rx.get(k.wrapping_sub(self.io.udp.len())))
+        {
+            (Some(u), _) => (u.recv(&mut self.rx), &self.rx),
+            (None, Some(r)) => (r.recv(&mut self.raw_rx), &self.raw_rx),
             (None, None) => return Work::None,
         };
         let work = match received {
             Ok(0) => return Work::None,
             // Every buffer filled: the socket probably holds more.
-            Ok(n) if n >= self.rx.capacity() => Work::Full,
+            Ok(n) if n >= rx.capacity() => Work::Full,
             Ok(_) => Work::Partial,
             Err(_) => {
                 self.stats.drop_io(IoDrop::RecvError, 1);
                 return Work::None;
             }
         };
-        self.stats.drop_io(IoDrop::BadDatagram, self.rx.dropped() as u64);
+        self.stats.drop_io(IoDrop::BadDatagram, rx.dropped() as u64);
         let Ok(mut batch) = Batch::new(area, self.slot_len, packets) else { return Work::None };
         let mut inbound = Inbound {
             esp: &mut self.esp,
@@ -520,7 +527,7 @@ impl<E: Enclave + 'static> Worker<E> {
             tun: &self.io.tun,
             gro: &mut self.gro,
         };
-        for d in self.rx.datagrams() {
+        for d in rx.datagrams() {
             if batch.len() == batch.capacity() {
                 inbound.decapsulate(&mut batch);
                 batch.clear();
