@@ -118,6 +118,20 @@ enum Work {
     Full,
 }
 
+/// GRO bursts one receive takes from a UDP socket.
+const GRO_BURSTS: usize = 8;
+
+/// How many messages one receive takes for batches of `batch` packets: with GRO
+/// (`bursts`) each message is a burst of datagrams, so a few fill a batch; a raw socket,
+/// or a UDP socket without GRO, gives one packet per message.
+fn receive_messages(batch: usize, bursts: bool) -> usize {
+    if bursts {
+        GRO_BURSTS
+    } else {
+        batch
+    }
+}
+
 /// A super-packet read from the TUN queue, partly written into batches.
 #[derive(Debug, Clone, Copy)]
 struct PendingRead {
@@ -297,8 +311,11 @@ impl<E: Enclave + 'static> Worker<E> {
         // Every buffer holds a whole reassembled datagram: an IKE message on port 4500 may be
         // one (a certificate chain), and leaves through the IKE inbox, never a slot. With GRO
         // a buffer holds a burst of segments instead, so fewer are needed.
-        let rx = RecvBuffers::new(if gro { 8 } else { batch }, MAX_DATAGRAM);
-        let raw_rx = RecvBuffers::new(if io.raw_rx.is_empty() { 0 } else { batch }, MAX_DATAGRAM);
+        let rx = RecvBuffers::new(receive_messages(batch, gro), MAX_DATAGRAM);
+        let raw_rx = RecvBuffers::new(
+            if io.raw_rx.is_empty() { 1 } else { receive_messages(batch, false) },
+            MAX_DATAGRAM,
+        );
         let lane = shared.enclave.lock().ok().and_then(|mut e| e.esp_lane());
         Self {
             lane,
@@ -619,6 +636,14 @@ impl<E: Enclave + 'static> Inbound<'_, E> {
 mod tests {
     use super::*;
     use esp::{OutboundSaId, Transmit};
+
+    #[test]
+    fn one_receive_fills_a_batch_whatever_the_socket() {
+        // A raw socket's messages are single packets: a batch of them, not eight.
+        assert_eq!(receive_messages(64, false), 64);
+        assert_eq!(receive_messages(256, false), 256);
+        assert_eq!(receive_messages(64, true), GRO_BURSTS);
+    }
 
     #[test]
     fn outer_tos_reads_both_families() {

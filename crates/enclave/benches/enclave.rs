@@ -102,14 +102,15 @@ fn pin_this_thread(cpu: usize) {
 
 /// The enclave program, as `tests/process_backend.rs` finds it.
 fn spec() -> ProcessSpec {
-    let mut s = match std::env::var_os("CLOISTER_ENCLAVE_BIN") {
+    let s = match std::env::var_os("CLOISTER_ENCLAVE_BIN") {
         Some(bin) => ProcessSpec::new(bin, Vec::<String>::new()),
         None => ProcessSpec::new(env!("CARGO_BIN_EXE_cloister-enclave-process"), Vec::<String>::new()),
     };
     if pinned() {
-        s.cpus = Some(vec![ENCLAVE_CPU]);
+        s.pinned(vec![ENCLAVE_CPU])
+    } else {
+        s
     }
-    s
 }
 
 fn start_process(tenant: u32) -> ProcessEnclave {
