@@ -13,8 +13,13 @@
 //!   retransmission with exponential backoff and message-ID windows; INFORMATIONAL
 //!   Deletes (child and IKE) and liveness checks; CREATE_CHILD_SA child rekeys and new
 //!   child SAs (every child of a connection as initiator), with or without PFS, keyed
-//!   from the sealed SK_d; IKE SA rekeys and rekey collisions (both kinds); IKE
-//!   fragmentation (RFC 7383, `fragment.rs`);
+//!   from the sealed SK_d; IKE SA rekeys (CREATE_CHILD_SA, §1.3.2) as initiator (on
+//!   command and at the connection's `rekey_time`) and responder, the new SKEYSEED derived
+//!   in the enclave from the sealed SK_d, the children moved to the new SA, and collisions
+//!   of child and of IKE SA rekeys (§2.8.1, §2.8.2); INITIAL_CONTACT (§2.4, per
+//!   connection `unique`); IKE fragmentation (RFC 7383, `fragment.rs`);
+//!   post-quantum hybrid key exchange (RFC 9370: ML-KEM in IKE_INTERMEDIATE, RFC 9242,
+//!   and in IKE_FOLLOWUP_KE when such an IKE SA is rekeyed);
 //! * [`cert`] and [`auth`]: IKE_AUTH with X.509 certificates (RSA PKCS#1 v1.5 and PSS,
 //!   ECDSA P-256/P-384; RFC 7427 and RFC 4754), CERT/CERTREQ, chain validation against
 //!   configured CAs at a wall-clock time the caller supplies, identities matched to
@@ -24,9 +29,9 @@
 //!   enclave's state: [`Endpoint::export_sas`], [`Endpoint::import_sas`].
 //!
 //! What it does not do: open sockets, read the clock, spawn threads or sleep (time is an
-//! argument, see STYLE.md §2); hold key bytes (it holds enclave handles, nonces and public
+//! argument to every call); hold key bytes (it holds enclave handles, nonces and public
 //! values only); certificate revocation (CRL, OCSP), child lifetimes (the gateway acts on
-//! them), MOBIKE. See `docs/ike.md`.
+//! them), MOBIKE, EAP, additional key exchanges in child SAs. See `docs/ike.md`.
 //!
 //! ```text
 //! handle_datagram(now, from, to, bytes) ─┐            ┌─> poll_transmit() -> Transmit
