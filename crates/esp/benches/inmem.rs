@@ -361,7 +361,7 @@ fn main() {
 /// How the workers of one tenant take turns at its one enclave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lock {
-    /// The mutex held for each whole `encapsulate`/`decapsulate` call (before session 21).
+    /// The mutex held for each whole `encapsulate`/`decapsulate` call (the workers' former way, kept as a reference).
     Call,
     /// [`cloister_esp::SharedEnclave`]: the whole call for encapsulation (the same as
     /// `Call`, a check on the noise), each crossing for decapsulation.

@@ -48,10 +48,12 @@ pub const MIN_WINDOW: u32 = 32;
 /// The largest window (4096 words, 32 KiB per inbound SA).
 pub const MAX_WINDOW: u32 = 65_504;
 /// The window used when the configuration gives none. RFC 4303 asks for at least 32 and
-/// suggests 64, but workers that share one SA reorder its packets: with raw ESP, two
-/// workers reading one socket delivered runs of packets 1030 to 1070 behind the newest
-/// (`gateway_pair.rs`, iperf3 TCP on 2 cores), which a 1024-packet window dropped. 4096
-/// leaves room for a worker that loses a few scheduler slices, for 2 KiB per inbound SA.
+/// suggests 64, but workers that share one SA reorder its packets: two workers reading one
+/// raw ESP socket once delivered runs of packets 1030 to 1070 behind the newest
+/// (`gateway_pair.rs`, iperf3 TCP on 2 cores), which a 1024-packet window dropped. A raw
+/// socket has one reader now, but ESP-in-UDP spread over workers (`spread_inbound`) and a
+/// peer's own reordering still need the room: 4096 leaves it for a worker that loses a few
+/// scheduler slices, for 2 KiB per inbound SA.
 pub const DEFAULT_WINDOW: u32 = 4096;
 
 /// The low 32 bits of a 64-bit value.

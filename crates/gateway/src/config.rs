@@ -6,7 +6,7 @@
 //! [gateway]
 //! tenant = 1
 //! enclave = "process"                      # or "inline" (keys in the gateway process)
-//! provisioning_key = "provisioning.key"    # 64 hex digits, mode 0600 (until attested provisioning)
+//! provisioning_key = "provisioning.key"    # 64 hex digits, mode 0600
 //! control_socket = "/run/cloister/gateway.sock"
 //! retransmit_timeout = "2s"                # first IKE retransmission; each next one doubles
 //! retransmit_tries = 5                     # sends of a request before the peer counts as gone

@@ -1,5 +1,5 @@
 //! Cloister's durable state behind one trait, so the single-node gateway keeps it in an
-//! embedded file and the distributed deployment (DESIGN.md) can keep it in etcd.
+//! embedded file and a deployment of several nodes can keep it in etcd.
 //!
 //! What may be stored is typed ([`Value`]): public configuration, SA metadata, blobs sealed
 //! by a tenant's enclave, and tenant secrets wrapped by the tenant. There is no variant for

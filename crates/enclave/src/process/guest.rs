@@ -642,7 +642,7 @@ fn serve<E: Enclave + ?Sized>(
                 // returns at once, so the core never idles and the next request needs no
                 // wake-up (about 35 µs on a VM). Yielding every 2048 looks (never, within
                 // the spin) held IKE setups under load to about strongSwan's rate; every 256
-                // lifted them by a half (docs/bench-ike.md, session 16).
+                // lifted them by a half (`bench/ike-setup.sh`).
                 if spins.is_multiple_of(YIELD_EVERY) {
                     std::thread::yield_now();
                 }
