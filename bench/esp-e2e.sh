@@ -21,6 +21,7 @@
 #                  up by IKEv2 between them, aes256gcm16 (N=20)
 #   boringtun      boringtun-cli (crates.io), userspace WireGuard (N=13)
 #   wireguard-go   wireguard-go (Debian), userspace WireGuard (N=14)
+#   wireguard-go-upstream  wireguard-go built from its module (with TUN and UDP offloads; N=12)
 #   plain          plain routing, no tunnel: the ceiling (N=15)
 # Tests: TCP 1 stream, TCP 4 streams (receiver Mbit/s), UDP 64-byte and 1372-byte payloads
 # sent as fast as iperf3 can (-b 0): packets/s received at the far end, and the loss. Every
@@ -30,7 +31,7 @@
 # Prints a table of medians and min-max over the rounds; the last lines are
 #   esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>        (static reference)
 #   esp e2e product tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r> raw/udp=<r>
-# (a median against the best median of strongswan, boringtun and wireguard-go; raw/udp the
+# (a median against the best median of strongswan, boringtun and both wireguard-gos; raw/udp the
 # lowest over the tests of gateway against gateway-udp).
 #
 # Usage (root): bench/esp-e2e.sh [ROUNDS] [SECONDS]   defaults 5 rounds of 5 s per test
@@ -52,7 +53,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 ROUNDS=${1:-5}
 DURATION=${2:-5}
-read -r -a VARIANTS <<<"${E2E_VARIANTS:-gateway gateway-udp cloister cloister-proc strongswan boringtun wireguard-go plain}"
+read -r -a VARIANTS <<<"${E2E_VARIANTS:-gateway gateway-udp cloister cloister-proc strongswan boringtun wireguard-go wireguard-go-upstream plain}"
 read -r -a TESTS <<<"${E2E_TESTS:-tcp1 tcp4 udp64 udp1372}"
 
 say() { printf '[esp-e2e] %s\n' "$*" >&2; }
@@ -62,7 +63,7 @@ die() { say "$*"; exit 1; }
 [[ "$DURATION" =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 60)) || die "SECONDS must be 1..60"
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
 for v in "${VARIANTS[@]}"; do
-  case $v in gateway|gateway-udp|cloister|cloister-proc|strongswan|boringtun|wireguard-go|plain) ;; *) die "unknown variant $v" ;; esac
+  case $v in gateway|gateway-udp|cloister|cloister-proc|strongswan|boringtun|wireguard-go|wireguard-go-upstream|plain) ;; *) die "unknown variant $v" ;; esac
 done
 
 # shellcheck source=bench/lib/deps.sh
@@ -76,6 +77,7 @@ else
   CLOISTER=$ROOT/target/release/cloister
 fi
 BORINGTUN=$ROOT/.deps/cargo/bin/boringtun-cli
+WG_UPSTREAM=$ROOT/.deps/go/bin/wireguard
 CHARON=/usr/lib/ipsec/charon
 STATS=$ROOT/bench/lib/e2e_stats.py
 
@@ -161,7 +163,7 @@ tx_drops() {
 }
 
 # ---- topology ----------------------------------------------------------------------------
-declare -A HOST=([cloister]=11 [boringtun]=13 [wireguard-go]=14 [plain]=15 [cloister-proc]=16 [strongswan]=20 [gateway]=17 [gateway-udp]=18)
+declare -A HOST=([cloister]=11 [wireguard-go-upstream]=12 [boringtun]=13 [wireguard-go]=14 [plain]=15 [cloister-proc]=16 [strongswan]=20 [gateway]=17 [gateway-udp]=18)
 # Each variant's site and cloud host addresses, and the gateway namespaces its packets cross
 # (for the loss counters); the product variants have gateway namespaces of their own.
 declare -A SRC DST GW_S GW_C
@@ -455,10 +457,11 @@ setup_strongswan() {
   done
 }
 
-# wireguard KIND PORT: a pair of userspace WireGuard daemons (boringtun or wireguard-go).
+# wireguard KIND PORT: a pair of userspace WireGuard daemons (boringtun, wireguard-go or
+# wireguard-go-upstream).
 setup_wireguard() {
   local kind=$1 port=$2 n=${HOST[$1]} tag
-  [ "$kind" = boringtun ] && tag=bt || tag=wg
+  case $kind in boringtun) tag=bt ;; wireguard-go) tag=wg ;; *) tag=wu ;; esac
   local dir=$WORK/$kind side
   mkdir -p "$dir"
   for side in site cloud; do
@@ -476,8 +479,10 @@ setup_wireguard() {
     if [ "$kind" = boringtun ]; then
       start "$ns" "$dir/$side.log" env WG_SUDO=1 "$BORINGTUN" --foreground --disable-drop-privileges \
         --log "$dir/$side.boringtun.log" "$ifname"
-    else
+    elif [ "$kind" = wireguard-go ]; then
       start "$ns" "$dir/$side.log" env WG_PROCESS_FOREGROUND=1 wireguard-go -f "$ifname"
+    else
+      start "$ns" "$dir/$side.log" env WG_PROCESS_FOREGROUND=1 "$WG_UPSTREAM" -f "$ifname"
     fi
     wait_for "$kind UAPI socket ($side)" 20 test -S "/var/run/wireguard/$ifname.sock"
     ip netns exec "$ns" wg set "$ifname" private-key "$dir/$side.key" listen-port "$port" \
@@ -503,6 +508,7 @@ for v in "${VARIANTS[@]}"; do
     strongswan) setup_strongswan ;;
     boringtun) setup_wireguard boringtun 51820 ;;
     wireguard-go) setup_wireguard wireguard-go 51821 ;;
+    wireguard-go-upstream) setup_wireguard wireguard-go-upstream 51822 ;;
     plain) setup_plain ;;
   esac
 done
@@ -522,7 +528,7 @@ done
 # ---- measuring ---------------------------------------------------------------------------
 echo "esp e2e: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), kernel $(uname -r)"
 echo "esp e2e: $ROUNDS rounds x ${#VARIANTS[@]} variants x ${#TESTS[@]} tests, ${DURATION}s each, interleaved"
-echo "versions: $(iperf3 --version | head -1 | cut -d' ' -f1-2), strongSwan $(dpkg-query -W -f='${Version}' strongswan-charon), wireguard-go $(wireguard-go --version | head -1 | awk '{print $2}'), boringtun-cli $("$BORINGTUN" --version | awk '{print $2}')"
+echo "versions: $(iperf3 --version | head -1 | cut -d' ' -f1-2), strongSwan $(dpkg-query -W -f='${Version}' strongswan-charon), wireguard-go $(wireguard-go --version | head -1 | awk '{print $2}'), boringtun-cli $("$BORINGTUN" --version | awk '{print $2}')$([ -x "$WG_UPSTREAM" ] && echo ", upstream wireguard-go $("$WG_UPSTREAM" --version | head -1 | awk '{print $2}')")"
 for v in gateway gateway-udp cloister cloister-proc; do
   [ -f "$WORK/$v/site.log" ] && echo "$v site-gw: $(grep -m1 'offloads:' "$WORK/$v/site.log")"
 done
@@ -550,7 +556,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
       echo "$r $v $t $val $loss" >>"$RESULTS"
       read -r sg0 cg0 ch0 rw0 <<<"$before"
       echo "$r $v $t $(($(tx_drops "${GW_S[$v]}") - sg0)) $(($(rcvbuf_errors "${GW_C[$v]}") - cg0)) $(($(rcvbuf_errors "$CH") - ch0)) $(($(raw_drops "${GW_C[$v]}") - rw0))" >>"$LOSSES"
-      printf '[esp-e2e] round %d %-14s %-8s %s\n' "$r" "$v" "$t" "$val" >&2
+      printf '[esp-e2e] round %d %-21s %-8s %s\n' "$r" "$v" "$t" "$val" >&2
       sleep 0.3
     done
   done

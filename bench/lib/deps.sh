@@ -3,7 +3,14 @@
 #   - wireguard-go and wireguard-tools (`wg`), iperf3, strongSwan, ping, sysctl, python3:
 #     Debian packages
 #   - boringtun-cli: crates.io, built into .deps/cargo
+#   - upstream wireguard-go (golang.zx2c4.com/wireguard, with its TUN and UDP offloads, which
+#     Debian's 2022 package predates): `go install` of a pinned version into .deps/go/bin,
+#     when the variant is asked for (needs the `go` command)
 # Idempotent: each step checks first.
+
+# The upstream wireguard-go the bench builds (its module version: the newest served when the
+# variant was added).
+WG_UPSTREAM_VERSION=v0.0.0-20260522210424-ecfc5a8d5446
 
 e2e_deps() {
   local deps="$ROOT/.deps"
@@ -24,6 +31,14 @@ e2e_deps() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
       >"$deps/apt-e2e.log" 2>&1 || { tail -30 "$deps/apt-e2e.log" >&2; [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d; return 1; }
     [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  fi
+  if [[ " ${VARIANTS[*]} " == *" wireguard-go-upstream "* ]] && [ ! -x "$deps/go/bin/wireguard" ]; then
+    local go
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    [ -x "$go" ] || { echo "[esp-e2e] wireguard-go-upstream needs the go command (leave the variant out with E2E_VARIANTS)" >&2; return 1; }
+    echo "[esp-e2e] building upstream wireguard-go $WG_UPSTREAM_VERSION into .deps/go/bin (once)" >&2
+    GOBIN="$deps/go/bin" GOPATH="$deps/go/path" GOFLAGS=-mod=mod "$go" install "golang.zx2c4.com/wireguard@$WG_UPSTREAM_VERSION" \
+      >"$deps/wireguard-upstream.log" 2>&1 || { tail -30 "$deps/wireguard-upstream.log" >&2; return 1; }
   fi
   if [ ! -x "$deps/cargo/bin/boringtun-cli" ]; then
     echo "[esp-e2e] building boringtun-cli (crates.io) into .deps/cargo (a few minutes, once)" >&2

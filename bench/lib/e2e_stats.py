@@ -10,7 +10,7 @@
       and test (median, min-max, rounds; loss medians for UDP), and the last lines
       esp e2e tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r>   (static SAs)
       esp e2e product tcp1 ratio vs best peer=<r> udp64 ratio vs best peer=<r> raw/udp=<r>
-      where a peer is strongswan, boringtun or wireguard-go (the best median of them), the
+      where a peer is strongswan, boringtun, wireguard-go or wireguard-go-upstream (the best median of them), the
       product is `gateway` (cloister gateway, IKE, process enclave, raw ESP) and raw/udp the
       lowest over the tests of its median against `gateway-udp`'s (ESP-in-UDP).
   e2e_stats.py losses LOSSES VARIANTS...
@@ -26,7 +26,7 @@ import statistics
 import sys
 
 TESTS = ["tcp1", "tcp4", "udp64", "udp1372"]
-PEERS = ["strongswan", "boringtun", "wireguard-go"]
+PEERS = ["strongswan", "boringtun", "wireguard-go", "wireguard-go-upstream"]
 UNITS = {"tcp1": "Mbit/s", "tcp4": "Mbit/s", "udp64": "pkt/s", "udp1372": "pkt/s"}
 
 
@@ -75,7 +75,7 @@ def rows(path, values, convert):
 def summary(path, variants):
     data = rows(path, 2, float)
     med = {}
-    print(f"{'variant':<15} {'test':<8} {'median':>9} {'min-max':>19} {'unit':<7} {'loss% (median)':>14}  rounds")
+    print(f"{'variant':<22} {'test':<8} {'median':>9} {'min-max':>19} {'unit':<7} {'loss% (median)':>14}  rounds")
     for variant in variants:
         for test in TESTS:
             runs = data.get((variant, test), [])
@@ -91,7 +91,7 @@ def summary(path, variants):
             loss = f"{statistics.median(losses):.1f}" if test.startswith("udp") and losses else ""
             failed = len(runs) - len(vals)
             note = f"{len(vals)}" + (f" ({failed} failed)" if failed else "")
-            print(f"{variant:<15} {test:<8} {fmt(test, m):>9} {rng:>19} {UNITS[test]:<7} {loss:>14}  {note}")
+            print(f"{variant:<22} {test:<8} {fmt(test, m):>9} {rng:>19} {UNITS[test]:<7} {loss:>14}  {note}")
 
     def ratio(test, variant="cloister"):
         mine = med.get((variant, test))
@@ -122,7 +122,7 @@ def losses(path, variants):
     if not data:
         return
     print("where packets were lost, per test (medians over the rounds):")
-    print(f"{'variant':<15} {'test':<8} {'site-gw tx drops':>17} {'cloud-gw rcvbuf':>16} {'cloud-host rcvbuf':>18}"
+    print(f"{'variant':<22} {'test':<8} {'site-gw tx drops':>17} {'cloud-gw rcvbuf':>16} {'cloud-host rcvbuf':>18}"
           f" {'cloud-gw raw drops':>19}")
     for variant in variants:
         for test in TESTS:
@@ -130,7 +130,7 @@ def losses(path, variants):
             if not runs:
                 continue
             med = [statistics.median(c[i] for c in runs) for i in range(4)]
-            print(f"{variant:<15} {test:<8} {med[0]:>17.0f} {med[1]:>16.0f} {med[2]:>18.0f} {med[3]:>19.0f}")
+            print(f"{variant:<22} {test:<8} {med[0]:>17.0f} {med[1]:>16.0f} {med[2]:>18.0f} {med[3]:>19.0f}")
 
 
 def main():
