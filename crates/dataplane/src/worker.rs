@@ -34,7 +34,7 @@
 //! whose checks before and commits after the crossing are safe across workers; one
 //! tenant's cryptography is then one enclave call at a time.
 
-use core::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
@@ -52,7 +52,7 @@ use enclave::{Enclave, EspCrossing};
 use esp::{
     Action, Batch, Crossing, Encapsulation, Frame, Packet, Sad, SharedEnclave, Spd, HEADROOM, TAILROOM,
 };
-use wire::{Ecn, IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
+use wire::Ecn;
 
 use crate::ike::IkeInbox;
 use crate::stats::{Counter, IoDrop, WorkerStats};
@@ -207,54 +207,12 @@ fn push_udp(batch: &mut Batch<'_>, d: &Datagram<'_>, socket: SocketAddr) -> Resu
     batch.push(frame, HEADROOM, d.bytes).map(drop).map_err(|_| IoDrop::Oversize)
 }
 
-/// Puts a received raw ESP packet into the next slot behind an outer IP header rebuilt
-/// from what the socket reported, so the ESP core sees a whole IP packet either way.
+/// Puts a received raw ESP packet into the next slot, with the addresses and ECN field the
+/// socket read from its IP header.
 fn push_raw(batch: &mut Batch<'_>, d: &Datagram<'_>) -> Result<(), IoDrop> {
     let local = d.local.ok_or(IoDrop::BadDatagram)?;
-    let i = batch.len();
-    let slot = batch.slot_mut(i).ok_or(IoDrop::Oversize)?;
-    let ecn = Ecn::from_bits(d.tos);
-    let dscp = d.tos >> 2;
-    let payload_len = d.bytes.len();
-    let header = match (d.remote.ip(), local) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let repr = Ipv4Repr {
-                src_addr: src,
-                dst_addr: dst,
-                protocol: IpProtocol::ESP,
-                payload_len,
-                ttl: 64,
-                dscp,
-                ecn,
-                ident: 0,
-                dont_frag: false,
-                more_frags: false,
-                frag_offset: 0,
-            };
-            let region = slot.get_mut(HEADROOM..HEADROOM + repr.buffer_len()).ok_or(IoDrop::Oversize)?;
-            repr.emit(&mut Ipv4Packet::new_unchecked(region)).map_err(|_| IoDrop::Oversize)?;
-            repr.header_len()
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            let repr = Ipv6Repr {
-                src_addr: src,
-                dst_addr: dst,
-                next_header: IpProtocol::ESP,
-                payload_len,
-                hop_limit: 64,
-                dscp,
-                ecn,
-                flow_label: 0,
-            };
-            let region = slot.get_mut(HEADROOM..HEADROOM + repr.buffer_len()).ok_or(IoDrop::Oversize)?;
-            repr.emit(&mut Ipv6Packet::new_unchecked(region)).map_err(|_| IoDrop::Oversize)?;
-            repr.header_len()
-        }
-        _ => return Err(IoDrop::BadDatagram),
-    };
-    let start = HEADROOM + header;
-    slot.get_mut(start..start + payload_len).ok_or(IoDrop::Oversize)?.copy_from_slice(d.bytes);
-    batch.push_in_place(Frame::Ip, HEADROOM, header + payload_len).map(drop).map_err(|_| IoDrop::Oversize)
+    let frame = Frame::Esp { remote: d.remote.ip(), local, ecn: Ecn::from_bits(d.tos) };
+    batch.push(frame, HEADROOM, d.bytes).map(drop).map_err(|_| IoDrop::Oversize)
 }
 
 /// How a worker reaches its tenant's enclave: through its own lane, or the shared instance.
@@ -635,6 +593,7 @@ impl<E: Enclave + 'static> Inbound<'_, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::net::IpAddr;
     use esp::{OutboundSaId, Transmit};
 
     #[test]

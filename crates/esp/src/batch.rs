@@ -42,6 +42,16 @@ pub enum Frame {
         /// The ECN field of the outer IP header (`IP_RECVTOS` / `IPV6_RECVTCLASS`).
         ecn: Ecn,
     },
+    /// An ESP packet received on a raw IP socket (protocol 50), its IP header read by the
+    /// socket layer and handed over as these fields.
+    Esp {
+        /// The sender.
+        remote: IpAddr,
+        /// Our address it was sent to.
+        local: IpAddr,
+        /// The ECN field of the outer IP header.
+        ecn: Ecn,
+    },
 }
 
 /// Where an encapsulated packet goes.

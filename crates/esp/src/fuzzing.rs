@@ -255,8 +255,12 @@ pub fn decap_input(data: &[u8]) {
             }
         }
         let mut sealed = Vec::new();
-        let frames: [(Frame, &[u8]); 2] = match mode % 3 {
+        let frames: [(Frame, &[u8]); 2] = match mode % 4 {
             0 => [(Frame::Ip, rest), (Frame::Ip, &[])],
+            3 => {
+                let (remote, local) = addrs(false);
+                [(Frame::Esp { remote, local, ecn: Ecn::from_bits(mode >> 2) }, rest), (Frame::Ip, &[])]
+            }
             1 => {
                 let remote = SocketAddr::new(addrs(false).0, 4500);
                 let local = SocketAddr::new(addrs(false).1, 4500);

@@ -807,6 +807,9 @@ impl Worker {
                 udp: Some((remote.port(), local.port(), usize::MAX)),
                 payload: 0..bytes.len(),
             },
+            Frame::Esp { remote, local, ecn } => {
+                Outer { remote, local, ecn, udp: None, payload: 0..bytes.len() }
+            }
         };
         let payload = bytes.get(outer.payload.clone()).ok_or(no_sa(DropReason::Malformed))?;
         if let Some((sport, dport, udp_at)) = outer.udp {

@@ -505,7 +505,7 @@ fn outer_ce(o: &mut [u8], shape: Shape) {
 }
 
 /// What the I/O layer hands over for outer packet `o`: the whole packet (with `junk` bytes
-/// of link padding), or what a UDP socket gives.
+/// of link padding), or what a UDP or raw ESP socket gives.
 fn frame_of(o: &[u8], shape: Shape, from_socket: bool, junk: usize) -> (Frame, Vec<u8>) {
     if !from_socket {
         let mut bytes = o.to_vec();
@@ -515,6 +515,9 @@ fn frame_of(o: &[u8], shape: Shape, from_socket: bool, junk: usize) -> (Frame, V
     let (esp, end) = esp_bounds(o, shape);
     let (remote, local) = outer_addrs(shape.outer_v6);
     let ecn = if shape.outer_v6 { Ecn::from_bits(o[1] >> 4) } else { Ecn::from_bits(o[1]) };
+    if !shape.udp {
+        return (Frame::Esp { remote, local, ecn }, o[esp..end].to_vec());
+    }
     let udp = esp - 8;
     let port = |at: usize| u16::from_be_bytes([o[at], o[at + 1]]);
     let frame = Frame::Udp {
@@ -646,7 +649,7 @@ fn in_frames(
             Some(InSpoil::FourShort) => shorten(&mut o, end - 4, shape),
             _ => {}
         }
-        frames.push(frame_of(&o, shape, socket && shape.udp, junk));
+        frames.push(frame_of(&o, shape, socket, junk));
     }
     match spoil {
         Some((at, InSpoil::DuplicateInBatch)) if at > 0 => frames[at] = frames[0].clone(),
@@ -676,7 +679,7 @@ fn fast_and_general_inbound_paths_deliver_the_same() {
         let mut previous = Vec::new();
         for round in 0..80 {
             let n = 1 + usize::try_from(rng.below(32)).unwrap();
-            let from_socket = shape.udp && rng.chance(50);
+            let from_socket = rng.chance(50);
             let spoil = (round % 2 == 1).then(|| {
                 let how = IN_SPOILS[(round / 2) % IN_SPOILS.len()];
                 let at = usize::try_from(rng.below(n as u64)).unwrap();

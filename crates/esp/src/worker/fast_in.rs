@@ -50,6 +50,8 @@ fn esp_at(batch: &Batch<'_>, i: usize) -> Option<EspAt> {
     let (start, len, udp, ecn) = match pkt.frame {
         // The socket stripped IP and UDP; a keepalive or IKE (zero marker) is not ESP.
         Frame::Udp { ecn, .. } => (pkt.offset, pkt.len, true, ecn),
+        // A raw socket read the IP header, either family.
+        Frame::Esp { ecn, .. } => (pkt.offset, pkt.len, false, ecn),
         Frame::Ip => {
             let h = batch.area.get(at..at + V4_HEADER + wire::udp::HEADER_LEN)?;
             let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
