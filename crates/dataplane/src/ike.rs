@@ -60,28 +60,13 @@ impl IkeInbox {
     /// Queues a UDP payload as received (the marker, then the IKE message); `false` when
     /// the queue was full and it was dropped.
     pub(crate) fn push(&self, remote: SocketAddr, local: SocketAddr, payload: &[u8]) -> bool {
-        self.push_with(remote, local, |bytes| bytes.extend_from_slice(payload))
-    }
-
-    /// Queues an IKE message the ESP core found and stripped of its marker (a packet with
-    /// its UDP header, which the worker does not see); `false` when the queue was full.
-    pub(crate) fn push_message(&self, remote: SocketAddr, local: SocketAddr, message: &[u8]) -> bool {
-        self.push_with(remote, local, |bytes| {
-            bytes.extend_from_slice(&NON_ESP_MARKER);
-            bytes.extend_from_slice(message);
-        })
-    }
-
-    fn push_with(&self, remote: SocketAddr, local: SocketAddr, fill: impl FnOnce(&mut Vec<u8>)) -> bool {
         let Ok(mut q) = self.queue.lock() else { return false };
         if q.len() >= self.limit {
             drop(q);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let mut bytes = Vec::new();
-        fill(&mut bytes);
-        q.push_back(IkeDatagram { remote, local, bytes });
+        q.push_back(IkeDatagram { remote, local, bytes: payload.to_vec() });
         drop(q);
         let _ = self.wake.notify();
         true
@@ -124,10 +109,10 @@ mod tests {
     }
 
     #[test]
-    fn messages_keep_or_get_back_their_marker_and_a_full_queue_drops() {
+    fn messages_keep_their_marker_and_a_full_queue_drops() {
         let inbox = IkeInbox::new(2).unwrap();
         let (r, l) = ("198.18.0.1:4500".parse().unwrap(), "198.18.0.2:4500".parse().unwrap());
-        assert!(inbox.push_message(r, l, b"ike1"));
+        assert!(inbox.push(r, l, b"\0\0\0\0ike1"));
         assert!(inbox.push(r, l, b"\0\0\0\0ike2"));
         assert!(!inbox.push(r, l, b"\0\0\0\0ike3"));
         assert_eq!(inbox.dropped(), 1);
