@@ -88,3 +88,9 @@ pub enum Error {
 
 /// Result alias for this crate's control-plane calls.
 pub type Result<T> = core::result::Result<T, Error>;
+
+impl From<wire::selector::SelectorError> for Error {
+    fn from(e: wire::selector::SelectorError) -> Self {
+        Self::InvalidSelector { what: e.what, why: e.why }
+    }
+}

@@ -11,10 +11,7 @@ use core::net::IpAddr;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use esp::{
-    AddressRange, Lifetime, LifetimeLimits, OutboundSaId, Policy, PolicyAction, PolicyId, PolicySelector,
-    PortRange, SaConfig, TrafficSelector,
-};
+use esp::{Lifetime, LifetimeLimits, OutboundSaId, Policy, PolicyAction, PolicyId, PolicySelector, SaConfig};
 use ike::{ChildSa, OutboundSwitch, SaId};
 
 /// Policies of gateway child SAs sit after any operator-installed ones.
@@ -48,15 +45,6 @@ pub(crate) struct Children {
     by_spi: BTreeMap<u32, Installed>,
 }
 
-/// An ESP selector from a negotiated IKE selector.
-fn esp_ts(ts: &ike::ts::TrafficSelector) -> Option<TrafficSelector> {
-    Some(TrafficSelector {
-        addresses: AddressRange::range(ts.start, ts.end).ok()?,
-        protocol: ts.ip_protocol,
-        ports: PortRange { start: ts.start_port, end: ts.end_port },
-    })
-}
-
 /// The data plane's view of one direction; an inbound SA gets the data plane's replay
 /// `window`.
 fn sa_config(child: &ChildSa, inbound: bool, window: u32) -> Option<SaConfig> {
@@ -71,8 +59,8 @@ fn sa_config(child: &ChildSa, inbound: bool, window: u32) -> Option<SaConfig> {
         c.replay_window = window;
     }
     c.encapsulation = child.encapsulation;
-    c.local_selectors = child.local_ts.iter().map(esp_ts).collect::<Option<_>>()?;
-    c.remote_selectors = child.remote_ts.iter().map(esp_ts).collect::<Option<_>>()?;
+    c.local_selectors = child.local_ts.clone();
+    c.remote_selectors = child.remote_ts.clone();
     // Soft expiry asks the engine to rekey; hard expiry stops traffic and deletes it.
     let v = child.volume;
     c.lifetime = Lifetime {
@@ -85,8 +73,8 @@ fn sa_config(child: &ChildSa, inbound: bool, window: u32) -> Option<SaConfig> {
 /// One PROTECT selector per (local, remote) pair that some packet can match.
 fn selectors(child: &ChildSa) -> Vec<PolicySelector> {
     let mut out = Vec::new();
-    for l in child.local_ts.iter().filter_map(esp_ts) {
-        for r in child.remote_ts.iter().filter_map(esp_ts) {
+    for &l in &child.local_ts {
+        for &r in &child.remote_ts {
             if l.addresses.is_ipv6() != r.addresses.is_ipv6() {
                 continue;
             }
@@ -377,7 +365,7 @@ impl Children {
 
     /// The remote selectors' address ranges of every installed child (for routes).
     pub(crate) fn remote_ranges(child: &ChildSa) -> Vec<(IpAddr, IpAddr)> {
-        child.remote_ts.iter().map(|t| (t.start, t.end)).collect()
+        child.remote_ts.iter().map(|t| (t.addresses.start(), t.addresses.end())).collect()
     }
 }
 
@@ -416,6 +404,7 @@ pub(crate) fn range_prefixes(start: IpAddr, end: IpAddr, limit: usize) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use esp::{AddressRange, TrafficSelector};
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -423,13 +412,8 @@ mod tests {
 
     #[test]
     fn an_inbound_child_sa_gets_the_data_planes_replay_window() {
-        let any = ike::ts::TrafficSelector {
-            ip_protocol: 0,
-            start_port: 0,
-            end_port: u16::MAX,
-            start: ip("198.18.10.0"),
-            end: ip("198.18.10.255"),
-        };
+        let any =
+            TrafficSelector::addresses(AddressRange::range(ip("198.18.10.0"), ip("198.18.10.255")).unwrap());
         let child = ChildSa {
             name: "c".into(),
             spi_inbound: 0x100,

@@ -28,6 +28,7 @@ pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod ipv6_ext;
+pub mod selector;
 pub mod udp;
 pub mod udp_encap;
 

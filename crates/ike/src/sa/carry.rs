@@ -37,7 +37,7 @@ use crate::error::Error;
 use crate::event::{ChildSa, Encapsulation, SaId};
 use crate::nat::NatState;
 use crate::proposal::IkeChoice;
-use crate::ts::TrafficSelector;
+use crate::ts::{AddressRange, PortRange, TrafficSelector};
 
 use super::authenticate::PeerAuth;
 
@@ -258,27 +258,18 @@ impl CarriedSuite {
 impl CarriedTs {
     fn of(ts: &TrafficSelector) -> Self {
         Self {
-            protocol: ts.ip_protocol,
-            start_port: ts.start_port,
-            end_port: ts.end_port,
-            start: ts.start,
-            end: ts.end,
+            protocol: ts.protocol,
+            start_port: ts.ports.start,
+            end_port: ts.ports.end,
+            start: ts.addresses.start(),
+            end: ts.addresses.end(),
         }
     }
 
     fn selector(self) -> Option<TrafficSelector> {
-        let ordered = match (self.start, self.end) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => a <= b,
-            (IpAddr::V6(a), IpAddr::V6(b)) => a <= b,
-            _ => false,
-        };
-        (ordered && self.start_port <= self.end_port).then_some(TrafficSelector {
-            ip_protocol: self.protocol,
-            start_port: self.start_port,
-            end_port: self.end_port,
-            start: self.start,
-            end: self.end,
-        })
+        let addresses = AddressRange::range(self.start, self.end).ok()?;
+        let ports = PortRange { start: self.start_port, end: self.end_port };
+        (ports.start <= ports.end).then_some(TrafficSelector { addresses, protocol: self.protocol, ports })
     }
 }
 
